@@ -1,1 +1,13 @@
-//! gateway
+//! The gateway: an S3-compatible, deduplicating object store in one process.
+//!
+//! It hashes every body with SHA-1 and keeps one physical file per distinct content on a
+//! pair of disks (see the `placement` crate), counts references to it in FileDB with the
+//! article's magic-sum check, and serves the S3 API over it. This crate holds the HTTP
+//! front end ([`s3`], [`admin`]), the metadata store ([`meta`]: redb tables changed only
+//! through one `Command` enum), the object operations that join the two ([`store`]), and
+//! the process wiring ([`server`], [`credentials`]).
+//!
+//! What it is not: it does not delete files from disk or repair them; the Valkyrie workers
+//! do, through the catalog seam.
+
+pub mod meta;

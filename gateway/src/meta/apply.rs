@@ -1,0 +1,653 @@
+//! `apply`: the only code that writes to the metadata tables.
+//!
+//! Deterministic by construction: no clock, no randomness, no I/O besides the transaction.
+//! A command either applies whole or returns an error, in which case the caller aborts the
+//! transaction, so a half-applied command is never committed.
+
+use placement::{Magic, PairId, Sha1};
+use redb::{ReadableTable, Table, WriteTransaction};
+
+use super::MetaError;
+use super::command::{Command, ContentSource, DecOutcome, NewObject, Response};
+use super::tables::{
+    self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FLAG_DO_NOT_DELETE,
+    FileRecord, OBJECT_SEQ, OBJECTS, ObjectRecord, PAIRS,
+};
+
+type Files<'t> = Table<'t, [u8; 20], [u8; 16]>;
+type Deleting<'t> = Table<'t, [u8; 20], [u8; 12]>;
+
+/// Applies one command inside `txn`.
+pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError> {
+    match cmd {
+        Command::PutPair { id, record } => {
+            let bytes = tables::encode_pair(record)?;
+            txn.open_table(PAIRS)?.insert(id.0, bytes.as_slice())?;
+            Ok(Response::Done)
+        }
+        Command::CreateBucket { bucket, created_ms } => {
+            let mut buckets = txn.open_table(BUCKETS)?;
+            if buckets.get(bucket.as_str())?.is_some() {
+                return Err(MetaError::BucketExists);
+            }
+            let bytes = tables::encode_versioned(&BucketRecord {
+                created_ms: *created_ms,
+            })?;
+            buckets.insert(bucket.as_str(), bytes.as_slice())?;
+            Ok(Response::Done)
+        }
+        Command::DeleteBucket { bucket } => {
+            let mut buckets = txn.open_table(BUCKETS)?;
+            if buckets.get(bucket.as_str())?.is_none() {
+                return Err(MetaError::NoSuchBucket);
+            }
+            let objects = txn.open_table(OBJECTS)?;
+            let mut range = objects.range((bucket.as_str(), &[][..])..)?;
+            if let Some(entry) = range.next() {
+                if entry?.0.value().0 == bucket.as_str() {
+                    return Err(MetaError::BucketNotEmpty);
+                }
+            }
+            buckets.remove(bucket.as_str())?;
+            Ok(Response::Done)
+        }
+        Command::PutObject {
+            bucket,
+            key,
+            object,
+            source,
+            now_secs,
+        } => put_object(txn, bucket, key, object, *source, *now_secs),
+        Command::DeleteObject {
+            bucket,
+            key,
+            now_secs,
+        } => {
+            if txn.open_table(BUCKETS)?.get(bucket.as_str())?.is_none() {
+                return Err(MetaError::NoSuchBucket);
+            }
+            let removed = match txn
+                .open_table(OBJECTS)?
+                .remove((bucket.as_str(), key.as_bytes()))?
+            {
+                Some(v) => Some(tables::decode_versioned::<ObjectRecord>(
+                    "objects",
+                    v.value(),
+                )?),
+                None => None,
+            };
+            let released = match &removed {
+                Some(old) => Some(release(txn, &old.sha1, old.magic, *now_secs)?),
+                None => None,
+            };
+            Ok(Response::ObjectDeleted { removed, released })
+        }
+        Command::Inc { sha1, magic } => {
+            let mut files = txn.open_table(FILES)?;
+            inc(&mut files, sha1, *magic).map(Response::File)
+        }
+        Command::InsertOrInc { sha1, magic, pair } => {
+            let mut files = txn.open_table(FILES)?;
+            insert_or_inc(&mut files, sha1, *magic, *pair).map(Response::File)
+        }
+        Command::Dec {
+            sha1,
+            magic,
+            now_secs,
+        } => {
+            let mut files = txn.open_table(FILES)?;
+            let mut deleting = txn.open_table(DELETING)?;
+            dec(&mut files, &mut deleting, sha1, *magic, *now_secs).map(Response::Dec)
+        }
+    }
+}
+
+fn put_object(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    object: &NewObject,
+    source: ContentSource,
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    if txn.open_table(BUCKETS)?.get(bucket)?.is_none() {
+        return Err(MetaError::NoSuchBucket);
+    }
+    {
+        let mut files = txn.open_table(FILES)?;
+        match source {
+            ContentSource::Existing => match inc(&mut files, &object.sha1, object.magic) {
+                Ok(_) => {}
+                Err(MetaError::NotFound) => return Ok(Response::ContentGone),
+                Err(e) => return Err(e),
+            },
+            ContentSource::Stored(pair) => {
+                insert_or_inc(&mut files, &object.sha1, object.magic, pair)?;
+            }
+        }
+    }
+    let seq = {
+        let mut counters = txn.open_table(COUNTERS)?;
+        let next = counters.get(OBJECT_SEQ)?.map(|v| v.value()).unwrap_or(0) + 1;
+        counters.insert(OBJECT_SEQ, next)?;
+        next
+    };
+    let record = object.clone().into_record(seq);
+    let bytes = tables::encode_versioned(&record)?;
+    let replaced = match txn
+        .open_table(OBJECTS)?
+        .insert((bucket, key.as_bytes()), bytes.as_slice())?
+    {
+        Some(v) => Some(tables::decode_versioned::<ObjectRecord>(
+            "objects",
+            v.value(),
+        )?),
+        None => None,
+    };
+    let released = match &replaced {
+        Some(old) => Some(release(txn, &old.sha1, old.magic, now_secs)?),
+        None => None,
+    };
+    Ok(Response::ObjectPut {
+        seq,
+        replaced,
+        released,
+    })
+}
+
+/// Dereferences the content of a removed object. A missing record is reported, not fatal:
+/// the object is gone either way and failing would leave the client unable to delete it.
+fn release(
+    txn: &WriteTransaction,
+    sha1: &Sha1,
+    magic: Magic,
+    now_secs: u64,
+) -> Result<DecOutcome, MetaError> {
+    let mut files = txn.open_table(FILES)?;
+    let mut deleting = txn.open_table(DELETING)?;
+    match dec(&mut files, &mut deleting, sha1, magic, now_secs) {
+        Err(MetaError::NotFound) => Ok(DecOutcome::Missing),
+        other => other,
+    }
+}
+
+fn read_file(files: &Files<'_>, sha1: &Sha1) -> Result<Option<FileRecord>, MetaError> {
+    Ok(files.get(sha1.0)?.map(|v| FileRecord::decode(&v.value())))
+}
+
+fn inc(files: &mut Files<'_>, sha1: &Sha1, magic: Magic) -> Result<FileRecord, MetaError> {
+    let mut rec = read_file(files, sha1)?.ok_or(MetaError::NotFound)?;
+    rec.refs = rec.refs.checked_add(1).ok_or(MetaError::RefsOverflow)?;
+    rec.magic = rec.magic.wrapping_add(magic.get());
+    files.insert(sha1.0, rec.encode())?;
+    Ok(rec)
+}
+
+fn insert_or_inc(
+    files: &mut Files<'_>,
+    sha1: &Sha1,
+    magic: Magic,
+    pair: PairId,
+) -> Result<FileRecord, MetaError> {
+    match inc(files, sha1, magic) {
+        Err(MetaError::NotFound) => {
+            let rec = FileRecord {
+                refs: 1,
+                magic: magic.get(),
+                flags: 0,
+                pair,
+            };
+            files.insert(sha1.0, rec.encode())?;
+            Ok(rec)
+        }
+        other => other,
+    }
+}
+
+/// The article's `dec`, with its safety rule: a record whose refs reach zero while its
+/// magic does not (or that is decremented below zero) is flagged DO_NOT_DELETE for good.
+fn dec(
+    files: &mut Files<'_>,
+    deleting: &mut Deleting<'_>,
+    sha1: &Sha1,
+    magic: Magic,
+    now_secs: u64,
+) -> Result<DecOutcome, MetaError> {
+    let mut rec = read_file(files, sha1)?.ok_or(MetaError::NotFound)?;
+    rec.magic = rec.magic.wrapping_sub(magic.get());
+    if rec.refs == 0 {
+        // A dec below zero: some reference was removed twice.
+        rec.flags |= FLAG_DO_NOT_DELETE;
+        files.insert(sha1.0, rec.encode())?;
+        return Ok(DecOutcome::DoNotDelete {
+            refs: 0,
+            magic: rec.magic,
+        });
+    }
+    rec.refs -= 1;
+    if rec.refs > 0 {
+        files.insert(sha1.0, rec.encode())?;
+        return Ok(DecOutcome::Live { refs: rec.refs });
+    }
+    if rec.magic == 0 && !rec.do_not_delete() {
+        files.remove(sha1.0)?;
+        let entry = DeletingRecord {
+            pair: rec.pair,
+            since_secs: now_secs,
+        };
+        deleting.insert(sha1.0, entry.encode())?;
+        return Ok(DecOutcome::Deleting);
+    }
+    rec.flags |= FLAG_DO_NOT_DELETE;
+    files.insert(sha1.0, rec.encode())?;
+    Ok(DecOutcome::DoNotDelete {
+        refs: 0,
+        magic: rec.magic,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::MetaStore;
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, MetaStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        (dir, store)
+    }
+
+    fn sha(n: u8) -> Sha1 {
+        Sha1([n; 20])
+    }
+
+    fn m(v: u32) -> Magic {
+        Magic::new(v).unwrap()
+    }
+
+    #[test]
+    fn inc_on_absent_content_is_not_found() {
+        let (_d, s) = store();
+        let r = s.execute(&Command::Inc {
+            sha1: sha(1),
+            magic: m(5),
+        });
+        assert!(matches!(r, Err(MetaError::NotFound)));
+        assert_eq!(s.file(&sha(1)).unwrap(), None);
+    }
+
+    #[test]
+    fn the_articles_worked_example() {
+        let (_d, s) = store();
+        let f = sha(2);
+        s.execute(&Command::InsertOrInc {
+            sha1: f,
+            magic: m(345),
+            pair: PairId(0),
+        })
+        .unwrap();
+        let r = s
+            .execute(&Command::Inc {
+                sha1: f,
+                magic: m(123),
+            })
+            .unwrap();
+        assert_eq!(
+            r,
+            Response::File(FileRecord {
+                refs: 2,
+                magic: 468,
+                flags: 0,
+                pair: PairId(0)
+            })
+        );
+        // The second email is deleted twice.
+        let r = s
+            .execute(&Command::Dec {
+                sha1: f,
+                magic: m(123),
+                now_secs: 10,
+            })
+            .unwrap();
+        assert_eq!(r, Response::Dec(DecOutcome::Live { refs: 1 }));
+        let r = s
+            .execute(&Command::Dec {
+                sha1: f,
+                magic: m(123),
+                now_secs: 11,
+            })
+            .unwrap();
+        assert_eq!(
+            r,
+            Response::Dec(DecOutcome::DoNotDelete {
+                refs: 0,
+                magic: 222
+            })
+        );
+        // Then the first: magic -123, still flagged, still kept.
+        let r = s
+            .execute(&Command::Dec {
+                sha1: f,
+                magic: m(345),
+                now_secs: 12,
+            })
+            .unwrap();
+        assert_eq!(
+            r,
+            Response::Dec(DecOutcome::DoNotDelete {
+                refs: 0,
+                magic: 123u32.wrapping_neg()
+            })
+        );
+        let rec = s.file(&f).unwrap().unwrap();
+        assert!(rec.do_not_delete());
+        assert_eq!(s.deleting(&f).unwrap(), None);
+    }
+
+    #[test]
+    fn exact_decs_move_the_record_to_deleting() {
+        let (_d, s) = store();
+        let f = sha(3);
+        s.execute(&Command::InsertOrInc {
+            sha1: f,
+            magic: m(345),
+            pair: PairId(4),
+        })
+        .unwrap();
+        s.execute(&Command::Inc {
+            sha1: f,
+            magic: m(123),
+        })
+        .unwrap();
+        s.execute(&Command::Dec {
+            sha1: f,
+            magic: m(123),
+            now_secs: 5,
+        })
+        .unwrap();
+        let r = s
+            .execute(&Command::Dec {
+                sha1: f,
+                magic: m(345),
+                now_secs: 6,
+            })
+            .unwrap();
+        assert_eq!(r, Response::Dec(DecOutcome::Deleting));
+        assert_eq!(s.file(&f).unwrap(), None);
+        assert_eq!(
+            s.deleting(&f).unwrap(),
+            Some(DeletingRecord {
+                pair: PairId(4),
+                since_secs: 6
+            })
+        );
+    }
+
+    #[test]
+    fn do_not_delete_is_sticky_even_when_the_sums_recover() {
+        let (_d, s) = store();
+        let f = sha(4);
+        s.execute(&Command::InsertOrInc {
+            sha1: f,
+            magic: m(10),
+            pair: PairId(0),
+        })
+        .unwrap();
+        // A wrong magic: refs 0, magic 10 - 7 = 3.
+        s.execute(&Command::Dec {
+            sha1: f,
+            magic: m(7),
+            now_secs: 1,
+        })
+        .unwrap();
+        // A new reference whose magic happens to cancel, then its exact removal.
+        s.execute(&Command::Inc {
+            sha1: f,
+            magic: m(u32::MAX - 2),
+        })
+        .unwrap();
+        let r = s.execute(&Command::Dec {
+            sha1: f,
+            magic: m(u32::MAX - 2),
+            now_secs: 2,
+        });
+        assert_eq!(
+            r.unwrap(),
+            Response::Dec(DecOutcome::DoNotDelete { refs: 0, magic: 3 })
+        );
+        s.execute(&Command::Inc {
+            sha1: f,
+            magic: m(4),
+        })
+        .unwrap();
+        s.execute(&Command::Dec {
+            sha1: f,
+            magic: m(7),
+            now_secs: 3,
+        })
+        .unwrap();
+        let rec = s.file(&f).unwrap().unwrap();
+        assert_eq!((rec.refs, rec.magic), (0, 0));
+        assert!(rec.do_not_delete());
+        assert_eq!(s.deleting(&f).unwrap(), None);
+    }
+
+    #[test]
+    fn magic_arithmetic_wraps() {
+        let (_d, s) = store();
+        let f = sha(5);
+        s.execute(&Command::InsertOrInc {
+            sha1: f,
+            magic: m(u32::MAX),
+            pair: PairId(0),
+        })
+        .unwrap();
+        let r = s
+            .execute(&Command::Inc {
+                sha1: f,
+                magic: m(2),
+            })
+            .unwrap();
+        assert_eq!(
+            r,
+            Response::File(FileRecord {
+                refs: 2,
+                magic: 1,
+                flags: 0,
+                pair: PairId(0)
+            })
+        );
+        s.execute(&Command::Dec {
+            sha1: f,
+            magic: m(2),
+            now_secs: 1,
+        })
+        .unwrap();
+        let r = s
+            .execute(&Command::Dec {
+                sha1: f,
+                magic: m(u32::MAX),
+                now_secs: 1,
+            })
+            .unwrap();
+        assert_eq!(r, Response::Dec(DecOutcome::Deleting));
+    }
+
+    #[test]
+    fn racing_loaders_both_succeed_and_the_first_pair_wins() {
+        let (_d, s) = store();
+        let f = sha(6);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8u32)
+                .map(|i| {
+                    let s = &s;
+                    scope.spawn(move || {
+                        s.execute(&Command::InsertOrInc {
+                            sha1: f,
+                            magic: m(i + 1),
+                            pair: PairId(i),
+                        })
+                    })
+                })
+                .collect();
+            for h in handles {
+                assert!(h.join().unwrap().is_ok());
+            }
+        });
+        let rec = s.file(&f).unwrap().unwrap();
+        assert_eq!(rec.refs, 8);
+        assert_eq!(rec.magic, (1..=8).sum::<u32>());
+    }
+
+    #[test]
+    fn put_object_over_a_key_releases_the_old_content_atomically() {
+        let (_d, s) = store();
+        s.execute(&Command::CreateBucket {
+            bucket: "b".into(),
+            created_ms: 1,
+        })
+        .unwrap();
+        let obj = |sha1: Sha1, magic: u32| NewObject {
+            sha1,
+            magic: m(magic),
+            size_bytes: 1,
+            crc32: 0,
+            md5: [0; 16],
+            content_type: None,
+            user_meta: vec![],
+            created_ms: 1,
+        };
+        let put = |sha1, magic, source| Command::PutObject {
+            bucket: "b".into(),
+            key: "k".into(),
+            object: obj(sha1, magic),
+            source,
+            now_secs: 9,
+        };
+        let r = s
+            .execute(&put(sha(7), 11, ContentSource::Stored(PairId(0))))
+            .unwrap();
+        assert!(matches!(
+            r,
+            Response::ObjectPut {
+                seq: 1,
+                replaced: None,
+                ..
+            }
+        ));
+        let r = s
+            .execute(&put(sha(8), 22, ContentSource::Stored(PairId(0))))
+            .unwrap();
+        assert!(matches!(
+            r,
+            Response::ObjectPut {
+                seq: 2,
+                released: Some(DecOutcome::Deleting),
+                ..
+            }
+        ));
+        assert_eq!(s.file(&sha(7)).unwrap(), None);
+        assert!(s.deleting(&sha(7)).unwrap().is_some());
+        // Existing content that has gone: nothing changes.
+        let r = s
+            .execute(&put(sha(9), 33, ContentSource::Existing))
+            .unwrap();
+        assert_eq!(r, Response::ContentGone);
+        assert_eq!(s.object("b", "k").unwrap().unwrap().sha1, sha(8));
+        // A missing bucket changes nothing either.
+        let mut c = put(sha(9), 33, ContentSource::Stored(PairId(0)));
+        if let Command::PutObject { bucket, .. } = &mut c {
+            *bucket = "nope".into();
+        }
+        assert!(matches!(s.execute(&c), Err(MetaError::NoSuchBucket)));
+        assert_eq!(s.file(&sha(9)).unwrap(), None);
+        // Delete releases; deleting again is a no-op.
+        let del = Command::DeleteObject {
+            bucket: "b".into(),
+            key: "k".into(),
+            now_secs: 10,
+        };
+        let r = s.execute(&del).unwrap();
+        assert!(matches!(
+            r,
+            Response::ObjectDeleted {
+                removed: Some(_),
+                released: Some(DecOutcome::Deleting)
+            }
+        ));
+        let r = s.execute(&del).unwrap();
+        assert_eq!(
+            r,
+            Response::ObjectDeleted {
+                removed: None,
+                released: None
+            }
+        );
+    }
+
+    #[test]
+    fn buckets_are_created_once_and_deleted_only_when_empty() {
+        let (_d, s) = store();
+        let create = Command::CreateBucket {
+            bucket: "b".into(),
+            created_ms: 1,
+        };
+        s.execute(&create).unwrap();
+        assert!(matches!(s.execute(&create), Err(MetaError::BucketExists)));
+        s.execute(&Command::InsertOrInc {
+            sha1: sha(1),
+            magic: m(1),
+            pair: PairId(0),
+        })
+        .unwrap();
+        let put_k = Command::PutObject {
+            bucket: "b".into(),
+            key: "k".into(),
+            object: NewObject {
+                sha1: sha(1),
+                magic: m(2),
+                size_bytes: 0,
+                crc32: 0,
+                md5: [0; 16],
+                content_type: None,
+                user_meta: vec![],
+                created_ms: 1,
+            },
+            source: ContentSource::Existing,
+            now_secs: 1,
+        };
+        s.execute(&put_k).unwrap();
+        let delete = Command::DeleteBucket { bucket: "b".into() };
+        assert!(matches!(s.execute(&delete), Err(MetaError::BucketNotEmpty)));
+        // A bucket whose name sorts after "b" does not make "b" look non-empty.
+        s.execute(&Command::DeleteObject {
+            bucket: "b".into(),
+            key: "k".into(),
+            now_secs: 2,
+        })
+        .unwrap();
+        s.execute(&Command::CreateBucket {
+            bucket: "ba".into(),
+            created_ms: 1,
+        })
+        .unwrap();
+        let mut put_ba = put_k.clone();
+        if let Command::PutObject { bucket, .. } = &mut put_ba {
+            *bucket = "ba".into();
+        }
+        s.execute(&put_ba).unwrap();
+        s.execute(&delete).unwrap();
+        assert!(matches!(s.execute(&delete), Err(MetaError::NoSuchBucket)));
+    }
+
+    #[test]
+    fn commands_survive_a_serialization_round_trip() {
+        let c = Command::Dec {
+            sha1: sha(1),
+            magic: m(9),
+            now_secs: 3,
+        };
+        let bytes = postcard::to_stdvec(&c).unwrap();
+        assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), c);
+    }
+}

@@ -1,0 +1,140 @@
+//! The one way to change metadata: a [`Command`], applied by [`super::apply::apply`].
+//!
+//! Commands are plain serializable values that carry everything `apply` needs, including
+//! timestamps and magics chosen by the caller, so that applying the same command to the same
+//! state always gives the same result. That is what lets a later replication layer ship
+//! commands through a Raft log instead of shipping database pages.
+
+use placement::{Magic, PairId, PairRecord, Sha1};
+use serde::{Deserialize, Serialize};
+
+use super::tables::{FileRecord, ObjectRecord};
+
+/// Where the content of a new reference is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ContentSource {
+    /// The content was found in FileDB before the upload was committed: only increment.
+    /// If it has gone meanwhile, `apply` answers [`Response::ContentGone`] and changes
+    /// nothing, and the caller commits its own copies and retries with `Stored`.
+    Existing,
+    /// The caller wrote both copies to this pair: insert the record, or increment it if a
+    /// racing loader got there first (its pair wins; ours become junk for Valkyrie).
+    Stored(PairId),
+}
+
+/// An object as the caller has stored it, before `apply` gives it a sequence number.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewObject {
+    pub sha1: Sha1,
+    pub magic: Magic,
+    pub size_bytes: u64,
+    pub crc32: u32,
+    pub md5: [u8; 16],
+    pub content_type: Option<String>,
+    pub user_meta: Vec<(String, String)>,
+    pub created_ms: u64,
+}
+
+impl NewObject {
+    pub fn into_record(self, seq: u64) -> ObjectRecord {
+        ObjectRecord {
+            sha1: self.sha1,
+            magic: self.magic,
+            size_bytes: self.size_bytes,
+            crc32: self.crc32,
+            md5: self.md5,
+            content_type: self.content_type,
+            user_meta: self.user_meta,
+            created_ms: self.created_ms,
+            seq,
+        }
+    }
+}
+
+/// Every metadata mutation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Adds or replaces a disk pair in PairDB.
+    PutPair {
+        id: PairId,
+        record: PairRecord,
+    },
+    CreateBucket {
+        bucket: String,
+        created_ms: u64,
+    },
+    /// Refused while the bucket holds objects.
+    DeleteBucket {
+        bucket: String,
+    },
+    /// Creates or replaces `bucket/key`: the new content is referenced and the replaced
+    /// object's content dereferenced in the same transaction.
+    PutObject {
+        bucket: String,
+        key: String,
+        object: NewObject,
+        source: ContentSource,
+        now_secs: u64,
+    },
+    /// Removes `bucket/key` if present and dereferences its content.
+    DeleteObject {
+        bucket: String,
+        key: String,
+        now_secs: u64,
+    },
+    /// The article's `inc(sha1, magic)`: fails with NotFound when the content is absent.
+    Inc {
+        sha1: Sha1,
+        magic: Magic,
+    },
+    /// The end of the article's `upload`: insert the record or increment it.
+    InsertOrInc {
+        sha1: Sha1,
+        magic: Magic,
+        pair: PairId,
+    },
+    /// The article's `dec(sha1, magic)`.
+    Dec {
+        sha1: Sha1,
+        magic: Magic,
+        now_secs: u64,
+    },
+}
+
+/// What a `dec` did to the content's record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DecOutcome {
+    /// References remain.
+    Live { refs: u32 },
+    /// refs and magic both reached zero: the record moved to `deleting`.
+    Deleting,
+    /// refs is zero (or went below it) but the magic is not: DO_NOT_DELETE is set and the
+    /// record stays; the content is never deleted automatically.
+    DoNotDelete { refs: u32, magic: u32 },
+    /// The record was not found (only reported for the replaced/deleted object's content,
+    /// where it means an inconsistency surfaced to the operator, not a client error).
+    Missing,
+}
+
+/// The result of a successfully applied command.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Done,
+    /// The content record after an `Inc` or `InsertOrInc`.
+    File(FileRecord),
+    Dec(DecOutcome),
+    /// `PutObject` stored the object with this sequence number; `replaced` is the object
+    /// it overwrote and `released` what happened to that object's content.
+    ObjectPut {
+        seq: u64,
+        replaced: Option<ObjectRecord>,
+        released: Option<DecOutcome>,
+    },
+    /// `PutObject` with [`ContentSource::Existing`] found no live record: nothing changed.
+    ContentGone,
+    /// `DeleteObject` removed this object (None: there was none).
+    ObjectDeleted {
+        removed: Option<ObjectRecord>,
+        released: Option<DecOutcome>,
+    },
+}

@@ -1,0 +1,184 @@
+//! The redb tables and the byte format of their records.
+//!
+//! Back of the envelope for `files` (FileDB, the table that grows with every distinct
+//! attachment): key 20 bytes + value 16 bytes = 36 bytes of payload, as in the article's
+//! Tarantool space0. redb's B-tree leaf adds a few bytes of offsets per entry and pages are
+//! not full after random inserts, so the target is at most 64 bytes per file on disk.
+//! Hot tables (`files`, `deleting`) use fixed-size little-endian records with no serde;
+//! cold or variable ones (`objects`, `buckets`, `pairs`) use postcard behind a version byte.
+
+use placement::{Magic, PairId, PairRecord, Sha1};
+use redb::TableDefinition;
+use serde::{Deserialize, Serialize};
+
+use super::MetaError;
+
+/// FileDB (the article's space0): sha1 -> refs, magic, flags, pair.
+pub const FILES: TableDefinition<[u8; 20], [u8; 16]> = TableDefinition::new("files");
+/// The article's space1: content whose last reference is gone, waiting for Valkyrie.
+pub const DELETING: TableDefinition<[u8; 20], [u8; 12]> = TableDefinition::new("deleting");
+/// PairDB: pair id -> postcard [`PairRecord`].
+pub const PAIRS: TableDefinition<u32, &[u8]> = TableDefinition::new("pairs");
+/// Bucket name -> postcard [`BucketRecord`].
+pub const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets");
+/// The S3 index: (bucket, key bytes) -> postcard [`ObjectRecord`]. Keys are bytes so that
+/// listing can seek past a common prefix by incrementing its last byte.
+pub const OBJECTS: TableDefinition<(&str, &[u8]), &[u8]> = TableDefinition::new("objects");
+/// Named counters (the object sequence number).
+pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
+
+pub const OBJECT_SEQ: &str = "object_seq";
+
+/// Record format version prefixed to every postcard value.
+const FORMAT_V1: u8 = 1;
+
+/// A file's reference arithmetic went wrong: never delete it automatically.
+pub const FLAG_DO_NOT_DELETE: u32 = 1;
+
+/// One FileDB record. On disk: refs, magic, flags, pair as little-endian u32s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRecord {
+    pub refs: u32,
+    /// Wrapping sum of the magics of the live references.
+    pub magic: u32,
+    pub flags: u32,
+    pub pair: PairId,
+}
+
+impl FileRecord {
+    pub fn encode(&self) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        out[0..4].copy_from_slice(&self.refs.to_le_bytes());
+        out[4..8].copy_from_slice(&self.magic.to_le_bytes());
+        out[8..12].copy_from_slice(&self.flags.to_le_bytes());
+        out[12..16].copy_from_slice(&self.pair.0.to_le_bytes());
+        out
+    }
+
+    pub fn decode(b: &[u8; 16]) -> Self {
+        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        FileRecord {
+            refs: word(0),
+            magic: word(4),
+            flags: word(8),
+            pair: PairId(word(12)),
+        }
+    }
+
+    pub fn do_not_delete(&self) -> bool {
+        self.flags & FLAG_DO_NOT_DELETE != 0
+    }
+}
+
+/// One `deleting` entry: the pair that held the content and since when it is unreferenced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletingRecord {
+    pub pair: PairId,
+    pub since_secs: u64,
+}
+
+impl DeletingRecord {
+    pub fn encode(&self) -> [u8; 12] {
+        let mut out = [0u8; 12];
+        out[0..4].copy_from_slice(&self.pair.0.to_le_bytes());
+        out[4..12].copy_from_slice(&self.since_secs.to_le_bytes());
+        out
+    }
+
+    pub fn decode(b: &[u8; 12]) -> Self {
+        let mut since = [0u8; 8];
+        since.copy_from_slice(&b[4..12]);
+        DeletingRecord {
+            pair: PairId(u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            since_secs: u64::from_le_bytes(since),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BucketRecord {
+    pub created_ms: u64,
+}
+
+/// One S3 object: the index entry that references a content file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectRecord {
+    pub sha1: Sha1,
+    /// This reference's own magic, so that deleting the object subtracts exactly what
+    /// creating it added.
+    pub magic: Magic,
+    pub size_bytes: u64,
+    pub crc32: u32,
+    pub md5: [u8; 16],
+    pub content_type: Option<String>,
+    /// `x-amz-meta-*` pairs, names lowercased without the prefix, in request order.
+    pub user_meta: Vec<(String, String)>,
+    pub created_ms: u64,
+    /// Monotonic sequence number, assigned by `apply`.
+    pub seq: u64,
+}
+
+impl ObjectRecord {
+    /// The S3 ETag: the quoted hex MD5 of the body.
+    pub fn etag(&self) -> String {
+        format!("\"{}\"", hex::encode(self.md5))
+    }
+}
+
+pub fn encode_versioned<T: Serialize>(value: &T) -> Result<Vec<u8>, MetaError> {
+    let mut out = vec![FORMAT_V1];
+    out.extend(postcard::to_stdvec(value).map_err(|e| MetaError::Corrupt(e.to_string()))?);
+    Ok(out)
+}
+
+pub fn decode_versioned<T: for<'de> Deserialize<'de>>(
+    table: &'static str,
+    bytes: &[u8],
+) -> Result<T, MetaError> {
+    match bytes.split_first() {
+        Some((&FORMAT_V1, rest)) => {
+            postcard::from_bytes(rest).map_err(|e| MetaError::Corrupt(format!("{table}: {e}")))
+        }
+        Some((v, _)) => Err(MetaError::Corrupt(format!(
+            "{table}: unknown record version {v}"
+        ))),
+        None => Err(MetaError::Corrupt(format!("{table}: empty record"))),
+    }
+}
+
+pub fn encode_pair(record: &PairRecord) -> Result<Vec<u8>, MetaError> {
+    encode_versioned(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_records_round_trip_in_16_bytes() {
+        let r = FileRecord {
+            refs: 2,
+            magic: 468,
+            flags: FLAG_DO_NOT_DELETE,
+            pair: PairId(7),
+        };
+        assert_eq!(FileRecord::decode(&r.encode()), r);
+        let d = DeletingRecord {
+            pair: PairId(3),
+            since_secs: 1_700_000_000,
+        };
+        assert_eq!(DeletingRecord::decode(&d.encode()), d);
+    }
+
+    #[test]
+    fn unknown_versions_are_errors_not_panics() {
+        assert!(decode_versioned::<BucketRecord>("buckets", &[9, 1, 2]).is_err());
+        assert!(decode_versioned::<BucketRecord>("buckets", &[]).is_err());
+        let b = BucketRecord { created_ms: 5 };
+        let bytes = encode_versioned(&b).unwrap();
+        assert_eq!(
+            decode_versioned::<BucketRecord>("buckets", &bytes).unwrap(),
+            b
+        );
+    }
+}
