@@ -10,4 +10,9 @@
 //! What it is not: it does not delete files from disk or repair them; the Valkyrie workers
 //! do, through the catalog seam.
 
+pub mod admin;
+pub mod credentials;
 pub mod meta;
+pub mod s3;
+pub mod server;
+pub mod store;

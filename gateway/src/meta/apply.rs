@@ -43,10 +43,10 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             }
             let objects = txn.open_table(OBJECTS)?;
             let mut range = objects.range((bucket.as_str(), &[][..])..)?;
-            if let Some(entry) = range.next() {
-                if entry?.0.value().0 == bucket.as_str() {
-                    return Err(MetaError::BucketNotEmpty);
-                }
+            if let Some(entry) = range.next()
+                && entry?.0.value().0 == bucket.as_str()
+            {
+                return Err(MetaError::BucketNotEmpty);
             }
             buckets.remove(bucket.as_str())?;
             Ok(Response::Done)

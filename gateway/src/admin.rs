@@ -1,0 +1,82 @@
+//! The admin API under `/_admin/`, for operators and tests: what FileDB says about a file.
+//!
+//! Authenticated with `Authorization: Bearer <GATEWAY_ADMIN_TOKEN>`; without a configured
+//! token the admin API is off and answers 403.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, StatusCode, header};
+use placement::Sha1;
+
+use crate::server::AppState;
+
+pub const ADMIN_TOKEN_ENV: &str = "GATEWAY_ADMIN_TOKEN";
+
+/// Constant-time comparison, so that the token cannot be guessed byte by byte from timing.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn authorized(app: &AppState, headers: &HeaderMap) -> bool {
+    let Some(token) = app.admin_token.as_deref() else {
+        return false;
+    };
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| same(given.trim().as_bytes(), token.as_bytes()))
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// `GET /_admin/files/{sha1}`: the FileDB record or the `deleting` entry of a content.
+pub async fn file(
+    State(app): State<Arc<AppState>>,
+    Path(sha1): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&app, &headers) {
+        return json(
+            StatusCode::FORBIDDEN,
+            r#"{"error":"admin token required"}"#.into(),
+        );
+    }
+    let Ok(sha1) = sha1.parse::<Sha1>() else {
+        return json(StatusCode::BAD_REQUEST, r#"{"error":"not a sha1"}"#.into());
+    };
+    let meta = app.store.meta_store().clone();
+    let found = tokio::task::spawn_blocking(move || {
+        Ok::<_, crate::meta::MetaError>((meta.file(&sha1)?, meta.deleting(&sha1)?))
+    })
+    .await;
+    match found {
+        Ok(Ok((Some(f), _))) => json(
+            StatusCode::OK,
+            format!(
+                r#"{{"sha1":"{sha1}","state":"live","refs":{},"magic":{},"flags":{},"pair":{}}}"#,
+                f.refs, f.magic, f.flags, f.pair.0
+            ),
+        ),
+        Ok(Ok((None, Some(d)))) => json(
+            StatusCode::OK,
+            format!(
+                r#"{{"sha1":"{sha1}","state":"deleting","pair":{},"since":{}}}"#,
+                d.pair.0, d.since_secs
+            ),
+        ),
+        Ok(Ok((None, None))) => json(StatusCode::NOT_FOUND, r#"{"error":"not found"}"#.into()),
+        Ok(Err(e)) => json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(r#"{{"error":{:?}}}"#, e.to_string()),
+        ),
+        Err(e) => json(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(r#"{{"error":{:?}}}"#, e.to_string()),
+        ),
+    }
+}

@@ -1,0 +1,205 @@
+//! The authentication layer: SigV4 on every S3 request, and the body decoding it implies.
+//!
+//! A tower middleware (not code in each handler) verifies the signature from the headers
+//! and query alone, then replaces the body with one that enforces what the signature
+//! promised: a hex `x-amz-content-sha256` is checked when the body ends, `aws-chunked`
+//! bodies are decoded and their chunk signatures checked as they stream. A body that
+//! breaks its promise ends in an error, which aborts the upload before anything is stored.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt as _, TryStreamExt as _};
+use sha2::{Digest as _, Sha256};
+
+use super::chunked::{self, ChunkError, ChunkMode, TrailerSlot};
+use super::error::{ErrorCode, S3Error};
+use super::sigv4::{self, AuthError, Payload};
+use crate::server::AppState;
+
+/// What the handlers learn about the body from the authentication layer.
+#[derive(Clone, Default)]
+pub struct BodyInfo {
+    /// The decoded length of an `aws-chunked` body (`x-amz-decoded-content-length`).
+    pub decoded_length: Option<u64>,
+    /// Trailing headers of an `aws-chunked` body, filled when the body has been read.
+    pub trailers: Option<TrailerSlot>,
+}
+
+/// An error carried inside a body stream, so that handlers can answer with its S3 code.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BodyError(pub S3Error);
+
+fn auth_error(e: AuthError, presigned: bool) -> S3Error {
+    use ErrorCode::*;
+    let (code, msg): (ErrorCode, String) = match &e {
+        AuthError::Missing => (AccessDenied, "Access Denied".into()),
+        AuthError::Malformed(m) if presigned => (AuthorizationQueryParametersError, m.clone()),
+        AuthError::Malformed(m) => (AuthorizationHeaderMalformed, m.clone()),
+        AuthError::UnsupportedAlgorithm => (
+            InvalidArgument,
+            "Only AWS4-HMAC-SHA256 signatures are supported".into(),
+        ),
+        AuthError::UnknownAccessKey => (
+            InvalidAccessKeyId,
+            "The AWS Access Key Id you provided does not exist in our records.".into(),
+        ),
+        AuthError::SignatureMismatch => (
+            SignatureDoesNotMatch,
+            "The request signature we calculated does not match the signature you provided. \
+             Check your key and signing method."
+                .into(),
+        ),
+        AuthError::RequestTimeTooSkewed => (
+            RequestTimeTooSkewed,
+            "The difference between the request time and the current time is too large.".into(),
+        ),
+        AuthError::Expired => (AccessDenied, "Request has expired".into()),
+        AuthError::ExpiresTooLarge => (
+            AuthorizationQueryParametersError,
+            "X-Amz-Expires must be less than a week (in seconds) that is 604800".into(),
+        ),
+        AuthError::MissingDate => (
+            AccessDenied,
+            "AWS authentication requires a valid Date or x-amz-date header".into(),
+        ),
+    };
+    S3Error::new(code, msg)
+}
+
+fn chunk_error(e: ChunkError) -> S3Error {
+    match e {
+        ChunkError::SignatureMismatch => S3Error::new(
+            ErrorCode::SignatureDoesNotMatch,
+            "The chunk signature we calculated does not match the signature you provided.",
+        ),
+        ChunkError::TooLarge => S3Error::new(
+            ErrorCode::EntityTooLarge,
+            "An aws-chunked chunk or its trailers exceed the allowed size",
+        ),
+        ChunkError::DecodedLengthMismatch => S3Error::new(
+            ErrorCode::IncompleteBody,
+            "The decoded body length does not match x-amz-decoded-content-length",
+        ),
+        ChunkError::Malformed(m) => S3Error::new(ErrorCode::IncompleteBody, m),
+        ChunkError::Io(_) => incomplete_body(),
+    }
+}
+
+fn incomplete_body() -> S3Error {
+    S3Error::new(
+        ErrorCode::IncompleteBody,
+        "The request body ended before it was complete",
+    )
+}
+
+/// The middleware: verify, then wrap the body.
+pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    let verified = match sigv4::verify(
+        &parts.method,
+        &parts.uri,
+        &parts.headers,
+        |key| app.credentials.secret_for(key),
+        SystemTime::now(),
+    ) {
+        Ok(v) => v,
+        Err(e) => {
+            let presigned = parts
+                .uri
+                .query()
+                .is_some_and(|q| q.contains("X-Amz-Signature"));
+            return auth_error(e, presigned).into_response();
+        }
+    };
+    let raw = body.into_data_stream().map_err(std::io::Error::other);
+    let mut info = BodyInfo::default();
+    let body = match verified.payload {
+        Payload::Unsigned => Body::from_stream(raw.map_err(BodyError::from_io)),
+        Payload::Sha256(expected) => Body::from_stream(sha256_checked(raw, expected)),
+        streaming => {
+            let decoded = match parts.headers.get("x-amz-decoded-content-length") {
+                None => None,
+                Some(v) => match v.to_str().ok().and_then(|s| s.parse::<u64>().ok()) {
+                    Some(n) => Some(n),
+                    None => {
+                        return S3Error::new(
+                            ErrorCode::InvalidArgument,
+                            "x-amz-decoded-content-length is not a number",
+                        )
+                        .into_response();
+                    }
+                },
+            };
+            let mode = match streaming {
+                Payload::StreamingSigned => ChunkMode::Signed(verified.context),
+                Payload::StreamingSignedTrailer => ChunkMode::SignedTrailer(verified.context),
+                _ => ChunkMode::UnsignedTrailer,
+            };
+            let (stream, trailers) = chunked::decode(Box::pin(raw), mode, decoded);
+            info.decoded_length = decoded;
+            info.trailers = Some(trailers);
+            Body::from_stream(stream.map_err(|e| BodyError(chunk_error(e))))
+        }
+    };
+    parts.extensions.insert(info);
+    next.run(Request::from_parts(parts, body)).await
+}
+
+impl BodyError {
+    fn from_io(_: std::io::Error) -> Self {
+        BodyError(incomplete_body())
+    }
+}
+
+fn sha256_checked(
+    raw: impl Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+    expected: [u8; 32],
+) -> impl Stream<Item = Result<Bytes, BodyError>> + Send + 'static {
+    let mut hasher = Some(Sha256::new());
+    raw.map_err(BodyError::from_io)
+        .map(Some)
+        .chain(futures_util::stream::once(async { None }))
+        .filter_map(move |item| {
+            let out = match item {
+                Some(Ok(chunk)) => {
+                    if let Some(h) = hasher.as_mut() {
+                        h.update(&chunk);
+                    }
+                    Some(Ok(chunk))
+                }
+                Some(Err(e)) => {
+                    hasher = None;
+                    Some(Err(e))
+                }
+                None => {
+                    let computed = hasher.take().map(|h| <[u8; 32]>::from(h.finalize()));
+                    match computed {
+                        Some(c) if c != expected => Some(Err(BodyError(S3Error::new(
+                            ErrorCode::XAmzContentSHA256Mismatch,
+                            "The provided 'x-amz-content-sha256' header does not match what was computed.",
+                        )))),
+                        _ => None,
+                    }
+                }
+            };
+            std::future::ready(out)
+        })
+}
+
+/// The body of an authenticated request as a stream of bytes or S3 errors.
+pub fn body_stream(body: Body) -> impl Stream<Item = Result<Bytes, S3Error>> + Unpin {
+    body.into_data_stream().map_err(|e| {
+        let inner = e.into_inner();
+        match inner.downcast::<BodyError>() {
+            Ok(b) => b.0,
+            Err(_) => incomplete_body(),
+        }
+    })
+}

@@ -1,0 +1,206 @@
+//! Bucket operations: list, create, head, delete, location, object listings.
+
+use axum::response::{IntoResponse, Response};
+use http::{StatusCode, header};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+use super::error::{ErrorCode, S3Error};
+use super::iso8601;
+use super::request::{Query, check_bucket_name};
+use super::xml::XmlWriter;
+use crate::meta::ListQuery;
+use crate::server::AppState;
+
+/// The one owner every bucket and object reports.
+const OWNER_ID: &str = "dedup-gateway";
+
+fn xml_response(body: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "application/xml")], body).into_response()
+}
+
+fn owner(w: &mut XmlWriter) {
+    w.open("Owner");
+    w.leaf("ID", OWNER_ID);
+    w.leaf("DisplayName", OWNER_ID);
+    w.close("Owner");
+}
+
+pub async fn list_buckets(app: &AppState) -> Result<Response, S3Error> {
+    let buckets = app.store.buckets().await?;
+    let mut w = XmlWriter::new();
+    w.open_root("ListAllMyBucketsResult");
+    owner(&mut w);
+    w.open("Buckets");
+    for (name, record) in buckets {
+        w.open("Bucket");
+        w.leaf("Name", &name);
+        w.leaf("CreationDate", &iso8601(record.created_ms));
+        w.close("Bucket");
+    }
+    w.close("Buckets");
+    w.close("ListAllMyBucketsResult");
+    Ok(xml_response(w.finish()))
+}
+
+pub async fn create(app: &AppState, bucket: &str) -> Result<Response, S3Error> {
+    check_bucket_name(bucket)?;
+    app.store.create_bucket(bucket).await?;
+    Ok((StatusCode::OK, [(header::LOCATION, format!("/{bucket}"))]).into_response())
+}
+
+pub async fn head(app: &AppState, bucket: &str) -> Result<Response, S3Error> {
+    app.store.bucket(bucket).await?;
+    Ok((
+        StatusCode::OK,
+        [("x-amz-bucket-region", app.region.as_str())],
+    )
+        .into_response())
+}
+
+pub async fn delete(app: &AppState, bucket: &str) -> Result<Response, S3Error> {
+    app.store.delete_bucket(bucket).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn location(app: &AppState, bucket: &str) -> Result<Response, S3Error> {
+    app.store.bucket(bucket).await?;
+    let mut w = XmlWriter::new();
+    w.open_root("LocationConstraint");
+    // us-east-1 is reported as an empty constraint, as S3 does.
+    if app.region != "us-east-1" {
+        w.leaf_text(&app.region);
+    }
+    w.close("LocationConstraint");
+    Ok(xml_response(w.finish()))
+}
+
+/// What `encoding-type=url` leaves unescaped (RFC 3986 unreserved, plus '/').
+const URL_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+
+/// ListObjects (V1, `marker`) and ListObjectsV2 (`list-type=2`, continuation tokens).
+pub async fn list_objects(app: &AppState, bucket: &str, q: &Query) -> Result<Response, S3Error> {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let v2 = match q.get("list-type") {
+        None => false,
+        Some("2") => true,
+        Some(_) => {
+            return Err(S3Error::new(
+                ErrorCode::InvalidArgument,
+                "Invalid list-type",
+            ));
+        }
+    };
+    let url_encode = match q.get("encoding-type") {
+        None => false,
+        Some("url") => true,
+        Some(_) => {
+            return Err(S3Error::new(
+                ErrorCode::InvalidArgument,
+                "Invalid Encoding Method specified in Request",
+            ));
+        }
+    };
+    let enc = |s: &str| -> String {
+        if url_encode {
+            utf8_percent_encode(s, URL_ENCODE).to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let max_keys = q.number("max-keys")?.map_or(1000, |n| n.min(1000) as usize);
+    let prefix = q.get("prefix").unwrap_or("").to_string();
+    let delimiter = q
+        .get("delimiter")
+        .filter(|d| !d.is_empty())
+        .map(str::to_string);
+    let token = q.get("continuation-token");
+    let after: Option<Vec<u8>> = if v2 {
+        match token {
+            Some(t) => Some(b64.decode(t).map_err(|_| {
+                S3Error::new(
+                    ErrorCode::InvalidArgument,
+                    "The continuation token provided is incorrect",
+                )
+            })?),
+            None => q.get("start-after").map(|s| s.as_bytes().to_vec()),
+        }
+    } else {
+        q.get("marker")
+            .filter(|m| !m.is_empty())
+            .map(|s| s.as_bytes().to_vec())
+    };
+    let query = ListQuery {
+        prefix: prefix.clone(),
+        delimiter: delimiter.clone(),
+        after,
+        max_keys,
+    };
+    let page = app.store.list(bucket, query).await?;
+
+    let mut w = XmlWriter::new();
+    w.open_root("ListBucketResult");
+    w.leaf("Name", bucket);
+    w.leaf("Prefix", &enc(&prefix));
+    if let Some(d) = &delimiter {
+        w.leaf("Delimiter", &enc(d));
+    }
+    w.leaf("MaxKeys", &max_keys.to_string());
+    if url_encode {
+        w.leaf("EncodingType", "url");
+    }
+    w.leaf("IsTruncated", if page.truncated { "true" } else { "false" });
+    let last = page
+        .last
+        .as_deref()
+        .map(|l| String::from_utf8_lossy(l).into_owned());
+    if v2 {
+        w.leaf(
+            "KeyCount",
+            &(page.objects.len() + page.common_prefixes.len()).to_string(),
+        );
+        if let Some(t) = token {
+            w.leaf("ContinuationToken", t);
+        }
+        if let Some(sa) = q.get("start-after") {
+            w.leaf("StartAfter", &enc(sa));
+        }
+        if page.truncated
+            && let Some(l) = &page.last
+        {
+            w.leaf("NextContinuationToken", &b64.encode(l));
+        }
+    } else {
+        w.leaf("Marker", &enc(q.get("marker").unwrap_or("")));
+        if page.truncated
+            && let Some(l) = &last
+        {
+            w.leaf("NextMarker", &enc(l));
+        }
+    }
+    let fetch_owner = !v2 || q.get("fetch-owner") == Some("true");
+    for (key, record) in &page.objects {
+        w.open("Contents");
+        w.leaf("Key", &enc(key));
+        w.leaf("LastModified", &iso8601(record.created_ms));
+        w.leaf("ETag", &record.etag());
+        w.leaf("Size", &record.size_bytes.to_string());
+        if fetch_owner {
+            owner(&mut w);
+        }
+        w.leaf("StorageClass", "STANDARD");
+        w.close("Contents");
+    }
+    for cp in &page.common_prefixes {
+        w.open("CommonPrefixes");
+        w.leaf("Prefix", &enc(cp));
+        w.close("CommonPrefixes");
+    }
+    w.close("ListBucketResult");
+    Ok(xml_response(w.finish()))
+}

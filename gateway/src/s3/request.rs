@@ -1,0 +1,215 @@
+//! What an S3 request addresses: the service, a bucket or an object, and its query.
+
+use std::collections::BTreeMap;
+
+use http::Uri;
+use percent_encoding::percent_decode_str;
+
+use super::error::{ErrorCode, S3Error};
+
+/// The resource a path-style request addresses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Service,
+    Bucket(String),
+    Object { bucket: String, key: String },
+}
+
+fn decode(raw: &str, what: &str) -> Result<String, S3Error> {
+    percent_decode_str(raw)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| {
+            S3Error::new(
+                ErrorCode::InvalidArgument,
+                format!("{what} is not valid UTF-8"),
+            )
+        })
+}
+
+impl Target {
+    /// Parses a path-style request path: `/`, `/bucket`, `/bucket/key...`. The key is
+    /// everything after the bucket's slash, decoded once, slashes and all.
+    pub fn from_uri(uri: &Uri) -> Result<Self, S3Error> {
+        let path = uri.path();
+        let rest = path.strip_prefix('/').unwrap_or(path);
+        if rest.is_empty() {
+            return Ok(Target::Service);
+        }
+        match rest.split_once('/') {
+            None => Ok(Target::Bucket(decode(rest, "bucket name")?)),
+            Some((bucket, "")) => Ok(Target::Bucket(decode(bucket, "bucket name")?)),
+            Some((bucket, key)) => Ok(Target::Object {
+                bucket: decode(bucket, "bucket name")?,
+                key: decode(key, "key")?,
+            }),
+        }
+    }
+}
+
+/// The decoded query parameters of a request; a name without `=` maps to "".
+#[derive(Clone, Debug, Default)]
+pub struct Query(BTreeMap<String, String>);
+
+impl Query {
+    pub fn parse(uri: &Uri) -> Result<Self, S3Error> {
+        let mut map = BTreeMap::new();
+        for pair in uri
+            .query()
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty())
+        {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            // Form-style: '+' is a space in a query value; SDKs send %2B for a plus.
+            let k = decode(&k.replace('+', " "), "query parameter")?;
+            let v = decode(&v.replace('+', " "), "query parameter")?;
+            map.insert(k, v);
+        }
+        Ok(Query(map))
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.0.contains_key(name)
+    }
+
+    /// The first sub-resource parameter present (`?acl`, `?uploads`, ...), which selects
+    /// an operation other than the plain one.
+    pub fn subresource(&self) -> Option<&str> {
+        const SUBRESOURCES: &[&str] = &[
+            "accelerate",
+            "acl",
+            "analytics",
+            "attributes",
+            "cors",
+            "delete",
+            "encryption",
+            "intelligent-tiering",
+            "inventory",
+            "legal-hold",
+            "lifecycle",
+            "location",
+            "logging",
+            "metrics",
+            "notification",
+            "object-lock",
+            "ownershipControls",
+            "partNumber",
+            "policy",
+            "policyStatus",
+            "publicAccessBlock",
+            "replication",
+            "requestPayment",
+            "restore",
+            "retention",
+            "select",
+            "tagging",
+            "torrent",
+            "uploadId",
+            "uploads",
+            "versioning",
+            "versions",
+            "website",
+        ];
+        SUBRESOURCES.iter().copied().find(|s| self.has(s))
+    }
+
+    /// A non-negative integer parameter, InvalidArgument when malformed.
+    pub fn number(&self, name: &str) -> Result<Option<u64>, S3Error> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|_| {
+                S3Error::new(
+                    ErrorCode::InvalidArgument,
+                    format!("{name} must be a non-negative integer"),
+                )
+            }),
+        }
+    }
+}
+
+/// S3's bucket naming rules: 3-63 characters of lowercase letters, digits, '.' and '-',
+/// starting and ending with a letter or digit, no "..", not shaped like an IP address.
+pub fn check_bucket_name(name: &str) -> Result<(), S3Error> {
+    let b = name.as_bytes();
+    let allowed = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'.' || *c == b'-';
+    let edge = |c: Option<&u8>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    let ip_like = name.split('.').count() == 4 && name.split('.').all(|p| p.parse::<u8>().is_ok());
+    let ok = (3..=63).contains(&b.len())
+        && b.iter().all(allowed)
+        && edge(b.first())
+        && edge(b.last())
+        && !name.contains("..")
+        && !name.contains(".-")
+        && !name.contains("-.")
+        && !ip_like;
+    if ok {
+        Ok(())
+    } else {
+        Err(S3Error::new(
+            ErrorCode::InvalidBucketName,
+            "The specified bucket is not valid.",
+        )
+        .with_resource(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(p: &str) -> Target {
+        Target::from_uri(&p.parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn paths_map_to_targets() {
+        assert_eq!(target("/"), Target::Service);
+        assert_eq!(target("/b"), Target::Bucket("b".into()));
+        assert_eq!(target("/b/"), Target::Bucket("b".into()));
+        assert_eq!(
+            target("/b/dir//a%20b+c%2Bd/%E2%9C%93/"),
+            Target::Object {
+                bucket: "b".into(),
+                key: "dir//a b+c+d/✓/".into()
+            }
+        );
+    }
+
+    #[test]
+    fn queries_decode_and_find_subresources() {
+        let q = Query::parse(&"/b?list-type=2&prefix=a%2Fb+c&uploads".parse().unwrap()).unwrap();
+        assert_eq!(q.get("prefix"), Some("a/b c"));
+        assert_eq!(q.subresource(), Some("uploads"));
+        assert_eq!(q.number("list-type").unwrap(), Some(2));
+        assert!(
+            Query::parse(&"/b?max-keys=x".parse().unwrap())
+                .unwrap()
+                .number("max-keys")
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn bucket_names_follow_s3_rules() {
+        for ok in ["abc", "my-bucket.2026", "a1b"] {
+            assert!(check_bucket_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "ab",
+            "Abc",
+            "a_b",
+            "-ab",
+            "ab-",
+            "a..b",
+            "192.168.1.1",
+            &"a".repeat(64),
+        ] {
+            assert!(check_bucket_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Process wiring: open the data folder, load PairDB, build the router, serve.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use placement::pairdb::PairTable;
+use placement::{DiskRef, PairId, PairRecord};
+
+use crate::credentials::{Credentials, CredentialsError, Origin};
+use crate::meta::{Command, MetaError, MetaStore};
+use crate::store::{Limits, ObjectStore};
+use crate::{admin, s3};
+
+/// How often disk fill is measured for the pair choice.
+const SPACE_REFRESH_SECS: u64 = 30;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub region: String,
+    pub limits: Limits,
+    /// n of the n-th root that flattens the pair weights.
+    pub choice_root: u32,
+    pub admin_token: Option<String>,
+}
+
+/// Everything a request handler needs.
+pub struct AppState {
+    pub store: ObjectStore,
+    pub credentials: Credentials,
+    pub admin_token: Option<String>,
+    pub region: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("data folder {0}: {1}")]
+    DataDir(PathBuf, std::io::Error),
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
+    #[error("metadata: {0}")]
+    Meta(#[from] MetaError),
+    #[error("disk: {0}")]
+    Disk(#[from] placement::DiskError),
+    #[error("listen on {0}: {1}")]
+    Listen(SocketAddr, std::io::Error),
+    #[error("server: {0}")]
+    Serve(std::io::Error),
+}
+
+/// The default single-node layout: one pair of local disks inside the data folder.
+fn default_pair(data_dir: &Path) -> PairRecord {
+    PairRecord::new([
+        DiskRef::local(data_dir.join("disk0")),
+        DiskRef::local(data_dir.join("disk1")),
+    ])
+}
+
+/// Opens the metadata and PairDB of a data folder, creating the default pair on first use.
+pub fn open_data(data_dir: &Path) -> Result<(Arc<MetaStore>, Arc<PairTable>), ServeError> {
+    let io_err = |e| ServeError::DataDir(data_dir.to_path_buf(), e);
+    std::fs::create_dir_all(data_dir).map_err(io_err)?;
+    let data_dir = data_dir.canonicalize().map_err(io_err)?;
+    let meta = Arc::new(MetaStore::open(&data_dir.join("meta.redb"))?);
+    if meta.pairs()?.is_empty() {
+        meta.execute(&Command::PutPair {
+            id: PairId(0),
+            record: default_pair(&data_dir),
+        })?;
+    }
+    let pairs = Arc::new(PairTable::new());
+    for (id, record) in meta.pairs()? {
+        for disk in &record.disks {
+            if let Some(path) = disk.local_path() {
+                std::fs::create_dir_all(path).map_err(io_err)?;
+            }
+        }
+        pairs.upsert(id, record)?;
+    }
+    Ok((meta, pairs))
+}
+
+/// Measures free space on every disk, for the pair choice.
+pub async fn refresh_space(pairs: &PairTable) {
+    for id in pairs.ids() {
+        let Some(entry) = pairs.get(id) else { continue };
+        let (a, b) = tokio::join!(entry.disks[0].space(), entry.disks[1].space());
+        match (a, b) {
+            (Ok((f0, c0)), Ok((f1, c1))) => pairs.set_space(id, [f0, f1], [c0, c1]),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(pair = %id, error = %e, "cannot measure disk space")
+            }
+        }
+    }
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let s3_api = Router::new()
+        .fallback(s3::dispatch)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            s3::auth::authenticate,
+        ))
+        .with_state(state.clone());
+    Router::new()
+        .route("/_health", get(|| async { "ok\n" }))
+        .route("/_admin/files/{sha1}", get(admin::file))
+        .with_state(state)
+        .fallback_service(s3_api)
+}
+
+/// Runs the gateway until SIGINT or SIGTERM.
+pub async fn serve(config: Config) -> Result<(), ServeError> {
+    let (meta, pairs) = open_data(&config.data_dir)?;
+    let (credentials, origin) = Credentials::load_or_create(&config.data_dir)?;
+    if let Origin::Generated = origin {
+        println!(
+            "generated credentials (stored in {}, shown only once):\n  access key: {}\n  secret key: {}",
+            config.data_dir.join("credentials").display(),
+            credentials.access_key(),
+            credentials.secret_key()
+        );
+    }
+    refresh_space(&pairs).await;
+    {
+        let pairs = pairs.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(SPACE_REFRESH_SECS));
+            loop {
+                tick.tick().await;
+                refresh_space(&pairs).await;
+            }
+        });
+    }
+    let state = Arc::new(AppState {
+        store: ObjectStore::new(meta, pairs, config.limits.clone(), config.choice_root),
+        credentials,
+        admin_token: config.admin_token.clone(),
+        region: config.region.clone(),
+    });
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| ServeError::Listen(config.listen, e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServeError::Listen(config.listen, e))?;
+    // Tests and scripts wait for exactly this line to learn the port.
+    println!("listening on {addr}");
+    tracing::info!(%addr, data = %config.data_dir.display(), "gateway serving");
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .map_err(ServeError::Serve)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down");
+}

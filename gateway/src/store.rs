@@ -1,0 +1,519 @@
+//! The object store: S3 buckets and objects on top of FileDB and the disk pairs.
+//!
+//! This is where the article's loader lives. A PUT streams the body to temp files on a
+//! chosen pair while hashing it; only then is FileDB asked whether the content exists. If
+//! it does, the temp files are dropped and the object just references the existing file
+//! (the newsletter PDF costs one file however many inboxes get it); if not, the copies
+//! are renamed to their content address before the metadata command commits, so a record
+//! never points at a file that is not there.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt as _};
+use placement::disk::ByteStream;
+use placement::pairdb::PairTable;
+use placement::read::{self, BadCopies, Expect, VERIFY_BEFORE_SEND_BYTES_MAX};
+use placement::write::{self, StagedUpload, WriteError};
+use placement::{Disk, Magic, PairId, Sha1};
+
+use crate::meta::{
+    BucketRecord, Command, ContentSource, FileRecord, ListPage, ListQuery, MetaError, MetaStore,
+    NewObject, ObjectRecord, Response,
+};
+use crate::s3::error::{ErrorCode, S3Error};
+
+/// Limits on what a client may store.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub object_bytes_max: u64,
+    pub key_bytes_max: usize,
+    pub user_meta_bytes_max: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            object_bytes_max: 5 * 1024 * 1024 * 1024,
+            key_bytes_max: 1024,
+            user_meta_bytes_max: 2048,
+        }
+    }
+}
+
+/// What a client asks to store besides the body.
+#[derive(Clone, Debug, Default)]
+pub struct PutRequest {
+    pub bucket: String,
+    pub key: String,
+    pub content_type: Option<String>,
+    pub user_meta: Vec<(String, String)>,
+    /// The decoded body length the client announced, if any.
+    pub size_bytes: Option<u64>,
+    /// `Content-MD5`, verified against the body.
+    pub content_md5: Option<[u8; 16]>,
+}
+
+/// A body being served.
+pub enum ReadBody {
+    /// Verified before sending.
+    Buffered(Bytes),
+    /// Verified while streaming (whole body) or size-checked (a range of a large body).
+    Stream(ByteStream),
+}
+
+pub struct ObjectRead {
+    pub record: ObjectRecord,
+    /// The inclusive byte range served, when the client asked for one.
+    pub range: Option<(u64, u64)>,
+    pub body: ReadBody,
+}
+
+/// A requested byte range, before it is checked against the object's size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeSpec {
+    /// `bytes=a-b` or `bytes=a-`.
+    From { first: u64, last: Option<u64> },
+    /// `bytes=-n`: the last n bytes.
+    Suffix(u64),
+}
+
+impl RangeSpec {
+    /// The inclusive range within an object of `size` bytes; `None` if unsatisfiable.
+    pub fn resolve(self, size: u64) -> Option<(u64, u64)> {
+        match self {
+            RangeSpec::From { first, last } if first < size => {
+                Some((first, last.map_or(size - 1, |l| l.min(size - 1))))
+            }
+            RangeSpec::Suffix(n) if n > 0 && size > 0 => Some((size - n.min(size), size - 1)),
+            _ => None,
+        }
+    }
+}
+
+/// Why stored content could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ContentReadError {
+    #[error("no FileDB record for {0}")]
+    NoRecord(Sha1),
+    #[error("{0} is not in PairDB")]
+    NoPair(PairId),
+    #[error(transparent)]
+    NoGoodCopy(#[from] read::ReadError),
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+}
+
+/// Why staged content could not be committed.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    #[error(transparent)]
+    Write(#[from] WriteError),
+}
+
+pub struct ObjectStore {
+    meta: Arc<MetaStore>,
+    pairs: Arc<PairTable>,
+    bad_copies: Arc<BadCopies>,
+    limits: Limits,
+    choice_root: u32,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn now_secs() -> u64 {
+    now_ms() / 1000
+}
+
+fn meta_error(e: MetaError, bucket: &str) -> S3Error {
+    match e {
+        MetaError::NoSuchBucket => S3Error::no_such_bucket(bucket),
+        MetaError::BucketExists => S3Error::new(
+            ErrorCode::BucketAlreadyOwnedByYou,
+            "Your previous request to create the named bucket succeeded and you already own it.",
+        )
+        .with_resource(bucket),
+        MetaError::BucketNotEmpty => S3Error::new(
+            ErrorCode::BucketNotEmpty,
+            "The bucket you tried to delete is not empty",
+        )
+        .with_resource(bucket),
+        other => S3Error::internal(other),
+    }
+}
+
+fn write_error(e: WriteError) -> S3Error {
+    match e {
+        WriteError::NoSpace { .. } => S3Error::new(
+            ErrorCode::ServiceUnavailable,
+            "No disk pair has room for this object",
+        ),
+        other => S3Error::internal(other),
+    }
+}
+
+impl ObjectStore {
+    pub fn new(
+        meta: Arc<MetaStore>,
+        pairs: Arc<PairTable>,
+        limits: Limits,
+        choice_root: u32,
+    ) -> Self {
+        ObjectStore {
+            meta,
+            pairs,
+            bad_copies: Arc::new(BadCopies::new()),
+            limits,
+            choice_root,
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Runs a metadata call on the blocking pool.
+    async fn meta<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
+    ) -> Result<T, MetaError> {
+        let meta = self.meta.clone();
+        tokio::task::spawn_blocking(move || f(&meta))
+            .await
+            .map_err(|e| MetaError::Storage(e.to_string()))?
+    }
+
+    async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
+        self.meta(move |m| m.execute(&cmd)).await
+    }
+
+    pub async fn create_bucket(&self, bucket: &str) -> Result<(), S3Error> {
+        let cmd = Command::CreateBucket {
+            bucket: bucket.to_string(),
+            created_ms: now_ms(),
+        };
+        self.execute(cmd)
+            .await
+            .map(drop)
+            .map_err(|e| meta_error(e, bucket))
+    }
+
+    pub async fn delete_bucket(&self, bucket: &str) -> Result<(), S3Error> {
+        let cmd = Command::DeleteBucket {
+            bucket: bucket.to_string(),
+        };
+        self.execute(cmd)
+            .await
+            .map(drop)
+            .map_err(|e| meta_error(e, bucket))
+    }
+
+    pub async fn bucket(&self, bucket: &str) -> Result<BucketRecord, S3Error> {
+        let name = bucket.to_string();
+        self.meta(move |m| m.bucket(&name))
+            .await
+            .map_err(|e| meta_error(e, bucket))?
+            .ok_or_else(|| S3Error::no_such_bucket(bucket))
+    }
+
+    pub async fn buckets(&self) -> Result<Vec<(String, BucketRecord)>, S3Error> {
+        self.meta(|m| m.buckets()).await.map_err(S3Error::internal)
+    }
+
+    pub async fn list(&self, bucket: &str, query: ListQuery) -> Result<ListPage, S3Error> {
+        self.bucket(bucket).await?;
+        let name = bucket.to_string();
+        self.meta(move |m| m.list_objects(&name, &query))
+            .await
+            .map_err(|e| meta_error(e, bucket))
+    }
+
+    /// The object's record, or NoSuchBucket / NoSuchKey.
+    pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectRecord, S3Error> {
+        let (b, k) = (bucket.to_string(), key.to_string());
+        let found = self
+            .meta(move |m| m.object(&b, &k))
+            .await
+            .map_err(|e| meta_error(e, bucket))?;
+        match found {
+            Some(record) => Ok(record),
+            None => {
+                self.bucket(bucket).await?;
+                Err(S3Error::no_such_key(key))
+            }
+        }
+    }
+
+    pub async fn file(&self, sha1: Sha1) -> Result<Option<FileRecord>, MetaError> {
+        self.meta(move |m| m.file(&sha1)).await
+    }
+
+    pub fn meta_store(&self) -> &Arc<MetaStore> {
+        &self.meta
+    }
+
+    pub fn check_key(&self, key: &str) -> Result<(), S3Error> {
+        if key.is_empty() {
+            return Err(S3Error::new(
+                ErrorCode::InvalidArgument,
+                "Object key must not be empty",
+            ));
+        }
+        if key.len() > self.limits.key_bytes_max {
+            return Err(S3Error::new(
+                ErrorCode::KeyTooLongError,
+                "Your key is too long",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Stores a body under bucket/key. `body` yields the decoded bytes; an error item
+    /// aborts the upload and nothing is stored.
+    pub async fn put<S>(&self, req: PutRequest, body: S) -> Result<ObjectRecord, S3Error>
+    where
+        S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
+    {
+        self.check_key(&req.key)?;
+        let meta_bytes: usize = req.user_meta.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if meta_bytes > self.limits.user_meta_bytes_max {
+            return Err(S3Error::new(
+                ErrorCode::MetadataTooLarge,
+                "Your metadata headers exceed the maximum allowed metadata size",
+            ));
+        }
+        // Fail before streaming when the bucket is missing; the command re-checks it.
+        self.bucket(&req.bucket).await?;
+        let staged = self.stage(req.size_bytes, body).await?;
+        if let Some(md5) = req.content_md5
+            && md5 != staged.digests.md5
+        {
+            staged.discard().await;
+            return Err(S3Error::new(
+                ErrorCode::BadDigest,
+                "The Content-MD5 you specified did not match what we received.",
+            ));
+        }
+        let d = staged.digests;
+        let object = NewObject {
+            sha1: d.sha1,
+            magic: Magic::random(),
+            size_bytes: d.size_bytes,
+            crc32: d.crc32,
+            md5: d.md5,
+            content_type: req.content_type,
+            user_meta: req.user_meta,
+            created_ms: now_ms(),
+        };
+        let bucket = req.bucket;
+        let command = |source| Command::PutObject {
+            bucket: bucket.clone(),
+            key: req.key.clone(),
+            object: object.clone(),
+            source,
+            now_secs: now_secs(),
+        };
+        match self.commit_content(staged, command).await {
+            Ok(Response::ObjectPut { seq, .. }) => Ok(object.into_record(seq)),
+            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
+            Err(CommitError::Meta(e)) => Err(meta_error(e, &bucket)),
+            Err(CommitError::Write(e)) => Err(write_error(e)),
+        }
+    }
+
+    /// Streams a body to temp files on both disks of a chosen pair, within the size limit.
+    /// An error item in `body` (or a length that differs from `size_bytes`) aborts the
+    /// upload and removes the temp files.
+    pub async fn stage<S>(
+        &self,
+        size_bytes: Option<u64>,
+        mut body: S,
+    ) -> Result<StagedUpload, S3Error>
+    where
+        S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
+    {
+        let too_large = || {
+            S3Error::new(
+                ErrorCode::EntityTooLarge,
+                "Your proposed upload exceeds the maximum allowed size",
+            )
+        };
+        if size_bytes.is_some_and(|s| s > self.limits.object_bytes_max) {
+            return Err(too_large());
+        }
+        let mut upload =
+            write::begin_upload(&self.pairs, size_bytes.unwrap_or(0), self.choice_root)
+                .await
+                .map_err(write_error)?;
+        let mut received: u64 = 0;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk?;
+            received += chunk.len() as u64;
+            if received > self.limits.object_bytes_max {
+                return Err(too_large());
+            }
+            upload.write(chunk).await.map_err(write_error)?;
+        }
+        if size_bytes.is_some_and(|s| s != received) {
+            return Err(S3Error::new(
+                ErrorCode::IncompleteBody,
+                "You did not provide the number of bytes specified by the Content-Length",
+            ));
+        }
+        upload.finish().await.map_err(write_error)
+    }
+
+    /// The dedup decision and the metadata commit of staged content.
+    ///
+    /// `command(source)` builds the command that references the content. If FileDB already
+    /// has the content, the command runs with [`ContentSource::Existing`] and the temp
+    /// files are dropped; if the content is absent (or vanished before the commit), the
+    /// copies are renamed to their content address first and the command runs with
+    /// [`ContentSource::Stored`].
+    pub async fn commit_content(
+        &self,
+        staged: StagedUpload,
+        command: impl Fn(ContentSource) -> Command,
+    ) -> Result<Response, CommitError> {
+        let exists = self.file(staged.digests.sha1).await?.is_some();
+        if exists {
+            match self.execute(command(ContentSource::Existing)).await {
+                // The content went away between the lookup and the commit: store ours.
+                Ok(Response::ContentGone) | Err(MetaError::NotFound) => {}
+                Ok(resp) => {
+                    staged.discard().await;
+                    return Ok(resp);
+                }
+                Err(e) => {
+                    staged.discard().await;
+                    return Err(e.into());
+                }
+            }
+        }
+        let pair: PairId = staged.pair;
+        staged.commit().await?;
+        // On error our renamed copies are orphans without a record; Valkyrie removes them.
+        Ok(self.execute(command(ContentSource::Stored(pair))).await?)
+    }
+
+    pub async fn get(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<RangeSpec>,
+    ) -> Result<ObjectRead, S3Error> {
+        let record = self.head(bucket, key).await?;
+        let range = match range {
+            Some(spec) => Some(spec.resolve(record.size_bytes).ok_or_else(|| {
+                S3Error::new(
+                    ErrorCode::InvalidRange,
+                    "The requested range is not satisfiable",
+                )
+                .with_resource(key)
+            })?),
+            None => None,
+        };
+        let expect = Expect {
+            size_bytes: record.size_bytes,
+            crc32: record.crc32,
+        };
+        let body = self
+            .read_content(record.sha1, expect, range)
+            .await
+            .map_err(|e| match e {
+                ContentReadError::Meta(e) => S3Error::internal(e),
+                other => S3Error::internal(format!("object {bucket}/{key}: {other}")),
+            })?;
+        Ok(ObjectRead {
+            record,
+            range,
+            body,
+        })
+    }
+
+    /// The disks of the pair that holds `sha1`.
+    async fn content_disks(&self, sha1: Sha1) -> Result<Arc<[Disk; 2]>, ContentReadError> {
+        let file = self
+            .file(sha1)
+            .await?
+            .ok_or(ContentReadError::NoRecord(sha1))?;
+        self.pairs
+            .get(file.pair)
+            .map(|entry| entry.disks)
+            .ok_or(ContentReadError::NoPair(file.pair))
+    }
+
+    /// The size of the stored content as its first readable copy reports it.
+    pub async fn content_size(&self, sha1: Sha1) -> Result<Option<u64>, ContentReadError> {
+        let disks = self.content_disks(sha1).await?;
+        for disk in disks.iter() {
+            if let Ok(Some(size)) = disk.size_of(&sha1).await {
+                return Ok(Some(size));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads stored content, verified against `expect` (see `placement::read`): bodies up
+    /// to 1 MiB before sending, larger ones while streaming. `range` is inclusive.
+    pub async fn read_content(
+        &self,
+        sha1: Sha1,
+        expect: Expect,
+        range: Option<(u64, u64)>,
+    ) -> Result<ReadBody, ContentReadError> {
+        let disks = self.content_disks(sha1).await?;
+        if expect.size_bytes <= VERIFY_BEFORE_SEND_BYTES_MAX {
+            let whole = read::read_verified(&disks, sha1, expect, &self.bad_copies).await?;
+            let part = match range {
+                Some((first, last)) if last < expect.size_bytes => {
+                    whole.slice(first as usize..=last as usize)
+                }
+                _ => whole,
+            };
+            Ok(ReadBody::Buffered(part))
+        } else {
+            let span = range.map(|(first, last)| (first, last - first + 1));
+            let stream =
+                read::stream_verified(&disks, sha1, expect, span, self.bad_copies.clone()).await?;
+            Ok(ReadBody::Stream(stream))
+        }
+    }
+
+    pub async fn delete(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
+        let cmd = Command::DeleteObject {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            now_secs: now_secs(),
+        };
+        self.execute(cmd)
+            .await
+            .map(drop)
+            .map_err(|e| meta_error(e, bucket))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_resolve_like_s3() {
+        let from = |first, last| RangeSpec::From { first, last };
+        assert_eq!(from(0, Some(9)).resolve(100), Some((0, 9)));
+        assert_eq!(from(90, Some(200)).resolve(100), Some((90, 99)));
+        assert_eq!(from(10, None).resolve(100), Some((10, 99)));
+        assert_eq!(from(100, None).resolve(100), None);
+        assert_eq!(RangeSpec::Suffix(10).resolve(100), Some((90, 99)));
+        assert_eq!(RangeSpec::Suffix(1000).resolve(100), Some((0, 99)));
+        assert_eq!(RangeSpec::Suffix(0).resolve(100), None);
+        assert_eq!(from(0, None).resolve(0), None);
+    }
+}
