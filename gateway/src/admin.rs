@@ -14,20 +14,8 @@ use crate::server::AppState;
 
 pub const ADMIN_TOKEN_ENV: &str = "GATEWAY_ADMIN_TOKEN";
 
-/// Constant-time comparison, so that the token cannot be guessed byte by byte from timing.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn authorized(app: &AppState, headers: &HeaderMap) -> bool {
-    let Some(token) = app.admin_token.as_deref() else {
-        return false;
-    };
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| same(given.trim().as_bytes(), token.as_bytes()))
+    crate::native::bearer_ok(app.admin_token.as_deref(), headers)
 }
 
 fn json(status: StatusCode, body: String) -> Response {

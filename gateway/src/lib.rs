@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod credentials;
 pub mod meta;
+pub mod native;
 pub mod s3;
 pub mod server;
 pub mod store;

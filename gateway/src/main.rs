@@ -80,6 +80,9 @@ fn main() -> ExitCode {
                 admin_token: std::env::var(gateway::admin::ADMIN_TOKEN_ENV)
                     .ok()
                     .filter(|t| !t.is_empty()),
+                native_token: std::env::var(gateway::native::NATIVE_TOKEN_ENV)
+                    .ok()
+                    .filter(|t| !t.is_empty()),
             };
             runtime.block_on(server::serve(config))
         }

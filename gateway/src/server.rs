@@ -13,7 +13,7 @@ use placement::{DiskRef, PairId, PairRecord};
 use crate::credentials::{Credentials, CredentialsError, Origin};
 use crate::meta::{Command, MetaError, MetaStore};
 use crate::store::{Limits, ObjectStore};
-use crate::{admin, s3};
+use crate::{admin, native, s3};
 
 /// How often disk fill is measured for the pair choice.
 const SPACE_REFRESH_SECS: u64 = 30;
@@ -27,6 +27,7 @@ pub struct Config {
     /// n of the n-th root that flattens the pair weights.
     pub choice_root: u32,
     pub admin_token: Option<String>,
+    pub native_token: Option<String>,
 }
 
 /// Everything a request handler needs.
@@ -34,6 +35,7 @@ pub struct AppState {
     pub store: ObjectStore,
     pub credentials: Credentials,
     pub admin_token: Option<String>,
+    pub native_token: Option<String>,
     pub region: String,
 }
 
@@ -110,7 +112,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/_health", get(|| async { "ok\n" }))
         .route("/_admin/files/{sha1}", get(admin::file))
-        .with_state(state)
+        .with_state(state.clone())
+        .merge(native::router(state))
         .fallback_service(s3_api)
 }
 
@@ -141,6 +144,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         store: ObjectStore::new(meta, pairs, config.limits.clone(), config.choice_root),
         credentials,
         admin_token: config.admin_token.clone(),
+        native_token: config.native_token.clone(),
         region: config.region.clone(),
     });
     let listener = tokio::net::TcpListener::bind(config.listen)

@@ -190,7 +190,7 @@ impl ObjectStore {
             .map_err(|e| MetaError::Storage(e.to_string()))?
     }
 
-    async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
+    pub async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
         self.meta(move |m| m.execute(&cmd)).await
     }
 

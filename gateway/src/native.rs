@@ -1,0 +1,274 @@
+//! The article's own interface for mail back ends: `inc`, `upload`, `dec` and `GET /sha1`.
+//!
+//! A mail back end that already knows an attachment's SHA-1 calls `inc` first; only when
+//! that answers 404 does it upload the bytes, which ends in an insert-or-increment so that
+//! two loaders racing on the same attachment both succeed. Every call carries the
+//! reference's magic, the random number the back end stores beside the sha1 in the email,
+//! so that a double `dec` can never delete a file that is still referenced.
+//!
+//! Routes (on the S3 port, `Authorization: Bearer <GATEWAY_NATIVE_TOKEN>`; without a
+//! configured token the native API is off and answers 403):
+//!
+//! | call | answer |
+//! |---|---|
+//! | `POST /_files/<sha1>/inc?magic=M` | 200 `{"refs":N}`, 404 if not stored |
+//! | `PUT /_files/<sha1>?magic=M` + body | 200 `{"refs":N}`; 400 and nothing stored if the body does not hash to sha1 |
+//! | `POST /_files/<sha1>/dec?magic=M` | 200 `{"refs":N,"state":"live"\|"deleting"\|"do_not_delete"}`, 404 if not stored |
+//! | `GET /_files/<sha1>?size=S&crc32=C` | the bytes if the file has that size and CRC32 (8 hex digits), 409 if not, 404 if not stored |
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Query, Request, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use placement::read::Expect;
+use placement::{Magic, Sha1};
+
+use crate::meta::{Command, ContentSource, DecOutcome, MetaError, Response as MetaResponse};
+use crate::s3::auth::body_stream;
+use crate::server::AppState;
+use crate::store::{CommitError, ContentReadError, ReadBody, now_ms};
+
+pub const NATIVE_TOKEN_ENV: &str = "GATEWAY_NATIVE_TOKEN";
+
+/// A native API failure: a status and a message, rendered as `{"error": ...}`.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct NativeError {
+    status: StatusCode,
+    message: String,
+}
+
+impl NativeError {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        NativeError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    fn internal(e: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %e, "native API internal error");
+        NativeError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+    }
+}
+
+impl IntoResponse for NativeError {
+    fn into_response(self) -> Response {
+        json(self.status, format!("{{\"error\":{:?}}}", self.message))
+    }
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/_files/{sha1}", get(read).put(upload))
+        .route("/_files/{sha1}/inc", post(inc))
+        .route("/_files/{sha1}/dec", post(dec))
+        .with_state(state)
+}
+
+/// Constant-time comparison, so that the token cannot be guessed byte by byte from timing.
+pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Whether `headers` carry `Authorization: Bearer <token>` for the configured token.
+pub fn bearer_ok(configured: Option<&str>, headers: &HeaderMap) -> bool {
+    let Some(token) = configured else {
+        return false;
+    };
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| same_secret(given.trim().as_bytes(), token.as_bytes()))
+}
+
+fn authorize(app: &AppState, headers: &HeaderMap) -> Result<(), NativeError> {
+    if bearer_ok(app.native_token.as_deref(), headers) {
+        Ok(())
+    } else {
+        Err(NativeError::new(
+            StatusCode::FORBIDDEN,
+            "native API token required",
+        ))
+    }
+}
+
+fn parse_sha1(s: &str) -> Result<Sha1, NativeError> {
+    s.parse().map_err(|e: placement::VocabError| {
+        NativeError::new(StatusCode::BAD_REQUEST, e.to_string())
+    })
+}
+
+fn parse_magic(q: &HashMap<String, String>) -> Result<Magic, NativeError> {
+    let raw = q
+        .get("magic")
+        .ok_or_else(|| NativeError::new(StatusCode::BAD_REQUEST, "magic is required"))?;
+    let n: u32 = raw.parse().map_err(|_| {
+        NativeError::new(
+            StatusCode::BAD_REQUEST,
+            "magic must be a 32-bit unsigned number",
+        )
+    })?;
+    Magic::new(n).map_err(|e| NativeError::new(StatusCode::BAD_REQUEST, e.to_string()))
+}
+
+fn refs_body(refs: u32) -> String {
+    format!("{{\"refs\":{refs}}}")
+}
+
+async fn inc(
+    State(app): State<Arc<AppState>>,
+    Path(sha1): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, NativeError> {
+    authorize(&app, &headers)?;
+    let (sha1, magic) = (parse_sha1(&sha1)?, parse_magic(&q)?);
+    match app.store.execute(Command::Inc { sha1, magic }).await {
+        Ok(MetaResponse::File(f)) => Ok(json(StatusCode::OK, refs_body(f.refs))),
+        Ok(other) => Err(NativeError::internal(format!("unexpected {other:?}"))),
+        Err(MetaError::NotFound) => Err(NativeError::new(StatusCode::NOT_FOUND, "not stored")),
+        Err(e) => Err(NativeError::internal(e)),
+    }
+}
+
+async fn dec(
+    State(app): State<Arc<AppState>>,
+    Path(sha1): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, NativeError> {
+    authorize(&app, &headers)?;
+    let (sha1, magic) = (parse_sha1(&sha1)?, parse_magic(&q)?);
+    let now_secs = now_ms() / 1000;
+    let outcome = match app
+        .store
+        .execute(Command::Dec {
+            sha1,
+            magic,
+            now_secs,
+        })
+        .await
+    {
+        Ok(MetaResponse::Dec(o)) => o,
+        Ok(other) => return Err(NativeError::internal(format!("unexpected {other:?}"))),
+        Err(MetaError::NotFound) => {
+            return Err(NativeError::new(StatusCode::NOT_FOUND, "not stored"));
+        }
+        Err(e) => return Err(NativeError::internal(e)),
+    };
+    let (refs, state) = match outcome {
+        DecOutcome::Live { refs } => (refs, "live"),
+        DecOutcome::Deleting => (0, "deleting"),
+        DecOutcome::DoNotDelete { refs, .. } => (refs, "do_not_delete"),
+        DecOutcome::Missing => return Err(NativeError::new(StatusCode::NOT_FOUND, "not stored")),
+    };
+    Ok(json(
+        StatusCode::OK,
+        format!("{{\"refs\":{refs},\"state\":\"{state}\"}}"),
+    ))
+}
+
+async fn upload(
+    State(app): State<Arc<AppState>>,
+    Path(sha1): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    req: Request,
+) -> Result<Response, NativeError> {
+    authorize(&app, req.headers())?;
+    let (sha1, magic) = (parse_sha1(&sha1)?, parse_magic(&q)?);
+    let size_bytes = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let staged = app
+        .store
+        .stage(size_bytes, body_stream(req.into_body()))
+        .await
+        .map_err(|e| NativeError::new(e.code.status(), e.message.to_string()))?;
+    // The sha1 is checked as the body streams by; a mismatch stores nothing.
+    if staged.digests.sha1 != sha1 {
+        let got = staged.digests.sha1;
+        staged.discard().await;
+        return Err(NativeError::new(
+            StatusCode::BAD_REQUEST,
+            format!("body hashes to {got}, not {sha1}"),
+        ));
+    }
+    let command = |source| match source {
+        ContentSource::Existing => Command::Inc { sha1, magic },
+        ContentSource::Stored(pair) => Command::InsertOrInc { sha1, magic, pair },
+    };
+    match app.store.commit_content(staged, command).await {
+        Ok(MetaResponse::File(f)) => Ok(json(StatusCode::OK, refs_body(f.refs))),
+        Ok(other) => Err(NativeError::internal(format!("unexpected {other:?}"))),
+        Err(CommitError::Meta(e)) => Err(NativeError::internal(e)),
+        Err(CommitError::Write(e)) => Err(NativeError::internal(e)),
+    }
+}
+
+/// The article's collision guard: the file is served only if it has the size and CRC32
+/// that the email recorded at upload.
+async fn read(
+    State(app): State<Arc<AppState>>,
+    Path(sha1): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Result<Response, NativeError> {
+    authorize(&app, &headers)?;
+    let sha1 = parse_sha1(&sha1)?;
+    let bad = |m: &str| NativeError::new(StatusCode::BAD_REQUEST, m);
+    let size_bytes: u64 = q
+        .get("size")
+        .ok_or_else(|| bad("size is required"))?
+        .parse()
+        .map_err(|_| bad("size must be a number of bytes"))?;
+    let crc32 = q
+        .get("crc32")
+        .filter(|c| c.len() == 8)
+        .and_then(|c| u32::from_str_radix(c, 16).ok())
+        .ok_or_else(|| bad("crc32 must be 8 hexadecimal digits"))?;
+    let mismatch = || {
+        NativeError::new(
+            StatusCode::CONFLICT,
+            "stored file has another size or crc32",
+        )
+    };
+    let not_found = || NativeError::new(StatusCode::NOT_FOUND, "not stored");
+    match app.store.content_size(sha1).await {
+        Ok(Some(actual)) if actual != size_bytes => return Err(mismatch()),
+        Ok(_) => {}
+        Err(ContentReadError::NoRecord(_)) => return Err(not_found()),
+        Err(e) => return Err(NativeError::internal(e)),
+    }
+    let body = match app
+        .store
+        .read_content(sha1, Expect { size_bytes, crc32 }, None)
+        .await
+    {
+        Ok(ReadBody::Buffered(bytes)) => Body::from(bytes),
+        Ok(ReadBody::Stream(stream)) => Body::from_stream(stream),
+        Err(ContentReadError::NoRecord(_)) => return Err(not_found()),
+        Err(ContentReadError::NoGoodCopy(_)) => return Err(mismatch()),
+        Err(e) => return Err(NativeError::internal(e)),
+    };
+    let mut resp = body.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(size_bytes));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    Ok(resp)
+}
