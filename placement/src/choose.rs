@@ -94,4 +94,54 @@ mod tests {
         }
         assert_eq!(choose(cands(), 1000, 2, &[PairId(3)]), None);
     }
+
+    /// Shares of writes over `samples` choices.
+    fn shares(pairs: &[PairRecord], root: u32, samples: usize) -> Vec<f64> {
+        let mut counts = vec![0usize; pairs.len()];
+        for _ in 0..samples {
+            let cands = pairs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| Candidate { id: PairId(i as u32), record: r });
+            let id = choose(cands, 1, root, &[]).unwrap();
+            counts[id.0 as usize] += 1;
+        }
+        counts.iter().map(|&c| c as f64 / samples as f64).collect()
+    }
+
+    #[test]
+    fn an_empty_pair_beside_full_ones_gets_a_bounded_share() {
+        const TB: u64 = 1 << 40;
+        // Nine pairs 90 % full, one new and empty.
+        let mut pairs: Vec<PairRecord> = (0..9).map(|_| pair(TB / 10)).collect();
+        pairs.push(pair(TB));
+        let samples = 200_000;
+        for (root, expected) in [(1u32, 1.0 / 1.9), (2, 0.260), (3, 0.193)] {
+            let share = shares(&pairs, root, samples)[9];
+            println!("n = {root}: the empty pair takes {:.1} % of writes", share * 100.0);
+            // 200k samples: one standard deviation is ~0.1 %, so 1 % is a wide margin.
+            assert!((share - expected).abs() < 0.01, "n = {root}: share {share}");
+        }
+    }
+
+    #[test]
+    fn choices_follow_the_weights() {
+        // A chi-square goodness-of-fit test against the n-th root weights.
+        let frees = [1u64, 2, 3, 5, 8, 13, 21, 34, 55, 89].map(|f| f << 30);
+        let pairs: Vec<PairRecord> = frees.iter().map(|&f| pair(f)).collect();
+        let samples = 100_000;
+        let total: f64 = frees.iter().map(|&f| (f as f64).sqrt()).sum();
+        let observed = shares(&pairs, 2, samples);
+        let chi2: f64 = frees
+            .iter()
+            .zip(&observed)
+            .map(|(&f, &o)| {
+                let e = (f as f64).sqrt() / total * samples as f64;
+                let o = o * samples as f64;
+                (o - e) * (o - e) / e
+            })
+            .sum();
+        // 9 degrees of freedom: P(chi2 > 45) is below 1e-6, so a failure means a bias.
+        assert!(chi2 < 45.0, "chi2 = {chi2}");
+    }
 }
