@@ -1,4 +1,5 @@
-//! The admin API under `/_admin/`, for operators and tests: what FileDB says about a file.
+//! The admin API under `/_admin/`, for operators and tests: what FileDB says about a file,
+//! and the disk pairs (list, add, lock, unlock, read-only, read-write).
 //!
 //! Authenticated with `Authorization: Bearer <GATEWAY_ADMIN_TOKEN>`; without a configured
 //! token the admin API is off and answers 403.
@@ -8,7 +9,9 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode, header};
-use placement::Sha1;
+use placement::{Disk, DiskRef, PairFlags, PairId, PairRecord, Sha1};
+
+use crate::meta::Command;
 
 use crate::server::AppState;
 
@@ -66,5 +69,145 @@ pub async fn file(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!(r#"{{"error":{:?}}}"#, e.to_string()),
         ),
+    }
+}
+
+fn flag_names(flags: PairFlags) -> Vec<&'static str> {
+    [
+        (PairFlags::LOCKED, "LOCKED"),
+        (PairFlags::READ_ONLY, "READ_ONLY"),
+        (PairFlags::DRAINING, "DRAINING"),
+    ]
+    .into_iter()
+    .filter(|(f, _)| flags.contains(*f))
+    .map(|(_, n)| n)
+    .collect()
+}
+
+fn pair_json(id: PairId, r: &PairRecord) -> serde_json::Value {
+    serde_json::json!({
+        "id": id.0,
+        "disks": [r.disks[0].as_str(), r.disks[1].as_str()],
+        "flags": flag_names(r.flags),
+        "writable": r.flags.writable(),
+        "free_bytes": r.free_bytes,
+        "capacity_bytes": r.capacity_bytes,
+    })
+}
+
+fn forbidden() -> Response {
+    json(
+        StatusCode::FORBIDDEN,
+        r#"{"error":"admin token required"}"#.into(),
+    )
+}
+
+fn error_json(status: StatusCode, message: impl std::fmt::Display) -> Response {
+    json(
+        status,
+        serde_json::json!({ "error": message.to_string() }).to_string(),
+    )
+}
+
+/// `GET /_admin/pairs`: every pair with its flags and the fill of each disk.
+pub async fn list_pairs(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if !authorized(&app, &headers) {
+        return forbidden();
+    }
+    let table = app.store.pair_table();
+    let pairs: Vec<_> = table
+        .ids()
+        .into_iter()
+        .filter_map(|id| table.get(id).map(|e| pair_json(id, &e.record)))
+        .collect();
+    json(
+        StatusCode::OK,
+        serde_json::json!({ "pairs": pairs }).to_string(),
+    )
+}
+
+#[derive(serde::Deserialize)]
+pub struct NewPair {
+    disks: [String; 2],
+}
+
+/// `POST /_admin/pairs` with `{"disks": [DISK0, DISK1]}`: adds a writable pair.
+pub async fn add_pair(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !authorized(&app, &headers) {
+        return forbidden();
+    }
+    let Ok(new) = serde_json::from_slice::<NewPair>(&body) else {
+        return error_json(
+            StatusCode::BAD_REQUEST,
+            r#"expected {"disks": ["DISK0", "DISK1"]}"#,
+        );
+    };
+    let mut disks = Vec::with_capacity(2);
+    for d in &new.disks {
+        match d.parse::<DiskRef>() {
+            // Opening checks that this build has the disk's backend.
+            Ok(r) => match Disk::open(&r) {
+                Ok(_) => disks.push(r),
+                Err(e) => return error_json(StatusCode::BAD_REQUEST, e),
+            },
+            Err(e) => return error_json(StatusCode::BAD_REQUEST, e),
+        }
+    }
+    let [a, b]: [DiskRef; 2] = match disks.try_into() {
+        Ok(d) => d,
+        Err(_) => return error_json(StatusCode::BAD_REQUEST, "two disks are needed"),
+    };
+    if a == b {
+        return error_json(
+            StatusCode::BAD_REQUEST,
+            "the two disks of a pair must differ",
+        );
+    }
+    for d in [&a, &b] {
+        if let Some(path) = d.local_path()
+            && let Err(e) = std::fs::create_dir_all(path)
+        {
+            return error_json(StatusCode::BAD_REQUEST, format!("{d}: {e}"));
+        }
+    }
+    let record = PairRecord::new([a, b]);
+    match app.store.change_pair(Command::AddPair { record }).await {
+        Ok((id, r)) => json(StatusCode::OK, pair_json(id, &r).to_string()),
+        Err(e) => error_json(e.code.status(), e.message),
+    }
+}
+
+/// `POST /_admin/pairs/{id}/{lock|unlock|read-only|read-write}`.
+pub async fn pair_action(
+    State(app): State<Arc<AppState>>,
+    Path((id, action)): Path<(u32, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&app, &headers) {
+        return forbidden();
+    }
+    let none = PairFlags::default();
+    let (set, clear) = match action.as_str() {
+        "lock" => (PairFlags::LOCKED, none),
+        "unlock" => (none, PairFlags::LOCKED),
+        "read-only" => (PairFlags::READ_ONLY, none),
+        "read-write" => (none, PairFlags::READ_ONLY),
+        other => return error_json(StatusCode::NOT_FOUND, format!("unknown action {other}")),
+    };
+    let cmd = Command::SetPairFlags {
+        id: PairId(id),
+        set,
+        clear,
+    };
+    match app.store.change_pair(cmd).await {
+        Ok((id, r)) => json(StatusCode::OK, pair_json(id, &r).to_string()),
+        Err(e) if e.code == crate::s3::error::ErrorCode::InvalidArgument => {
+            error_json(StatusCode::NOT_FOUND, format!("no pair {id}"))
+        }
+        Err(e) => error_json(e.code.status(), e.message),
     }
 }

@@ -11,6 +11,8 @@
 //! do, through the catalog seam.
 
 pub mod admin;
+pub mod admin_client;
+pub mod config;
 pub mod credentials;
 pub mod meta;
 pub mod native;

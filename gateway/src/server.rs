@@ -28,6 +28,8 @@ pub struct Config {
     pub choice_root: u32,
     pub admin_token: Option<String>,
     pub native_token: Option<String>,
+    /// Disk pairs from the configuration file.
+    pub pairs: Vec<(PairId, [DiskRef; 2])>,
 }
 
 /// Everything a request handler needs.
@@ -49,6 +51,8 @@ pub enum ServeError {
     Meta(#[from] MetaError),
     #[error("disk: {0}")]
     Disk(#[from] placement::DiskError),
+    #[error("pair {0}: PairDB has disks {1:?} but the configuration says {2:?}")]
+    PairMismatch(PairId, [DiskRef; 2], [DiskRef; 2]),
     #[error("listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
     #[error("server: {0}")]
@@ -63,12 +67,37 @@ fn default_pair(data_dir: &Path) -> PairRecord {
     ])
 }
 
-/// Opens the metadata and PairDB of a data folder, creating the default pair on first use.
-pub fn open_data(data_dir: &Path) -> Result<(Arc<MetaStore>, Arc<PairTable>), ServeError> {
+/// Opens the metadata and PairDB of a data folder.
+///
+/// Configured pairs are added to PairDB (their flags, set by operators, are kept); a
+/// configured pair whose disks differ from PairDB's is refused, since re-pointing a pair
+/// would orphan every file on it. With no pair configured or stored, the data folder's
+/// own `disk0`/`disk1` become pair 0.
+pub fn open_data(
+    data_dir: &Path,
+    configured: &[(PairId, [DiskRef; 2])],
+) -> Result<(Arc<MetaStore>, Arc<PairTable>), ServeError> {
     let io_err = |e| ServeError::DataDir(data_dir.to_path_buf(), e);
     std::fs::create_dir_all(data_dir).map_err(io_err)?;
     let data_dir = data_dir.canonicalize().map_err(io_err)?;
     let meta = Arc::new(MetaStore::open(&data_dir.join("meta.redb"))?);
+    let stored = meta.pairs()?;
+    for (id, disks) in configured {
+        match stored.iter().find(|(sid, _)| sid == id) {
+            Some((_, record)) if &record.disks == disks => {}
+            Some((_, record)) => {
+                return Err(ServeError::PairMismatch(
+                    *id,
+                    record.disks.clone(),
+                    disks.clone(),
+                ));
+            }
+            None => {
+                let record = PairRecord::new(disks.clone());
+                meta.execute(&Command::PutPair { id: *id, record })?;
+            }
+        }
+    }
     if meta.pairs()?.is_empty() {
         meta.execute(&Command::PutPair {
             id: PairId(0),
@@ -87,20 +116,6 @@ pub fn open_data(data_dir: &Path) -> Result<(Arc<MetaStore>, Arc<PairTable>), Se
     Ok((meta, pairs))
 }
 
-/// Measures free space on every disk, for the pair choice.
-pub async fn refresh_space(pairs: &PairTable) {
-    for id in pairs.ids() {
-        let Some(entry) = pairs.get(id) else { continue };
-        let (a, b) = tokio::join!(entry.disks[0].space(), entry.disks[1].space());
-        match (a, b) {
-            (Ok((f0, c0)), Ok((f1, c1))) => pairs.set_space(id, [f0, f1], [c0, c1]),
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::warn!(pair = %id, error = %e, "cannot measure disk space")
-            }
-        }
-    }
-}
-
 pub fn router(state: Arc<AppState>) -> Router {
     let s3_api = Router::new()
         .fallback(s3::dispatch)
@@ -112,6 +127,14 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/_health", get(|| async { "ok\n" }))
         .route("/_admin/files/{sha1}", get(admin::file))
+        .route(
+            "/_admin/pairs",
+            get(admin::list_pairs).post(admin::add_pair),
+        )
+        .route(
+            "/_admin/pairs/{id}/{action}",
+            axum::routing::post(admin::pair_action),
+        )
         .with_state(state.clone())
         .merge(native::router(state))
         .fallback_service(s3_api)
@@ -119,7 +142,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// Runs the gateway until SIGINT or SIGTERM.
 pub async fn serve(config: Config) -> Result<(), ServeError> {
-    let (meta, pairs) = open_data(&config.data_dir)?;
+    let (meta, pairs) = open_data(&config.data_dir, &config.pairs)?;
     let (credentials, origin) = Credentials::load_or_create(&config.data_dir)?;
     if let Origin::Generated = origin {
         println!(
@@ -129,17 +152,6 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             credentials.secret_key()
         );
     }
-    refresh_space(&pairs).await;
-    {
-        let pairs = pairs.clone();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(SPACE_REFRESH_SECS));
-            loop {
-                tick.tick().await;
-                refresh_space(&pairs).await;
-            }
-        });
-    }
     let state = Arc::new(AppState {
         store: ObjectStore::new(meta, pairs, config.limits.clone(), config.choice_root),
         credentials,
@@ -147,6 +159,17 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         native_token: config.native_token.clone(),
         region: config.region.clone(),
     });
+    state.store.refresh_space().await;
+    {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(SPACE_REFRESH_SECS));
+            loop {
+                tick.tick().await;
+                state.store.refresh_space().await;
+            }
+        });
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .map_err(|e| ServeError::Listen(config.listen, e))?;

@@ -16,7 +16,7 @@ use placement::disk::ByteStream;
 use placement::pairdb::PairTable;
 use placement::read::{self, BadCopies, Expect, VERIFY_BEFORE_SEND_BYTES_MAX};
 use placement::write::{self, StagedUpload, WriteError};
-use placement::{Disk, Magic, PairId, Sha1};
+use placement::{Disk, Magic, PairId, PairRecord, Sha1};
 
 use crate::meta::{
     BucketRecord, Command, ContentSource, FileRecord, ListPage, ListQuery, MetaError, MetaStore,
@@ -436,6 +436,52 @@ impl ObjectStore {
             range,
             body,
         })
+    }
+
+    pub fn pair_table(&self) -> &Arc<PairTable> {
+        &self.pairs
+    }
+
+    /// Measures free space on every disk, for the pair choice and the admin view.
+    pub async fn refresh_space(&self) {
+        for id in self.pairs.ids() {
+            self.refresh_pair_space(id).await;
+        }
+    }
+
+    async fn refresh_pair_space(&self, id: PairId) {
+        let Some(entry) = self.pairs.get(id) else {
+            return;
+        };
+        let (a, b) = tokio::join!(entry.disks[0].space(), entry.disks[1].space());
+        match (a, b) {
+            (Ok((f0, c0)), Ok((f1, c1))) => self.pairs.set_space(id, [f0, f1], [c0, c1]),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(pair = %id, error = %e, "cannot measure disk space")
+            }
+        }
+    }
+
+    /// Runs a pair command (`AddPair`, `SetPairFlags`) and brings the in-memory PairDB
+    /// up to date with its result.
+    pub async fn change_pair(&self, cmd: Command) -> Result<(PairId, PairRecord), S3Error> {
+        match self.execute(cmd).await {
+            Ok(Response::Pair(id, record)) => {
+                let known = self.pairs.get(id).map(|e| e.record);
+                self.pairs
+                    .upsert(id, record.clone())
+                    .map_err(S3Error::internal)?;
+                match known {
+                    Some(old) => self.pairs.set_space(id, old.free_bytes, old.capacity_bytes),
+                    None => self.refresh_pair_space(id).await,
+                }
+                let current = self.pairs.get(id).map_or(record, |e| e.record);
+                Ok((id, current))
+            }
+            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
+            Err(MetaError::NoPair) => Err(S3Error::new(ErrorCode::InvalidArgument, "no such pair")),
+            Err(e) => Err(S3Error::internal(e)),
+        }
     }
 
     /// The disks of the pair that holds `sha1`.

@@ -99,10 +99,10 @@ mod tests {
     fn shares(pairs: &[PairRecord], root: u32, samples: usize) -> Vec<f64> {
         let mut counts = vec![0usize; pairs.len()];
         for _ in 0..samples {
-            let cands = pairs
-                .iter()
-                .enumerate()
-                .map(|(i, r)| Candidate { id: PairId(i as u32), record: r });
+            let cands = pairs.iter().enumerate().map(|(i, r)| Candidate {
+                id: PairId(i as u32),
+                record: r,
+            });
             let id = choose(cands, 1, root, &[]).unwrap();
             counts[id.0 as usize] += 1;
         }
@@ -118,7 +118,10 @@ mod tests {
         let samples = 200_000;
         for (root, expected) in [(1u32, 1.0 / 1.9), (2, 0.260), (3, 0.193)] {
             let share = shares(&pairs, root, samples)[9];
-            println!("n = {root}: the empty pair takes {:.1} % of writes", share * 100.0);
+            println!(
+                "n = {root}: the empty pair takes {:.1} % of writes",
+                share * 100.0
+            );
             // 200k samples: one standard deviation is ~0.1 %, so 1 % is a wide margin.
             assert!((share - expected).abs() < 0.01, "n = {root}: share {share}");
         }

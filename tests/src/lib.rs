@@ -1,1 +1,1101 @@
-//! Harness for end-to-end tests.
+//! Harness for end-to-end tests: the real `gateway` binary, started on a temp data dir,
+//! driven by the AWS Rust SDK and by hand-signed raw HTTP requests.
+//!
+//! The harness never builds anything: it runs `<workspace>/target/debug/gateway` (or
+//! `$GATEWAY_BIN`) and panics with "build it first: cargo build -p gateway" if the binary
+//! is missing. Every wait is bounded; every address is 127.0.0.1.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Debug;
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sigv4::http_request::{
+    PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+    UriPathNormalizationMode, sign,
+};
+use aws_sigv4::sign::v4;
+use aws_smithy_runtime_api::client::identity::Identity;
+use rand::{Rng, RngExt, SeedableRng};
+use sha1::Digest;
+
+pub use aws_sdk_s3;
+
+/// The region every client and hand-signed request uses.
+pub const REGION: &str = "us-east-1";
+/// How long the gateway may take to print its `listening on` line.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How many log lines (stdout and stderr) are kept for failure messages.
+const LOG_LINES_KEPT: usize = 2000;
+/// Timeouts of a raw request's socket.
+const RAW_IO_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The gateway binary under test: `$GATEWAY_BIN`, else `<workspace>/target/debug/gateway`,
+/// else `gateway` beside the test executable's profile dir (a custom `CARGO_TARGET_DIR`).
+pub fn gateway_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("GATEWAY_BIN") {
+        let p = PathBuf::from(p);
+        assert!(
+            p.is_file(),
+            "GATEWAY_BIN={} is not a file: build it first: cargo build -p gateway",
+            p.display()
+        );
+        return p;
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent");
+    let default = workspace.join("target").join("debug").join("gateway");
+    if default.is_file() {
+        return default;
+    }
+    // target/<profile>/deps/<test exe> -> target/<profile>/gateway
+    if let Some(beside) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("gateway")))
+        && beside.is_file()
+    {
+        return beside;
+    }
+    panic!(
+        "build it first: cargo build -p gateway (no gateway binary at {})",
+        default.display()
+    );
+}
+
+/// A running (or killed) gateway process with its own temp data dir.
+pub struct Gateway {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    port: u16,
+    access_key: String,
+    secret_key: String,
+    admin_token: String,
+    child: Option<Child>,
+    log: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl Gateway {
+    /// Starts a gateway on a fresh temp data dir, random credentials and admin token, and a
+    /// port the OS chooses.
+    pub fn start() -> Gateway {
+        let bin = gateway_bin();
+        let dir = tempfile::Builder::new()
+            .prefix("e2e-gateway-")
+            .tempdir()
+            .expect("create temp data dir");
+        let mut gw = Gateway {
+            bin,
+            dir,
+            port: 0,
+            access_key: format!("E2E{}", random_token(17).to_uppercase()),
+            secret_key: random_token(40),
+            admin_token: random_token(32),
+            child: None,
+            log: Arc::new(Mutex::new(VecDeque::new())),
+        };
+        match gw.spawn(0) {
+            Ok(port) => gw.port = port,
+            Err(why) => panic!("gateway did not start: {why}\n{}", gw.log_tail(200)),
+        }
+        gw
+    }
+
+    /// Spawns the binary listening on `127.0.0.1:port` and waits for its `listening on` line.
+    fn spawn(&mut self, port: u16) -> Result<u16, String> {
+        let mut child = Command::new(&self.bin)
+            .arg("serve")
+            .arg("--data")
+            .arg(self.dir.path())
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .env("GATEWAY_ACCESS_KEY", &self.access_key)
+            .env("GATEWAY_SECRET_KEY", &self.secret_key)
+            .env("GATEWAY_ADMIN_TOKEN", &self.admin_token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel::<u16>();
+        drain(stdout, "stdout", self.log.clone(), Some(tx));
+        drain(stderr, "stderr", self.log.clone(), None);
+        match rx.recv_timeout(STARTUP_TIMEOUT) {
+            Ok(bound) => {
+                if port != 0 && bound != port {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!(
+                        "asked for port {port}, it says it listens on {bound}"
+                    ));
+                }
+                self.child = Some(child);
+                Ok(bound)
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(format!(
+                    "no 'listening on 127.0.0.1:PORT' line on stdout within {STARTUP_TIMEOUT:?}"
+                ))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // stdout closed without the line: the process is exiting.
+                let status = wait_bounded(&mut child, Duration::from_secs(10));
+                Err(format!(
+                    "exited before printing 'listening on' (status: {status})"
+                ))
+            }
+        }
+    }
+
+    /// Kills the process with SIGKILL (no graceful shutdown) and reaps it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // std's Child::kill sends SIGKILL on Unix.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the binary again on the same data dir, port and credentials (killing it with
+    /// SIGKILL first if it still runs). Make new clients afterwards: pooled connections of
+    /// old clients point at the dead process.
+    pub fn restart(&mut self) {
+        self.kill9();
+        // The port was just released; binding it again can transiently fail. Bounded retry.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.spawn(self.port) {
+                Ok(_) => return,
+                Err(why) if Instant::now() < deadline && attempt < 40 => {
+                    self.push_log(format!("[harness] restart attempt {attempt} failed: {why}"));
+                    thread::sleep(Duration::from_millis(250));
+                }
+                Err(why) => panic!(
+                    "gateway did not restart on port {} after {attempt} attempts: {why}\n{}",
+                    self.port,
+                    self.log_tail(200)
+                ),
+            }
+        }
+    }
+
+    /// Whether the process is running (not killed, not exited).
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn access_key(&self) -> &str {
+        &self.access_key
+    }
+
+    pub fn secret_key(&self) -> &str {
+        &self.secret_key
+    }
+
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// `DATA/disk<N>`.
+    pub fn disk_dir(&self, disk: usize) -> PathBuf {
+        self.dir.path().join(format!("disk{disk}"))
+    }
+
+    /// An SDK client with the gateway's credentials: path-style, us-east-1, the SDK's
+    /// default checksum behaviour, no retries (one call is one HTTP request).
+    pub fn client(&self) -> Client {
+        self.client_with(&self.access_key, &self.secret_key)
+    }
+
+    /// An SDK client with the given credentials.
+    pub fn client_with(&self, access_key: &str, secret_key: &str) -> Client {
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(self.endpoint())
+            .region(Region::new(REGION))
+            .credentials_provider(Credentials::new(
+                access_key,
+                secret_key,
+                None,
+                None,
+                "e2e-static",
+            ))
+            .force_path_style(true)
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(10))
+                    .operation_timeout(Duration::from_secs(180))
+                    .build(),
+            )
+            .build();
+        Client::from_conf(conf)
+    }
+
+    /// All content files on a disk: every regular file under `DATA/disk<N>` except those
+    /// under `tmp/` and those with `.deleted.` in their name. Sorted.
+    pub fn content_files(&self, disk: usize) -> Vec<PathBuf> {
+        let root = self.disk_dir(disk);
+        let mut out = Vec::new();
+        walk(&root, 0, &mut out);
+        out.sort();
+        out
+    }
+
+    /// Regular files under `DATA/disk<N>/tmp/`.
+    pub fn temp_files(&self, disk: usize) -> Vec<PathBuf> {
+        let tmp = self.disk_dir(disk).join("tmp");
+        let mut out = Vec::new();
+        if let Ok(entries) = fs::read_dir(&tmp) {
+            for e in entries.flatten() {
+                if e.file_type().map(|t| t.is_file()).unwrap_or(false) {
+                    out.push(e.path());
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// Where a content file lives: `DATA/disk<N>/<aa>/<bb>/<sha1hex>`.
+    pub fn content_path(&self, disk: usize, sha1hex: &str) -> PathBuf {
+        assert_eq!(sha1hex.len(), 40, "sha1 hex must be 40 chars: {sha1hex}");
+        self.disk_dir(disk)
+            .join(&sha1hex[0..2])
+            .join(&sha1hex[2..4])
+            .join(sha1hex)
+    }
+
+    /// `GET /_admin/files/<sha1hex>` with the admin token: `Some` on 200, `None` on 404,
+    /// panics on anything else.
+    pub fn admin_file(&self, sha1hex: &str) -> Option<AdminFile> {
+        let token = format!("Bearer {}", self.admin_token);
+        let resp = self
+            .raw(
+                "GET",
+                &format!("/_admin/files/{sha1hex}"),
+                &[("authorization", token.as_str())],
+                b"",
+            )
+            .unwrap_or_else(|e| panic!("admin request failed: {e}\n{}", self.log_tail(50)));
+        match resp.status {
+            200 => Some(AdminFile::parse(&resp.text()).unwrap_or_else(|e| {
+                panic!(
+                    "admin answer is not the expected JSON ({e}): {}",
+                    resp.text()
+                )
+            })),
+            404 => None,
+            s => panic!(
+                "GET /_admin/files/{sha1hex}: unexpected status {s}: {}",
+                resp.text()
+            ),
+        }
+    }
+
+    /// A raw HTTP/1.1 request to the gateway (no signing). `target` is the request target,
+    /// already percent-encoded, e.g. `/bucket/key?x=y`.
+    pub fn raw(
+        &self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> io::Result<RawResponse> {
+        let mut hs: Vec<(String, String)> = vec![("host".into(), self.host())];
+        hs.extend(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        raw_request(self.port, method, target, &hs, body)
+    }
+
+    /// A request signed by hand with SigV4 (the gateway's credentials, now, the body's real
+    /// SHA-256 as `x-amz-content-sha256`); the builder can change each of those.
+    pub fn signed(&self, method: &str, target: &str) -> SignedRequest<'_> {
+        SignedRequest {
+            gw: self,
+            method: method.to_string(),
+            target: target.to_string(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            access_key: self.access_key.clone(),
+            secret_key: self.secret_key.clone(),
+            time: SystemTime::now(),
+            claimed_payload: None,
+            tampered_target: None,
+            tampered_headers: Vec::new(),
+        }
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn push_log(&self, line: String) {
+        push_line(&self.log, line);
+    }
+
+    /// The last `n` lines the gateway printed (stdout and stderr), for failure messages.
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        let skip = log.len().saturating_sub(n);
+        let mut s = String::from("---- gateway output (last lines) ----\n");
+        for l in log.iter().skip(skip) {
+            s.push_str(l);
+            s.push('\n');
+        }
+        s.push_str("---- end of gateway output ----");
+        s
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.kill9();
+        if thread::panicking() {
+            eprintln!(
+                "data dir: {}\n{}",
+                self.dir.path().display(),
+                self.log_tail(150)
+            );
+        }
+    }
+}
+
+/// Reads lines of a child's pipe until EOF, keeping them in the log; the first
+/// `listening on 127.0.0.1:PORT` line's port goes to `ready`.
+fn drain<R: Read + Send + 'static>(
+    pipe: R,
+    tag: &'static str,
+    log: Arc<Mutex<VecDeque<String>>>,
+    mut ready: Option<mpsc::Sender<u16>>,
+) {
+    thread::spawn(move || {
+        let mut reader = BufReader::new(pipe);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match reader.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let line = String::from_utf8_lossy(&buf);
+            let line = line.trim_end_matches(['\r', '\n']);
+            if let Some(port) = parse_listening(line)
+                && let Some(tx) = ready.take()
+            {
+                let _ = tx.send(port);
+            }
+            push_line(&log, format!("[{tag}] {}", strip_ansi(line)));
+        }
+    });
+}
+
+/// Drops ANSI escape sequences (colored log output).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ ... final byte in @..~
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn push_line(log: &Mutex<VecDeque<String>>, line: String) {
+    let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+    if log.len() >= LOG_LINES_KEPT {
+        log.pop_front();
+    }
+    log.push_back(line);
+}
+
+/// `listening on 127.0.0.1:PORT` -> PORT.
+fn parse_listening(line: &str) -> Option<u16> {
+    let addr: SocketAddr = line.trim().strip_prefix("listening on ")?.parse().ok()?;
+    Some(addr.port())
+}
+
+fn wait_bounded(child: &mut Child, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status.to_string(),
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(50)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return "still running; killed".into();
+            }
+            Err(e) => return format!("wait failed: {e}"),
+        }
+    }
+}
+
+fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    if depth > 8 {
+        return;
+    }
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            if depth == 0 && e.file_name() == "tmp" {
+                continue;
+            }
+            walk(&path, depth + 1, out);
+        } else if ft.is_file() && !e.file_name().to_string_lossy().contains(".deleted.") {
+            out.push(path);
+        }
+    }
+}
+
+/// A random lowercase alphanumeric token.
+pub fn random_token(len: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..len)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+/// `len` pseudo-random bytes, the same for the same seed.
+pub fn random_body(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut body = vec![0u8; len];
+    rng.fill_bytes(&mut body);
+    body
+}
+
+/// A seeded random body whose SHA-1 has `disk` (0 or 1) as its first bit, i.e. whose master
+/// disk (read first) is `disk`. Returns (seed, body).
+pub fn random_body_read_first_from(disk: usize, seed: u64, len: usize) -> (u64, Vec<u8>) {
+    assert!(disk < 2);
+    for s in seed..seed + 256 {
+        let body = random_body(s, len);
+        let first_bit = usize::from(sha1_bytes(&body)[0] >> 7);
+        if first_bit == disk {
+            return (s, body);
+        }
+    }
+    unreachable!("256 seeds without a sha1 whose first bit is {disk}")
+}
+
+fn sha1_bytes(body: &[u8]) -> [u8; 20] {
+    let d = sha1::Sha1::digest(body);
+    let mut out = [0u8; 20];
+    out.copy_from_slice(d.as_slice());
+    out
+}
+
+/// Lowercase hex SHA-1 of a body: the content address.
+pub fn sha1_hex(body: &[u8]) -> String {
+    hex::encode(sha1_bytes(body))
+}
+
+/// Lowercase hex MD5 of a body (the ETag without its quotes).
+pub fn md5_hex(body: &[u8]) -> String {
+    hex::encode(md5::Md5::digest(body).as_slice())
+}
+
+/// The quoted ETag S3 gives a single-part upload of `body`.
+pub fn etag_of(body: &[u8]) -> String {
+    format!("\"{}\"", md5_hex(body))
+}
+
+/// Percent-encodes an object key for a path (everything but unreserved chars and `/`).
+pub fn encode_key(key: &str) -> String {
+    let mut s = String::with_capacity(key.len());
+    for b in key.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                s.push(b as char)
+            }
+            _ => s.push_str(&format!("%{b:02X}")),
+        }
+    }
+    s
+}
+
+/// The HTTP status and S3 error code of a failed SDK call; panics if the call succeeded or
+/// failed without an HTTP response (a transport error, a timeout, a client-side error).
+pub fn s3_error<T: Debug, E: ProvideErrorMetadata + Debug>(
+    result: Result<T, SdkError<E, HttpResponse>>,
+) -> (u16, String) {
+    match result {
+        Ok(v) => panic!("expected an S3 error response, the call succeeded: {v:?}"),
+        Err(SdkError::ServiceError(ctx)) => {
+            let status = ctx.raw().status().as_u16();
+            let code = ctx.err().code().unwrap_or("").to_string();
+            (status, code)
+        }
+        Err(other) => panic!("expected an S3 error response, got a non-service error: {other:?}"),
+    }
+}
+
+/// The whole body of an object, through the SDK; panics on any error.
+pub async fn get_bytes(client: &Client, bucket: &str, key: &str) -> Vec<u8> {
+    let out = client
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GetObject {bucket}/{key}: {e:?}"));
+    out.body
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("GetObject {bucket}/{key}: reading the body: {e:?}"))
+        .into_bytes()
+        .to_vec()
+}
+
+/// PutObject of an in-memory body; panics on any error.
+pub async fn put_bytes(client: &Client, bucket: &str, key: &str, body: &[u8]) {
+    client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(body.to_vec().into())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("PutObject {bucket}/{key} ({} bytes): {e:?}", body.len()));
+}
+
+/// CreateBucket; panics on any error.
+pub async fn create_bucket(client: &Client, bucket: &str) {
+    client
+        .create_bucket()
+        .bucket(bucket)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("CreateBucket {bucket}: {e:?}"));
+}
+
+/// Asserts two bodies are equal without printing megabytes on failure.
+#[track_caller]
+pub fn assert_same_body(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let first_diff = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!(
+            "{what}: wrong bytes: got {} bytes (sha1 {}), want {} bytes (sha1 {}); first differing offset: {:?}",
+            got.len(),
+            sha1_hex(got),
+            want.len(),
+            sha1_hex(want),
+            first_diff
+        );
+    }
+}
+
+/// What `GET /_admin/files/<sha1>` says about a content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdminFile {
+    pub sha1: String,
+    /// "live" or "deleting".
+    pub state: String,
+    pub refs: Option<u64>,
+    pub magic: Option<u64>,
+    pub flags: Option<u64>,
+    pub pair: Option<u64>,
+    pub since: Option<u64>,
+    /// Every field as text, as sent.
+    pub fields: BTreeMap<String, String>,
+}
+
+impl AdminFile {
+    /// Parses the flat JSON object the admin endpoint answers with.
+    pub fn parse(text: &str) -> Result<AdminFile, String> {
+        let fields = parse_flat_json(text)?;
+        let num = |k: &str| -> Result<Option<u64>, String> {
+            match fields.get(k) {
+                None => Ok(None),
+                Some(v) => v
+                    .parse::<u64>()
+                    .map(Some)
+                    .map_err(|_| format!("field {k} is not an unsigned integer: {v}")),
+            }
+        };
+        Ok(AdminFile {
+            sha1: fields.get("sha1").cloned().ok_or("no sha1 field")?,
+            state: fields.get("state").cloned().ok_or("no state field")?,
+            refs: num("refs")?,
+            magic: num("magic")?,
+            flags: num("flags")?,
+            pair: num("pair")?,
+            since: num("since")?,
+            fields,
+        })
+    }
+}
+
+/// A flat JSON object (string, number, bool and null values) as key -> text of the value.
+fn parse_flat_json(text: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut chars = text.trim().chars().peekable();
+    let mut out = BTreeMap::new();
+    let skip_ws = |c: &mut std::iter::Peekable<std::str::Chars<'_>>| {
+        while c.peek().is_some_and(|ch| ch.is_whitespace()) {
+            c.next();
+        }
+    };
+    fn string(c: &mut std::iter::Peekable<std::str::Chars<'_>>) -> Result<String, String> {
+        if c.next() != Some('"') {
+            return Err("expected '\"'".into());
+        }
+        let mut s = String::new();
+        loop {
+            match c.next() {
+                None => return Err("unterminated string".into()),
+                Some('"') => return Ok(s),
+                Some('\\') => match c.next() {
+                    Some('n') => s.push('\n'),
+                    Some('t') => s.push('\t'),
+                    Some(other) => s.push(other),
+                    None => return Err("unterminated escape".into()),
+                },
+                Some(ch) => s.push(ch),
+            }
+        }
+    }
+    if chars.next() != Some('{') {
+        return Err("expected '{'".into());
+    }
+    skip_ws(&mut chars);
+    if chars.peek() == Some(&'}') {
+        return Ok(out);
+    }
+    // Bounded by the input length: every iteration consumes at least one char.
+    loop {
+        skip_ws(&mut chars);
+        let key = string(&mut chars)?;
+        skip_ws(&mut chars);
+        if chars.next() != Some(':') {
+            return Err(format!("expected ':' after {key}"));
+        }
+        skip_ws(&mut chars);
+        let value = if chars.peek() == Some(&'"') {
+            string(&mut chars)?
+        } else {
+            let mut v = String::new();
+            while let Some(&ch) = chars.peek() {
+                if ch == ',' || ch == '}' || ch.is_whitespace() {
+                    break;
+                }
+                if ch == '{' || ch == '[' {
+                    return Err(format!("nested value for {key}"));
+                }
+                v.push(ch);
+                chars.next();
+            }
+            if v.is_empty() {
+                return Err(format!("empty value for {key}"));
+            }
+            v
+        };
+        out.insert(key, value);
+        skip_ws(&mut chars);
+        match chars.next() {
+            Some(',') => continue,
+            Some('}') => return Ok(out),
+            other => return Err(format!("expected ',' or '}}', got {other:?}")),
+        }
+    }
+}
+
+/// A raw HTTP response.
+#[derive(Debug, Clone)]
+pub struct RawResponse {
+    pub status: u16,
+    /// Header names lowercased, in order.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// Whether the whole body arrived (all of Content-Length, or the last chunk).
+    pub complete: bool,
+    /// The I/O error that cut the body short, if any.
+    pub body_error: Option<String>,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The `<Code>` of an S3 XML error body.
+    pub fn error_code(&self) -> Option<String> {
+        xml_element(&self.text(), "Code")
+    }
+}
+
+/// The text of the first `<tag>…</tag>` in `xml`.
+pub fn xml_element(xml: &str, tag: &str) -> Option<String> {
+    let open = format!("<{tag}>");
+    let close = format!("</{tag}>");
+    let start = xml.find(&open)? + open.len();
+    let end = start + xml[start..].find(&close)?;
+    Some(xml[start..end].to_string())
+}
+
+/// Sends one HTTP/1.1 request on a new connection (`connection: close`) to 127.0.0.1:port
+/// and reads the response. An error before the status line is an `Err`; a body cut short
+/// is a response with `complete == false`.
+pub fn raw_request(
+    port: u16,
+    method: &str,
+    target: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> io::Result<RawResponse> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
+    stream.set_read_timeout(Some(RAW_IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(RAW_IO_TIMEOUT))?;
+    let mut head = format!("{method} {target} HTTP/1.1\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    let has_len = headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("content-length"));
+    if !has_len && (!body.is_empty() || method == "PUT" || method == "POST") {
+        head.push_str(&format!("content-length: {}\r\n", body.len()));
+    }
+    head.push_str("connection: close\r\n\r\n");
+    let mut request = head.into_bytes();
+    request.extend_from_slice(body);
+    // The server may answer (and close) before reading the whole body: a write error is
+    // not the end, the response may still be readable.
+    let write_result = stream.write_all(&request).and_then(|_| stream.flush());
+
+    let mut reader = BufReader::new(stream);
+    let mut status_line = String::new();
+    if let Err(e) = reader.read_line(&mut status_line) {
+        return Err(write_result.err().unwrap_or(e));
+    }
+    if status_line.is_empty() {
+        return Err(write_result.err().unwrap_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed before a status line",
+            )
+        }));
+    }
+    let status: u16 = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| io::Error::other(format!("bad status line: {status_line:?}")))?;
+    let mut resp_headers = Vec::new();
+    for _ in 0..200 {
+        let mut line = String::new();
+        reader.read_line(&mut line)?;
+        let line = line.trim_end_matches(['\r', '\n']);
+        if line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            resp_headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+    }
+    let mut resp = RawResponse {
+        status,
+        headers: resp_headers,
+        body: Vec::new(),
+        complete: true,
+        body_error: None,
+    };
+    if method == "HEAD" || status == 204 || status == 304 || (100..200).contains(&status) {
+        return Ok(resp);
+    }
+    let chunked = resp
+        .header("transfer-encoding")
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let content_length = resp
+        .header("content-length")
+        .and_then(|v| v.parse::<u64>().ok());
+    let result = if chunked {
+        read_chunked(&mut reader, &mut resp.body)
+    } else if let Some(n) = content_length {
+        let r = (&mut reader).take(n).read_to_end(&mut resp.body);
+        match r {
+            Ok(_) if resp.body.len() as u64 == n => Ok(()),
+            Ok(_) => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("body has {} of {n} bytes", resp.body.len()),
+            )),
+            Err(e) => Err(e),
+        }
+    } else {
+        reader.read_to_end(&mut resp.body).map(|_| ())
+    };
+    if let Err(e) = result {
+        resp.complete = false;
+        resp.body_error = Some(e.to_string());
+    }
+    Ok(resp)
+}
+
+fn read_chunked<R: BufRead>(reader: &mut R, out: &mut Vec<u8>) -> io::Result<()> {
+    loop {
+        let mut size_line = String::new();
+        if reader.read_line(&mut size_line)? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "eof before the last chunk",
+            ));
+        }
+        let size_hex = size_line.trim().split(';').next().unwrap_or("");
+        let size = usize::from_str_radix(size_hex, 16)
+            .map_err(|_| io::Error::other(format!("bad chunk size line: {size_line:?}")))?;
+        if size == 0 {
+            // Trailers, then an empty line.
+            for _ in 0..100 {
+                let mut line = String::new();
+                if reader.read_line(&mut line)? == 0 || line.trim().is_empty() {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        let before = out.len();
+        reader.take(size as u64).read_to_end(out)?;
+        if out.len() - before != size {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "eof inside a chunk",
+            ));
+        }
+        let mut crlf = [0u8; 2];
+        reader.read_exact(&mut crlf)?;
+    }
+}
+
+/// A SigV4-signed raw request being built; see [`Gateway::signed`].
+pub struct SignedRequest<'g> {
+    gw: &'g Gateway,
+    method: String,
+    target: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    access_key: String,
+    secret_key: String,
+    time: SystemTime,
+    claimed_payload: Option<Vec<u8>>,
+    tampered_target: Option<String>,
+    tampered_headers: Vec<(String, String)>,
+}
+
+impl SignedRequest<'_> {
+    /// Adds a header that is sent and signed.
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers
+            .push((name.to_ascii_lowercase(), value.to_string()));
+        self
+    }
+
+    /// The body sent.
+    pub fn body(mut self, body: &[u8]) -> Self {
+        self.body = body.to_vec();
+        self
+    }
+
+    /// Signs with these credentials instead of the gateway's.
+    pub fn credentials(mut self, access_key: &str, secret_key: &str) -> Self {
+        self.access_key = access_key.to_string();
+        self.secret_key = secret_key.to_string();
+        self
+    }
+
+    /// Signs as of this time instead of now.
+    pub fn time(mut self, time: SystemTime) -> Self {
+        self.time = time;
+        self
+    }
+
+    /// Puts the SHA-256 of `payload` (not of the body sent) in `x-amz-content-sha256`.
+    pub fn claim_payload(mut self, payload: &[u8]) -> Self {
+        self.claimed_payload = Some(payload.to_vec());
+        self
+    }
+
+    /// After signing, sends this request target instead of the signed one.
+    pub fn tamper_target(mut self, target: &str) -> Self {
+        self.tampered_target = Some(target.to_string());
+        self
+    }
+
+    /// After signing, replaces the value of a signed header (or adds the header).
+    pub fn tamper_header(mut self, name: &str, value: &str) -> Self {
+        self.tampered_headers
+            .push((name.to_ascii_lowercase(), value.to_string()));
+        self
+    }
+
+    /// Signs and sends; panics if no status line comes back.
+    pub fn send(self) -> RawResponse {
+        let host = self.gw.host();
+        let uri = format!("http://{host}{}", self.target);
+        let mut headers = vec![("host".to_string(), host)];
+        headers.extend(self.headers.iter().cloned());
+
+        let identity: Identity =
+            Credentials::new(&self.access_key, &self.secret_key, None, None, "e2e-raw").into();
+        let mut settings = SigningSettings::default();
+        settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+        // S3 signs the path as sent: single encoding, no normalization.
+        settings.percent_encoding_mode = PercentEncodingMode::Single;
+        settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+        let params = v4::SigningParams::builder()
+            .identity(&identity)
+            .region(REGION)
+            .name("s3")
+            .time(self.time)
+            .settings(settings)
+            .build()
+            .expect("signing params")
+            .into();
+        let claimed = self.claimed_payload.as_deref().unwrap_or(&self.body);
+        let signable = SignableRequest::new(
+            &self.method,
+            uri.as_str(),
+            headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            SignableBody::Bytes(claimed),
+        )
+        .expect("signable request");
+        let (instructions, _signature) = sign(signable, &params).expect("sign").into_parts();
+        for (k, v) in instructions.headers() {
+            headers.push((k.to_string(), v.to_string()));
+        }
+        for (name, value) in &self.tampered_headers {
+            headers.retain(|(k, _)| k != name);
+            headers.push((name.clone(), value.clone()));
+        }
+        let target = self.tampered_target.as_deref().unwrap_or(&self.target);
+        raw_request(self.gw.port, &self.method, target, &headers, &self.body).unwrap_or_else(|e| {
+            panic!(
+                "{} {}: no HTTP response: {e}\n{}",
+                self.method,
+                self.target,
+                self.gw.log_tail(50)
+            )
+        })
+    }
+}
+
+/// Polls `cond` every 50 ms until it holds or `limit` passes; returns whether it held.
+pub fn poll_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_admin_json() {
+        let live = AdminFile::parse(
+            r#"{"sha1":"aabb","state":"live","refs":2,"magic":123,"flags":0,"pair":1}"#,
+        )
+        .unwrap();
+        assert_eq!(live.state, "live");
+        assert_eq!(live.refs, Some(2));
+        assert_eq!(live.magic, Some(123));
+        assert_eq!(live.pair, Some(1));
+        let deleting =
+            AdminFile::parse(r#"{ "sha1": "aabb", "state": "deleting", "pair": 0, "since": 17 }"#)
+                .unwrap();
+        assert_eq!(deleting.state, "deleting");
+        assert_eq!(deleting.refs, None);
+        assert_eq!(deleting.since, Some(17));
+        assert!(AdminFile::parse("not json").is_err());
+    }
+
+    #[test]
+    fn parses_listening_line() {
+        assert_eq!(parse_listening("listening on 127.0.0.1:4242"), Some(4242));
+        assert_eq!(parse_listening("INFO listening on 127.0.0.1:4242"), None);
+    }
+
+    #[test]
+    fn strips_ansi() {
+        assert_eq!(
+            strip_ansi("\u{1b}[2mtime\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m x"),
+            "time  INFO x"
+        );
+    }
+
+    #[test]
+    fn keys_are_encoded() {
+        assert_eq!(encode_key("a b/c+d~é"), "a%20b/c%2Bd~%C3%A9");
+    }
+
+    #[test]
+    fn bodies_are_seeded() {
+        assert_eq!(random_body(7, 100), random_body(7, 100));
+        assert_ne!(random_body(7, 100), random_body(8, 100));
+        let (_, b) = random_body_read_first_from(0, 1, 64);
+        assert_eq!(sha1_bytes(&b)[0] >> 7, 0);
+        let (_, b) = random_body_read_first_from(1, 1, 64);
+        assert_eq!(sha1_bytes(&b)[0] >> 7, 1);
+    }
+}

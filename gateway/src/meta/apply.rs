@@ -4,7 +4,7 @@
 //! A command either applies whole or returns an error, in which case the caller aborts the
 //! transaction, so a half-applied command is never committed.
 
-use placement::{Magic, PairId, Sha1};
+use placement::{Magic, PairId, PairRecord, Sha1};
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::MetaError;
@@ -24,6 +24,25 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             let bytes = tables::encode_pair(record)?;
             txn.open_table(PAIRS)?.insert(id.0, bytes.as_slice())?;
             Ok(Response::Done)
+        }
+        Command::AddPair { record } => {
+            let mut pairs = txn.open_table(PAIRS)?;
+            let next = match pairs.last()? {
+                Some((k, _)) => k.value().checked_add(1).ok_or(MetaError::NoPair)?,
+                None => 0,
+            };
+            pairs.insert(next, tables::encode_pair(record)?.as_slice())?;
+            Ok(Response::Pair(PairId(next), record.clone()))
+        }
+        Command::SetPairFlags { id, set, clear } => {
+            let mut pairs = txn.open_table(PAIRS)?;
+            let mut record: PairRecord = match pairs.get(id.0)? {
+                Some(v) => tables::decode_versioned("pairs", v.value())?,
+                None => return Err(MetaError::NoPair),
+            };
+            record.flags = record.flags.with(*set).without(*clear);
+            pairs.insert(id.0, tables::encode_pair(&record)?.as_slice())?;
+            Ok(Response::Pair(*id, record))
         }
         Command::CreateBucket { bucket, created_ms } => {
             let mut buckets = txn.open_table(BUCKETS)?;
@@ -649,5 +668,45 @@ mod tests {
         };
         let bytes = postcard::to_stdvec(&c).unwrap();
         assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), c);
+    }
+
+    #[test]
+    fn pairs_get_the_next_id_and_flags_change_atomically() {
+        use placement::{DiskRef, PairFlags};
+        let (_d, s) = store();
+        let rec = PairRecord::new([DiskRef::local("/a"), DiskRef::local("/b")]);
+        let add = Command::AddPair {
+            record: rec.clone(),
+        };
+        assert!(matches!(
+            s.execute(&add).unwrap(),
+            Response::Pair(PairId(0), _)
+        ));
+        assert!(matches!(
+            s.execute(&add).unwrap(),
+            Response::Pair(PairId(1), _)
+        ));
+        let set = Command::SetPairFlags {
+            id: PairId(1),
+            set: PairFlags::LOCKED.with(PairFlags::READ_ONLY),
+            clear: PairFlags::default(),
+        };
+        s.execute(&set).unwrap();
+        let unlock = Command::SetPairFlags {
+            id: PairId(1),
+            set: PairFlags::default(),
+            clear: PairFlags::LOCKED,
+        };
+        let Response::Pair(_, r) = s.execute(&unlock).unwrap() else {
+            panic!()
+        };
+        assert_eq!(r.flags, PairFlags::READ_ONLY);
+        assert_eq!(s.pairs().unwrap()[1].1.flags, PairFlags::READ_ONLY);
+        let missing = Command::SetPairFlags {
+            id: PairId(9),
+            set: PairFlags::LOCKED,
+            clear: PairFlags::default(),
+        };
+        assert!(matches!(s.execute(&missing), Err(MetaError::NoPair)));
     }
 }

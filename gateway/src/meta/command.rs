@@ -5,7 +5,7 @@
 //! state always gives the same result. That is what lets a later replication layer ship
 //! commands through a Raft log instead of shipping database pages.
 
-use placement::{Magic, PairId, PairRecord, Sha1};
+use placement::{Magic, PairFlags, PairId, PairRecord, Sha1};
 use serde::{Deserialize, Serialize};
 
 use super::tables::{FileRecord, ObjectRecord};
@@ -54,10 +54,20 @@ impl NewObject {
 /// Every metadata mutation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
-    /// Adds or replaces a disk pair in PairDB.
+    /// Adds or replaces a disk pair in PairDB (configuration sync).
     PutPair {
         id: PairId,
         record: PairRecord,
+    },
+    /// Adds a pair under the next free id (one past the highest).
+    AddPair {
+        record: PairRecord,
+    },
+    /// Sets then clears flag bits of a pair, atomically.
+    SetPairFlags {
+        id: PairId,
+        set: PairFlags,
+        clear: PairFlags,
     },
     CreateBucket {
         bucket: String,
@@ -120,6 +130,8 @@ pub enum DecOutcome {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
     Done,
+    /// The id and record of a pair after `AddPair` or `SetPairFlags`.
+    Pair(PairId, PairRecord),
     /// The content record after an `Inc` or `InsertOrInc`.
     File(FileRecord),
     Dec(DecOutcome),

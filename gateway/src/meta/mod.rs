@@ -29,6 +29,8 @@ pub enum MetaError {
     BucketExists,
     #[error("bucket is not empty")]
     BucketNotEmpty,
+    #[error("no such disk pair")]
+    NoPair,
     #[error("content not found")]
     NotFound,
     #[error("reference count would overflow")]

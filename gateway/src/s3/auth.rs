@@ -195,11 +195,22 @@ fn sha256_checked(
 
 /// The body of an authenticated request as a stream of bytes or S3 errors.
 pub fn body_stream(body: Body) -> impl Stream<Item = Result<Bytes, S3Error>> + Unpin {
-    body.into_data_stream().map_err(|e| {
-        let inner = e.into_inner();
-        match inner.downcast::<BodyError>() {
-            Ok(b) => b.0,
-            Err(_) => incomplete_body(),
+    body.into_data_stream()
+        .map_err(|e| carried_error(e.into_inner()).unwrap_or_else(incomplete_body))
+}
+
+/// Finds the [`BodyError`] inside an error from the body. axum boxes a stream's error once
+/// per body wrapper, so it may sit a few `axum::Error` layers deep.
+fn carried_error(mut e: axum::BoxError) -> Option<S3Error> {
+    const WRAPPERS_MAX: usize = 8;
+    for _ in 0..WRAPPERS_MAX {
+        match e.downcast::<BodyError>() {
+            Ok(b) => return Some(b.0),
+            Err(other) => match other.downcast::<axum::Error>() {
+                Ok(wrapped) => e = wrapped.into_inner(),
+                Err(_) => return None,
+            },
         }
-    })
+    }
+    None
 }

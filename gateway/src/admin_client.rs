@@ -1,0 +1,180 @@
+//! The client side of the admin API, behind `gateway admin ...`.
+
+use bytes::Bytes;
+use http::{Method, Request, header};
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+/// Whole-request bound for an admin call.
+const REQUEST_TIMEOUT_SECS: u64 = 30;
+
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum PairsCommand {
+    /// Every pair with its flags and the fill of each disk.
+    List,
+    /// Add a writable pair of two disks (`local:/abs/path` or a WebDAV URL).
+    Add { disk0: String, disk1: String },
+    /// Stop new writes to a pair.
+    Lock { id: u32 },
+    /// Allow new writes again.
+    Unlock { id: u32 },
+    /// Mark a pair read-only (a disk failed).
+    ReadOnly { id: u32 },
+    /// Clear the read-only flag.
+    ReadWrite { id: u32 },
+}
+
+pub struct AdminClient {
+    base: String,
+    token: Option<String>,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl AdminClient {
+    pub fn new(endpoint: &str, token: Option<String>) -> Result<Self, String> {
+        let base = endpoint.trim_end_matches('/').to_string();
+        if !base.starts_with("http://") {
+            return Err(format!("endpoint must be an http:// URL, got {endpoint}"));
+        }
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        Ok(AdminClient {
+            base,
+            token,
+            client,
+        })
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<serde_json::Value, String> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        if let Some(t) = &self.token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        if body.is_some() {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| e.to_string())?;
+        let call = async {
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|e| format!("{}: {e}", self.base))?;
+            let status = resp.status();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| e.to_string())?
+                .to_bytes();
+            let value: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|_| format!("{status}: {}", String::from_utf8_lossy(&bytes)))?;
+            if status.is_success() {
+                Ok(value)
+            } else {
+                let msg = value
+                    .get("error")
+                    .and_then(|e| e.as_str())
+                    .unwrap_or("error");
+                Err(format!("{status}: {msg}"))
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(REQUEST_TIMEOUT_SECS), call)
+            .await
+            .map_err(|_| format!("{}: no answer within {REQUEST_TIMEOUT_SECS} s", self.base))?
+    }
+
+    /// Runs a pairs command and returns the text to print.
+    pub async fn pairs(&self, cmd: PairsCommand) -> Result<String, String> {
+        let (path, body) = match &cmd {
+            PairsCommand::List => {
+                let v = self.call(Method::GET, "/_admin/pairs", None).await?;
+                let pairs = v
+                    .get("pairs")
+                    .and_then(|p| p.as_array())
+                    .cloned()
+                    .unwrap_or_default();
+                return Ok(render(&pairs));
+            }
+            PairsCommand::Add { disk0, disk1 } => (
+                "/_admin/pairs".to_string(),
+                Some(serde_json::json!({ "disks": [disk0, disk1] }).to_string()),
+            ),
+            PairsCommand::Lock { id } => (format!("/_admin/pairs/{id}/lock"), None),
+            PairsCommand::Unlock { id } => (format!("/_admin/pairs/{id}/unlock"), None),
+            PairsCommand::ReadOnly { id } => (format!("/_admin/pairs/{id}/read-only"), None),
+            PairsCommand::ReadWrite { id } => (format!("/_admin/pairs/{id}/read-write"), None),
+        };
+        let v = self.call(Method::POST, &path, body).await?;
+        Ok(render(&[v]))
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// A table: one line per disk, with its pair's id and flags on the first.
+pub fn render(pairs: &[serde_json::Value]) -> String {
+    let mut out = format!("{:<6} {:<28} {:<48} {}\n", "PAIR", "FLAGS", "DISK", "FILL");
+    for p in pairs {
+        let id = p.get("id").and_then(|v| v.as_u64()).unwrap_or_default();
+        let flags: Vec<&str> = p
+            .get("flags")
+            .and_then(|f| f.as_array())
+            .map(|a| a.iter().filter_map(|f| f.as_str()).collect())
+            .unwrap_or_default();
+        let flags = if flags.is_empty() {
+            "-".to_string()
+        } else {
+            flags.join(",")
+        };
+        for i in 0..2 {
+            let at = |field: &str| {
+                p.get(field)
+                    .and_then(|v| v.get(i))
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(0)
+            };
+            let disk = p
+                .get("disks")
+                .and_then(|d| d.get(i))
+                .and_then(|d| d.as_str())
+                .unwrap_or("?");
+            let (free, cap) = (at("free_bytes"), at("capacity_bytes"));
+            let fill = if cap == 0 {
+                "unknown".to_string()
+            } else {
+                format!(
+                    "{:.1} % used of {}",
+                    100.0 * (cap - free.min(cap)) as f64 / cap as f64,
+                    human_bytes(cap)
+                )
+            };
+            let (id_col, flags_col) = if i == 0 {
+                (id.to_string(), flags.clone())
+            } else {
+                (String::new(), String::new())
+            };
+            out.push_str(&format!("{id_col:<6} {flags_col:<28} {disk:<48} {fill}\n"));
+        }
+    }
+    out
+}
