@@ -3,7 +3,7 @@
 //! This crate holds the vocabulary shared by every other crate ([`Sha1`], [`Magic`],
 //! [`PairId`], [`DiskRef`]), the PairDB record ([`pairdb::PairRecord`]) and the weighted
 //! pair choice ([`choose`]), the disk backends ([`disk`]), and the two protocols that touch
-//! content: the write protocol ([`write`]: stream to temp names on both disks while hashing
+//! content: the write protocol ([`write`](mod@write): stream to temp names on both disks while hashing
 //! in one pass, fsync, then rename to the content address) and the verified read
 //! ([`read`]: check size and CRC32, fall back to the other copy).
 //!

@@ -252,7 +252,9 @@ mod tests {
     }
 
     fn corrupt(disk: &Disk, sha1: &Sha1) {
-        let Disk::Local(d) = disk;
+        let Disk::Local(d) = disk else {
+            panic!("corrupt() only knows local disks")
+        };
         let path = d.content_file(sha1);
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[0] ^= 0xff;

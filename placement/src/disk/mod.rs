@@ -6,13 +6,15 @@
 //! beside the content name for quarantined files.
 //!
 //! [`Disk`] is an enum rather than a trait object: the set of backends is closed (a local
-//! directory; WebDAV storage nodes arrive with their issue) and an enum keeps the async
-//! methods free of boxing.
+//! directory, [`local`]; a folder on a WebDAV storage node, [`webdav`]) and an enum keeps
+//! the async methods free of boxing.
 
 pub mod local;
+pub mod webdav;
 
 use std::io;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -20,6 +22,7 @@ use futures_util::Stream;
 use crate::vocab::{DiskRef, Sha1};
 
 pub use local::LocalDisk;
+pub use webdav::{WebDavConfig, WebDavDisk};
 
 /// Errors of a disk operation.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +36,33 @@ pub enum DiskError {
     },
     #[error("disk {0}: backend not supported by this build")]
     Unsupported(DiskRef),
+    /// A remote disk answered with a status the operation does not accept (404: the file
+    /// is not there, see [`DiskError::is_not_found`]).
+    #[error("disk {disk}: {op}: HTTP status {status}")]
+    Http {
+        disk: DiskRef,
+        op: &'static str,
+        status: u16,
+    },
+    /// A remote disk could not be reached, broke the connection or sent an answer that
+    /// makes no sense for the request.
+    #[error("disk {disk}: {op}: {message}")]
+    Remote {
+        disk: DiskRef,
+        op: &'static str,
+        message: String,
+    },
+    /// A remote disk did not answer within the configured bound.
+    #[error("disk {disk}: {op}: no answer within {after:?}")]
+    Timeout {
+        disk: DiskRef,
+        op: &'static str,
+        after: Duration,
+    },
+    /// The backend cannot measure its free space (a WebDAV node has no way to report it)
+    /// and none was configured: the caller keeps whatever figure it had.
+    #[error("disk {0}: free space unknown (WebDAV cannot report it and none is configured)")]
+    SpaceUnknown(DiskRef),
 }
 
 impl DiskError {
@@ -46,7 +76,16 @@ impl DiskError {
 
     /// Whether the error says the file is simply not there.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, DiskError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+        match self {
+            DiskError::Io { source, .. } => source.kind() == io::ErrorKind::NotFound,
+            DiskError::Http { status, .. } => *status == 404,
+            _ => false,
+        }
+    }
+
+    /// Whether the error only says that the disk cannot report its free space.
+    pub fn is_space_unknown(&self) -> bool {
+        matches!(self, DiskError::SpaceUnknown(_))
     }
 }
 
@@ -66,23 +105,31 @@ pub type ByteStream = std::pin::Pin<Box<dyn Stream<Item = io::Result<Bytes>> + S
 #[derive(Debug, Clone)]
 pub enum Disk {
     Local(LocalDisk),
+    WebDav(WebDavDisk),
 }
 
 impl Disk {
-    /// Opens the backend a [`DiskRef`] names.
+    /// Opens the backend a [`DiskRef`] names: a local directory for `local:`, a WebDAV
+    /// folder with the default [`WebDavConfig`] for an `http://` URL.
     pub fn open(disk: &DiskRef) -> Result<Self, DiskError> {
+        Self::open_with(disk, &WebDavConfig::default())
+    }
+
+    /// Like [`Disk::open`], with the timeouts (and optional space figure) of WebDAV disks.
+    pub fn open_with(disk: &DiskRef, webdav: &WebDavConfig) -> Result<Self, DiskError> {
         match disk.local_path() {
             Some(path) => Ok(Disk::Local(LocalDisk::new(
                 disk.clone(),
                 path.to_path_buf(),
             ))),
-            None => Err(DiskError::Unsupported(disk.clone())),
+            None => WebDavDisk::new(disk.clone(), webdav.clone()).map(Disk::WebDav),
         }
     }
 
     pub fn disk_ref(&self) -> &DiskRef {
         match self {
             Disk::Local(d) => d.disk_ref(),
+            Disk::WebDav(d) => d.disk_ref(),
         }
     }
 
@@ -90,6 +137,7 @@ impl Disk {
     pub async fn begin_temp(&self) -> Result<TempWriter, DiskError> {
         match self {
             Disk::Local(d) => d.begin_temp().await.map(TempWriter::Local),
+            Disk::WebDav(d) => d.begin_temp().await.map(TempWriter::WebDav),
         }
     }
 
@@ -97,6 +145,7 @@ impl Disk {
     pub async fn size_of(&self, sha1: &Sha1) -> Result<Option<u64>, DiskError> {
         match self {
             Disk::Local(d) => d.size_of(sha1).await,
+            Disk::WebDav(d) => d.size_of(sha1).await,
         }
     }
 
@@ -104,6 +153,7 @@ impl Disk {
     pub async fn read_all(&self, sha1: &Sha1) -> Result<Bytes, DiskError> {
         match self {
             Disk::Local(d) => d.read_all(sha1).await,
+            Disk::WebDav(d) => d.read_all(sha1).await,
         }
     }
 
@@ -116,13 +166,18 @@ impl Disk {
     ) -> Result<ByteStream, DiskError> {
         match self {
             Disk::Local(d) => d.read_range(sha1, offset, len).await,
+            Disk::WebDav(d) => d.read_range(sha1, offset, len).await,
         }
     }
 
     /// Free and total bytes of the filesystem under the disk.
+    ///
+    /// A WebDAV disk returns its configured figure, or [`DiskError::SpaceUnknown`] when
+    /// there is none ([`DiskError::is_space_unknown`]): nginx cannot report free space.
     pub async fn space(&self) -> Result<(u64, u64), DiskError> {
         match self {
             Disk::Local(d) => d.space().await,
+            Disk::WebDav(d) => d.space().await,
         }
     }
 }
@@ -130,19 +185,23 @@ impl Disk {
 /// A temp file being written.
 pub enum TempWriter {
     Local(local::LocalTempWriter),
+    WebDav(webdav::WebDavTempWriter),
 }
 
 impl TempWriter {
     pub async fn write(&mut self, chunk: Bytes) -> Result<(), DiskError> {
         match self {
             TempWriter::Local(w) => w.write(chunk).await,
+            TempWriter::WebDav(w) => w.write(chunk).await,
         }
     }
 
-    /// Flushes and fsyncs the temp file.
+    /// Flushes and fsyncs the temp file (a WebDAV disk: ends the PUT and waits for the
+    /// node to acknowledge the whole body).
     pub async fn finish(self) -> Result<TempFile, DiskError> {
         match self {
             TempWriter::Local(w) => w.finish().await.map(TempFile::Local),
+            TempWriter::WebDav(w) => w.finish().await.map(TempFile::WebDav),
         }
     }
 }
@@ -150,13 +209,16 @@ impl TempWriter {
 /// A complete, fsynced temp file waiting to be named or discarded.
 pub enum TempFile {
     Local(local::LocalTempFile),
+    WebDav(webdav::WebDavTempFile),
 }
 
 impl TempFile {
-    /// Renames the temp file to the content address and fsyncs the directory.
+    /// Renames the temp file to the content address and fsyncs the directory (a WebDAV
+    /// disk: `MOVE`, a rename on the node).
     pub async fn commit(self, sha1: &Sha1) -> Result<(), DiskError> {
         match self {
             TempFile::Local(t) => t.commit(sha1).await,
+            TempFile::WebDav(t) => t.commit(sha1).await,
         }
     }
 
@@ -164,6 +226,7 @@ impl TempFile {
     pub async fn discard(self) -> Result<(), DiskError> {
         match self {
             TempFile::Local(t) => t.discard().await,
+            TempFile::WebDav(t) => t.discard().await,
         }
     }
 }
