@@ -15,6 +15,7 @@ pub mod admin_client;
 pub mod config;
 pub mod credentials;
 pub mod meta;
+pub mod multipart;
 pub mod native;
 pub mod s3;
 pub mod server;

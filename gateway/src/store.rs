@@ -19,8 +19,8 @@ use placement::write::{self, StagedUpload, WriteError};
 use placement::{Disk, Magic, PairId, PairRecord, Sha1};
 
 use crate::meta::{
-    BucketRecord, Command, ContentSource, FileRecord, ListPage, ListQuery, MetaError, MetaStore,
-    NewObject, ObjectRecord, Response,
+    BucketRecord, Checksum, Command, ContentSource, FileRecord, ListPage, ListQuery, MetaError,
+    MetaStore, NewObject, ObjectRecord, Response, WritePrecondition,
 };
 use crate::s3::error::{ErrorCode, S3Error};
 
@@ -47,12 +47,43 @@ impl Default for Limits {
 pub struct PutRequest {
     pub bucket: String,
     pub key: String,
-    pub content_type: Option<String>,
-    pub user_meta: Vec<(String, String)>,
+    pub attrs: ObjectAttrs,
     /// The decoded body length the client announced, if any.
     pub size_bytes: Option<u64>,
     /// `Content-MD5`, verified against the body.
     pub content_md5: Option<[u8; 16]>,
+    pub precondition: Option<WritePrecondition>,
+    /// Filled with the verified flexible checksum once the body has been read.
+    pub checksum: Option<ChecksumSlot>,
+}
+
+/// Where the S3 layer leaves a flexible checksum it verified while the body streamed
+/// (a trailer's value is only known at the end of the body).
+pub type ChecksumSlot = Arc<std::sync::Mutex<Option<Checksum>>>;
+
+/// What a client says about an object besides its bytes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectAttrs {
+    pub content_type: Option<String>,
+    pub user_meta: Vec<(String, String)>,
+    /// Stored standard headers (Content-Encoding, Content-Disposition, ...).
+    pub headers: Vec<(String, String)>,
+}
+
+impl ObjectAttrs {
+    pub fn of(record: &ObjectRecord) -> Self {
+        ObjectAttrs {
+            content_type: record.content_type.clone(),
+            user_meta: record.user_meta.clone(),
+            headers: record.headers.clone(),
+        }
+    }
+
+    fn apply_to(self, record: &mut ObjectRecord) {
+        record.content_type = self.content_type;
+        record.user_meta = self.user_meta;
+        record.headers = self.headers;
+    }
 }
 
 /// A body being served.
@@ -92,6 +123,29 @@ impl RangeSpec {
     }
 }
 
+/// Stored content to be read, verified, whole.
+pub struct ContentReader {
+    disks: Arc<[Disk; 2]>,
+    sha1: Sha1,
+    expect: Expect,
+    bad_copies: Arc<BadCopies>,
+}
+
+impl ContentReader {
+    pub async fn open(self) -> Result<ReadBody, ContentReadError> {
+        if self.expect.size_bytes <= VERIFY_BEFORE_SEND_BYTES_MAX {
+            let whole =
+                read::read_verified(&self.disks, self.sha1, self.expect, &self.bad_copies).await?;
+            Ok(ReadBody::Buffered(whole))
+        } else {
+            let stream =
+                read::stream_verified(&self.disks, self.sha1, self.expect, None, self.bad_copies)
+                    .await?;
+            Ok(ReadBody::Stream(stream))
+        }
+    }
+}
+
 /// Why stored content could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ContentReadError {
@@ -103,6 +157,13 @@ pub enum ContentReadError {
     NoGoodCopy(#[from] read::ReadError),
     #[error(transparent)]
     Meta(#[from] MetaError),
+}
+
+pub fn precondition_failed() -> S3Error {
+    S3Error::new(
+        ErrorCode::PreconditionFailed,
+        "At least one of the pre-conditions you specified did not hold",
+    )
 }
 
 /// Why staged content could not be committed.
@@ -132,7 +193,7 @@ fn now_secs() -> u64 {
     now_ms() / 1000
 }
 
-fn meta_error(e: MetaError, bucket: &str) -> S3Error {
+pub(crate) fn meta_error(e: MetaError, bucket: &str) -> S3Error {
     match e {
         MetaError::NoSuchBucket => S3Error::no_such_bucket(bucket),
         MetaError::BucketExists => S3Error::new(
@@ -149,7 +210,7 @@ fn meta_error(e: MetaError, bucket: &str) -> S3Error {
     }
 }
 
-fn write_error(e: WriteError) -> S3Error {
+pub(crate) fn write_error(e: WriteError) -> S3Error {
     match e {
         WriteError::NoSpace { .. } => S3Error::new(
             ErrorCode::ServiceUnavailable,
@@ -188,6 +249,14 @@ impl ObjectStore {
         tokio::task::spawn_blocking(move || f(&meta))
             .await
             .map_err(|e| MetaError::Storage(e.to_string()))?
+    }
+
+    /// A metadata read on the blocking pool, its failure an internal error.
+    pub(crate) async fn meta_call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
+    ) -> Result<T, S3Error> {
+        self.meta(f).await.map_err(S3Error::internal)
     }
 
     pub async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
@@ -282,15 +351,14 @@ impl ObjectStore {
         S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
     {
         self.check_key(&req.key)?;
-        let meta_bytes: usize = req.user_meta.iter().map(|(k, v)| k.len() + v.len()).sum();
-        if meta_bytes > self.limits.user_meta_bytes_max {
-            return Err(S3Error::new(
-                ErrorCode::MetadataTooLarge,
-                "Your metadata headers exceed the maximum allowed metadata size",
-            ));
-        }
-        // Fail before streaming when the bucket is missing; the command re-checks it.
+        self.check_attrs(&req.attrs)?;
+        // Fail before streaming when the bucket is missing or a condition fails; the
+        // command re-checks both atomically.
         self.bucket(&req.bucket).await?;
+        if let Some(pre) = &req.precondition {
+            self.check_write_precondition(&req.bucket, &req.key, pre)
+                .await?;
+        }
         let staged = self.stage(req.size_bytes, body).await?;
         if let Some(md5) = req.content_md5
             && md5 != staged.digests.md5
@@ -302,29 +370,110 @@ impl ObjectStore {
             ));
         }
         let d = staged.digests;
-        let object = NewObject {
-            sha1: d.sha1,
-            magic: Magic::random(),
-            size_bytes: d.size_bytes,
-            crc32: d.crc32,
-            md5: d.md5,
-            content_type: req.content_type,
-            user_meta: req.user_meta,
-            created_ms: now_ms(),
-        };
-        let bucket = req.bucket;
+        let mut object = NewObject::new(d.sha1, Magic::random(), d.size_bytes, d.crc32, d.md5);
+        object.created_ms = now_ms();
+        object.checksum = req
+            .checksum
+            .as_ref()
+            .and_then(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+        req.attrs.apply_to(&mut object);
+        let (bucket, key, precondition) = (req.bucket, req.key, req.precondition);
         let command = |source| Command::PutObject {
             bucket: bucket.clone(),
-            key: req.key.clone(),
+            key: key.clone(),
             object: object.clone(),
             source,
             now_secs: now_secs(),
+            precondition: precondition.clone(),
         };
         match self.commit_content(staged, command).await {
             Ok(Response::ObjectPut { seq, .. }) => Ok(object.into_record(seq)),
             Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
             Err(CommitError::Meta(e)) => Err(meta_error(e, &bucket)),
             Err(CommitError::Write(e)) => Err(write_error(e)),
+        }
+    }
+
+    pub fn check_attrs(&self, attrs: &ObjectAttrs) -> Result<(), S3Error> {
+        let meta_bytes: usize = attrs.user_meta.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if meta_bytes > self.limits.user_meta_bytes_max {
+            return Err(S3Error::new(
+                ErrorCode::MetadataTooLarge,
+                "Your metadata headers exceed the maximum allowed metadata size",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn check_write_precondition(
+        &self,
+        bucket: &str,
+        key: &str,
+        pre: &WritePrecondition,
+    ) -> Result<(), S3Error> {
+        let (b, k) = (bucket.to_string(), key.to_string());
+        let current = self
+            .meta(move |m| m.object(&b, &k))
+            .await
+            .map_err(|e| meta_error(e, bucket))?;
+        let ok = match (pre, &current) {
+            (WritePrecondition::NoneMatchAny, None) => true,
+            (WritePrecondition::NoneMatchAny, Some(_)) => false,
+            (WritePrecondition::Match(etag), Some(o)) => o.etag() == *etag,
+            (WritePrecondition::Match(_), None) => return Err(S3Error::no_such_key(key)),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(precondition_failed())
+        }
+    }
+
+    /// A metadata-only copy: the new object references the source's content, so no byte
+    /// is read or written. `attrs` replaces the source's attributes (REPLACE directive).
+    pub async fn copy(
+        &self,
+        source: &ObjectRecord,
+        from: (&str, &str),
+        to: (&str, &str),
+        attrs: Option<ObjectAttrs>,
+    ) -> Result<ObjectRecord, S3Error> {
+        self.check_key(to.1)?;
+        let mut object = source.clone();
+        object.magic = Magic::random();
+        object.created_ms = now_ms();
+        if let Some(a) = attrs {
+            self.check_attrs(&a)?;
+            a.apply_to(&mut object);
+        }
+        let cmd = Command::CopyObject {
+            bucket: to.0.to_string(),
+            key: to.1.to_string(),
+            object: object.clone(),
+            from_bucket: from.0.to_string(),
+            from_key: from.1.to_string(),
+            from_seq: source.seq,
+            now_secs: now_secs(),
+        };
+        match self.execute(cmd).await {
+            Ok(Response::ObjectPut { seq, .. }) => Ok(object.into_record(seq)),
+            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
+            Err(MetaError::NoSuchKey) => Err(S3Error::no_such_key(from.1)),
+            Err(e) => Err(meta_error(e, to.0)),
+        }
+    }
+
+    /// Deletes up to 1000 keys in one transaction; returns whether each existed.
+    pub async fn delete_many(&self, bucket: &str, keys: Vec<String>) -> Result<Vec<bool>, S3Error> {
+        let cmd = Command::DeleteObjects {
+            bucket: bucket.to_string(),
+            keys,
+            now_secs: now_secs(),
+        };
+        match self.execute(cmd).await {
+            Ok(Response::ObjectsDeleted(existed)) => Ok(existed),
+            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
+            Err(e) => Err(meta_error(e, bucket)),
         }
     }
 
@@ -403,13 +552,15 @@ impl ObjectStore {
         Ok(self.execute(command(ContentSource::Stored(pair))).await?)
     }
 
-    pub async fn get(
+    /// Reads an object whose record the caller already holds (after checking its
+    /// conditions), whole or a range of it.
+    pub async fn get_record(
         &self,
         bucket: &str,
         key: &str,
+        record: ObjectRecord,
         range: Option<RangeSpec>,
     ) -> Result<ObjectRead, S3Error> {
-        let record = self.head(bucket, key).await?;
         let range = match range {
             Some(spec) => Some(spec.resolve(record.size_bytes).ok_or_else(|| {
                 S3Error::new(
@@ -505,6 +656,21 @@ impl ObjectStore {
             }
         }
         Ok(None)
+    }
+
+    /// A reader of stored content that owns what it needs, to be opened later (for
+    /// streams that outlive a borrow of the store).
+    pub async fn content_reader(
+        &self,
+        sha1: Sha1,
+        expect: Expect,
+    ) -> Result<ContentReader, ContentReadError> {
+        Ok(ContentReader {
+            disks: self.content_disks(sha1).await?,
+            sha1,
+            expect,
+            bad_copies: self.bad_copies.clone(),
+        })
     }
 
     /// Reads stored content, verified against `expect` (see `placement::read`): bodies up

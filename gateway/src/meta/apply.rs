@@ -8,10 +8,10 @@ use placement::{Magic, PairId, PairRecord, Sha1};
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::MetaError;
-use super::command::{Command, ContentSource, DecOutcome, NewObject, Response};
+use super::command::{Command, ContentSource, DecOutcome, NewObject, Response, WritePrecondition};
 use super::tables::{
     self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FLAG_DO_NOT_DELETE,
-    FileRecord, OBJECT_SEQ, OBJECTS, ObjectRecord, PAIRS,
+    FileRecord, OBJECT_SEQ, OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord,
 };
 
 type Files<'t> = Table<'t, [u8; 20], [u8; 16]>;
@@ -76,7 +76,123 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             object,
             source,
             now_secs,
-        } => put_object(txn, bucket, key, object, *source, *now_secs),
+            precondition,
+        } => put_object(txn, bucket, key, object, *source, *now_secs, precondition),
+        Command::CopyObject {
+            bucket,
+            key,
+            object,
+            from_bucket,
+            from_key,
+            from_seq,
+            now_secs,
+        } => {
+            check_bucket(txn, bucket)?;
+            match read_object(txn, from_bucket, from_key)? {
+                Some(src) if src.seq == *from_seq && src.sha1 == object.sha1 => {}
+                Some(_) => return Err(MetaError::PreconditionFailed),
+                None => return Err(MetaError::NoSuchKey),
+            }
+            // The source holds a reference, so its content is live: Existing cannot fail.
+            if !reference(txn, &object.sha1, object.magic, ContentSource::Existing)? {
+                return Err(MetaError::Corrupt(format!(
+                    "{from_bucket}/{from_key}: content {} missing",
+                    object.sha1
+                )));
+            }
+            store_object(txn, bucket, key, object, *now_secs)
+        }
+        Command::DeleteObjects {
+            bucket,
+            keys,
+            now_secs,
+        } => {
+            check_bucket(txn, bucket)?;
+            let mut existed = Vec::with_capacity(keys.len());
+            for key in keys {
+                let removed = txn
+                    .open_table(OBJECTS)?
+                    .remove((bucket.as_str(), key.as_bytes()))?
+                    .map(|v| tables::decode_versioned::<ObjectRecord>("objects", v.value()))
+                    .transpose()?;
+                if let Some(old) = &removed {
+                    release(txn, &old.sha1, old.magic, *now_secs)?;
+                }
+                existed.push(removed.is_some());
+            }
+            Ok(Response::ObjectsDeleted(existed))
+        }
+        Command::CreateUpload { upload_id, upload } => {
+            check_bucket(txn, &upload.bucket)?;
+            let mut uploads = txn.open_table(UPLOADS)?;
+            if uploads.get(upload_id.as_str())?.is_some() {
+                return Err(MetaError::Corrupt(format!("upload id {upload_id} reused")));
+            }
+            uploads.insert(
+                upload_id.as_str(),
+                tables::encode_versioned(upload)?.as_slice(),
+            )?;
+            Ok(Response::Done)
+        }
+        Command::PutPart {
+            upload_id,
+            part_number,
+            part,
+            source,
+            now_secs,
+        } => {
+            read_upload(txn, upload_id)?;
+            if !reference(txn, &part.sha1, part.magic, *source)? {
+                return Ok(Response::ContentGone);
+            }
+            let bytes = tables::encode_versioned(part)?;
+            let replaced = txn
+                .open_table(PARTS)?
+                .insert((upload_id.as_str(), *part_number), bytes.as_slice())?
+                .map(|v| tables::decode_versioned::<PartRecord>("parts", v.value()))
+                .transpose()?;
+            if let Some(old) = replaced {
+                release(txn, &old.sha1, old.magic, *now_secs)?;
+            }
+            Ok(Response::PartPut)
+        }
+        Command::CompleteUpload {
+            upload_id,
+            object,
+            parts,
+            source,
+            now_secs,
+        } => {
+            let upload = read_upload(txn, upload_id)?;
+            check_bucket(txn, &upload.bucket)?;
+            {
+                let table = txn.open_table(PARTS)?;
+                for (number, sha1) in parts {
+                    let current = table
+                        .get((upload_id.as_str(), *number))?
+                        .map(|v| tables::decode_versioned::<PartRecord>("parts", v.value()))
+                        .transpose()?;
+                    if current.is_none_or(|p| p.sha1 != *sha1) {
+                        return Err(MetaError::InvalidPart(format!(
+                            "part {number} changed or vanished"
+                        )));
+                    }
+                }
+            }
+            if !reference(txn, &object.sha1, object.magic, *source)? {
+                return Ok(Response::ContentGone);
+            }
+            drop_upload(txn, upload_id, *now_secs)?;
+            store_object(txn, &upload.bucket, &upload.key, object, *now_secs)
+        }
+        Command::AbortUpload {
+            upload_id,
+            now_secs,
+        } => {
+            read_upload(txn, upload_id)?;
+            drop_upload(txn, upload_id, *now_secs)?;
+            Ok(Response::Done)
+        }
         Command::DeleteObject {
             bucket,
             key,
@@ -121,30 +237,72 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
     }
 }
 
-fn put_object(
+fn check_bucket(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
+    match txn.open_table(BUCKETS)?.get(bucket)? {
+        Some(_) => Ok(()),
+        None => Err(MetaError::NoSuchBucket),
+    }
+}
+
+fn read_object(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<ObjectRecord>, MetaError> {
+    match txn.open_table(OBJECTS)?.get((bucket, key.as_bytes()))? {
+        Some(v) => Ok(Some(tables::decode_versioned("objects", v.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// Adds the reference of a new object or part. `Ok(false)`: the `Existing` content has
+/// gone and nothing changed.
+fn reference(
+    txn: &WriteTransaction,
+    sha1: &Sha1,
+    magic: Magic,
+    source: ContentSource,
+) -> Result<bool, MetaError> {
+    let mut files = txn.open_table(FILES)?;
+    match source {
+        ContentSource::Existing => match inc(&mut files, sha1, magic) {
+            Ok(_) => Ok(true),
+            Err(MetaError::NotFound) => Ok(false),
+            Err(e) => Err(e),
+        },
+        ContentSource::Stored(pair) => insert_or_inc(&mut files, sha1, magic, pair).map(|_| true),
+    }
+}
+
+fn check_precondition(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    precondition: &Option<WritePrecondition>,
+) -> Result<(), MetaError> {
+    match precondition {
+        None => Ok(()),
+        Some(WritePrecondition::NoneMatchAny) => match read_object(txn, bucket, key)? {
+            Some(_) => Err(MetaError::PreconditionFailed),
+            None => Ok(()),
+        },
+        Some(WritePrecondition::Match(etag)) => match read_object(txn, bucket, key)? {
+            Some(o) if o.etag() == *etag => Ok(()),
+            Some(_) => Err(MetaError::PreconditionFailed),
+            None => Err(MetaError::NoSuchKey),
+        },
+    }
+}
+
+/// Stores `object` under bucket/key with the next sequence number and releases the
+/// content of the object it replaces. The new content must already be referenced.
+fn store_object(
     txn: &WriteTransaction,
     bucket: &str,
     key: &str,
     object: &NewObject,
-    source: ContentSource,
     now_secs: u64,
 ) -> Result<Response, MetaError> {
-    if txn.open_table(BUCKETS)?.get(bucket)?.is_none() {
-        return Err(MetaError::NoSuchBucket);
-    }
-    {
-        let mut files = txn.open_table(FILES)?;
-        match source {
-            ContentSource::Existing => match inc(&mut files, &object.sha1, object.magic) {
-                Ok(_) => {}
-                Err(MetaError::NotFound) => return Ok(Response::ContentGone),
-                Err(e) => return Err(e),
-            },
-            ContentSource::Stored(pair) => {
-                insert_or_inc(&mut files, &object.sha1, object.magic, pair)?;
-            }
-        }
-    }
     let seq = {
         let mut counters = txn.open_table(COUNTERS)?;
         let next = counters.get(OBJECT_SEQ)?.map(|v| v.value()).unwrap_or(0) + 1;
@@ -172,6 +330,47 @@ fn put_object(
         replaced,
         released,
     })
+}
+
+fn put_object(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    object: &NewObject,
+    source: ContentSource,
+    now_secs: u64,
+    precondition: &Option<WritePrecondition>,
+) -> Result<Response, MetaError> {
+    check_bucket(txn, bucket)?;
+    check_precondition(txn, bucket, key, precondition)?;
+    if !reference(txn, &object.sha1, object.magic, source)? {
+        return Ok(Response::ContentGone);
+    }
+    store_object(txn, bucket, key, object, now_secs)
+}
+
+fn read_upload(txn: &WriteTransaction, upload_id: &str) -> Result<UploadRecord, MetaError> {
+    match txn.open_table(UPLOADS)?.get(upload_id)? {
+        Some(v) => tables::decode_versioned("uploads", v.value()),
+        None => Err(MetaError::NoSuchUpload),
+    }
+}
+
+/// Removes an upload and its parts, dereferencing every part's content.
+fn drop_upload(txn: &WriteTransaction, upload_id: &str, now_secs: u64) -> Result<(), MetaError> {
+    let mut parts_gone = Vec::new();
+    {
+        let mut parts = txn.open_table(PARTS)?;
+        for entry in parts.extract_from_if((upload_id, 0)..=(upload_id, u32::MAX), |_, _| true)? {
+            let (_, v) = entry?;
+            parts_gone.push(tables::decode_versioned::<PartRecord>("parts", v.value())?);
+        }
+    }
+    for part in parts_gone {
+        release(txn, &part.sha1, part.magic, now_secs)?;
+    }
+    txn.open_table(UPLOADS)?.remove(upload_id)?;
+    Ok(())
 }
 
 /// Dereferences the content of a removed object. A missing record is reported, not fatal:
@@ -526,22 +725,14 @@ mod tests {
             created_ms: 1,
         })
         .unwrap();
-        let obj = |sha1: Sha1, magic: u32| NewObject {
-            sha1,
-            magic: m(magic),
-            size_bytes: 1,
-            crc32: 0,
-            md5: [0; 16],
-            content_type: None,
-            user_meta: vec![],
-            created_ms: 1,
-        };
+        let obj = |sha1: Sha1, magic: u32| NewObject::new(sha1, m(magic), 1, 0, [0; 16]);
         let put = |sha1, magic, source| Command::PutObject {
             bucket: "b".into(),
             key: "k".into(),
             object: obj(sha1, magic),
             source,
             now_secs: 9,
+            precondition: None,
         };
         let r = s
             .execute(&put(sha(7), 11, ContentSource::Stored(PairId(0))))
@@ -622,18 +813,10 @@ mod tests {
         let put_k = Command::PutObject {
             bucket: "b".into(),
             key: "k".into(),
-            object: NewObject {
-                sha1: sha(1),
-                magic: m(2),
-                size_bytes: 0,
-                crc32: 0,
-                md5: [0; 16],
-                content_type: None,
-                user_meta: vec![],
-                created_ms: 1,
-            },
+            object: NewObject::new(sha(1), m(2), 0, 0, [0; 16]),
             source: ContentSource::Existing,
             now_secs: 1,
+            precondition: None,
         };
         s.execute(&put_k).unwrap();
         let delete = Command::DeleteBucket { bucket: "b".into() };

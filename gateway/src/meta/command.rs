@@ -8,7 +8,7 @@
 use placement::{Magic, PairFlags, PairId, PairRecord, Sha1};
 use serde::{Deserialize, Serialize};
 
-use super::tables::{FileRecord, ObjectRecord};
+use super::tables::{FileRecord, ObjectRecord, PartRecord, UploadRecord};
 
 /// Where the content of a new reference is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,33 +22,17 @@ pub enum ContentSource {
     Stored(PairId),
 }
 
-/// An object as the caller has stored it, before `apply` gives it a sequence number.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NewObject {
-    pub sha1: Sha1,
-    pub magic: Magic,
-    pub size_bytes: u64,
-    pub crc32: u32,
-    pub md5: [u8; 16],
-    pub content_type: Option<String>,
-    pub user_meta: Vec<(String, String)>,
-    pub created_ms: u64,
-}
+/// An object as the caller has stored it; `apply` assigns its `seq`.
+pub type NewObject = ObjectRecord;
 
-impl NewObject {
-    pub fn into_record(self, seq: u64) -> ObjectRecord {
-        ObjectRecord {
-            sha1: self.sha1,
-            magic: self.magic,
-            size_bytes: self.size_bytes,
-            crc32: self.crc32,
-            md5: self.md5,
-            content_type: self.content_type,
-            user_meta: self.user_meta,
-            created_ms: self.created_ms,
-            seq,
-        }
-    }
+/// A conditional write (`If-None-Match: *`, `If-Match: <etag>` on PUT), checked in the
+/// same transaction as the write.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WritePrecondition {
+    /// The key must not exist.
+    NoneMatchAny,
+    /// The key must exist with this ETag (quoted, as S3 shows it).
+    Match(String),
 }
 
 /// Every metadata mutation.
@@ -84,6 +68,51 @@ pub enum Command {
         key: String,
         object: NewObject,
         source: ContentSource,
+        now_secs: u64,
+        precondition: Option<WritePrecondition>,
+    },
+    /// A metadata-only copy: `object` references the content of `from_bucket/from_key`,
+    /// which must still be the version (`from_seq`) the caller read.
+    CopyObject {
+        bucket: String,
+        key: String,
+        object: NewObject,
+        from_bucket: String,
+        from_key: String,
+        from_seq: u64,
+        now_secs: u64,
+    },
+    /// Removes up to 1000 keys of a bucket; missing keys are not errors.
+    DeleteObjects {
+        bucket: String,
+        keys: Vec<String>,
+        now_secs: u64,
+    },
+    CreateUpload {
+        upload_id: String,
+        upload: UploadRecord,
+    },
+    /// Adds or replaces part `part_number` of an upload.
+    PutPart {
+        upload_id: String,
+        part_number: u32,
+        part: PartRecord,
+        source: ContentSource,
+        now_secs: u64,
+    },
+    /// Ends an upload: `object` (the concatenated parts, stored by the caller) becomes
+    /// `bucket/key`; every part is dereferenced. `parts` names the parts the caller read,
+    /// which must be unchanged.
+    CompleteUpload {
+        upload_id: String,
+        object: NewObject,
+        parts: Vec<(u32, Sha1)>,
+        source: ContentSource,
+        now_secs: u64,
+    },
+    /// Drops an upload and dereferences its parts.
+    AbortUpload {
+        upload_id: String,
         now_secs: u64,
     },
     /// Removes `bucket/key` if present and dereferences its content.
@@ -144,6 +173,10 @@ pub enum Response {
     },
     /// `PutObject` with [`ContentSource::Existing`] found no live record: nothing changed.
     ContentGone,
+    /// `DeleteObjects`: for each key, whether it existed.
+    ObjectsDeleted(Vec<bool>),
+    /// `PutPart` stored the part.
+    PartPut,
     /// `DeleteObject` removed this object (None: there was none).
     ObjectDeleted {
         removed: Option<ObjectRecord>,

@@ -138,18 +138,16 @@ mod tests {
                 s.execute(&Command::PutObject {
                     bucket: b.into(),
                     key: k.to_string(),
-                    object: NewObject {
-                        sha1: Sha1([i as u8; 20]),
-                        magic: Magic::new(i as u32 + 1).unwrap(),
-                        size_bytes: 1,
-                        crc32: 0,
-                        md5: [0; 16],
-                        content_type: None,
-                        user_meta: vec![],
-                        created_ms: 0,
-                    },
+                    object: NewObject::new(
+                        Sha1([i as u8; 20]),
+                        Magic::new(i as u32 + 1).unwrap(),
+                        1,
+                        0,
+                        [0; 16],
+                    ),
                     source: ContentSource::Stored(PairId(0)),
                     now_secs: 0,
+                    precondition: None,
                 })
                 .unwrap();
             }

@@ -15,11 +15,13 @@ use std::path::Path;
 use placement::{PairId, PairRecord, Sha1};
 use redb::{Database, ReadableDatabase, ReadableTable};
 
-pub use command::{Command, ContentSource, DecOutcome, NewObject, Response};
+pub use command::{Command, ContentSource, DecOutcome, NewObject, Response, WritePrecondition};
 pub use list::{ListPage, ListQuery};
-pub use tables::{BucketRecord, DeletingRecord, FileRecord, ObjectRecord};
+pub use tables::{
+    BucketRecord, Checksum, DeletingRecord, FileRecord, ObjectRecord, PartRecord, UploadRecord,
+};
 
-use tables::{BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS};
+use tables::{BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, UPLOADS};
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
@@ -31,6 +33,14 @@ pub enum MetaError {
     BucketNotEmpty,
     #[error("no such disk pair")]
     NoPair,
+    #[error("no such key")]
+    NoSuchKey,
+    #[error("no such upload")]
+    NoSuchUpload,
+    #[error("precondition failed")]
+    PreconditionFailed,
+    #[error("invalid part: {0}")]
+    InvalidPart(String),
     #[error("content not found")]
     NotFound,
     #[error("reference count would overflow")]
@@ -76,6 +86,8 @@ impl MetaStore {
         txn.open_table(BUCKETS)?;
         txn.open_table(OBJECTS)?;
         txn.open_table(COUNTERS)?;
+        txn.open_table(UPLOADS)?;
+        txn.open_table(PARTS)?;
         txn.commit()?;
         Ok(MetaStore { db })
     }
@@ -146,6 +158,60 @@ impl MetaStore {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(OBJECTS)?;
         list::list(&table, bucket, query)
+    }
+
+    pub fn upload(&self, upload_id: &str) -> Result<Option<UploadRecord>, MetaError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(UPLOADS)?;
+        match table.get(upload_id)? {
+            Some(v) => Ok(Some(tables::decode_versioned("uploads", v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    pub fn parts(
+        &self,
+        upload_id: &str,
+    ) -> Result<std::collections::BTreeMap<u32, PartRecord>, MetaError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(PARTS)?;
+        let mut out = std::collections::BTreeMap::new();
+        for entry in table.range((upload_id, 0)..=(upload_id, u32::MAX))? {
+            let (k, v) = entry?;
+            out.insert(k.value().1, tables::decode_versioned("parts", v.value())?);
+        }
+        Ok(out)
+    }
+
+    /// Uploads in progress in `bucket` whose key starts with `prefix`, after the
+    /// (key, upload id) marker, at most `max`; and whether more remain. Uploads are few
+    /// (they end in minutes), so this scans the table.
+    pub fn uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after: Option<&(String, String)>,
+        max: usize,
+    ) -> Result<(Vec<(String, UploadRecord)>, bool), MetaError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(UPLOADS)?;
+        let mut all = Vec::new();
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            let u: UploadRecord = tables::decode_versioned("uploads", v.value())?;
+            if u.bucket == bucket && u.key.starts_with(prefix) {
+                all.push((k.value().to_string(), u));
+            }
+        }
+        all.sort_by(|a, b| (&a.1.key, &a.0).cmp(&(&b.1.key, &b.0)));
+        let mut page: Vec<_> = all
+            .into_iter()
+            .filter(|(id, u)| after.is_none_or(|(k, i)| (&u.key, id) > (k, i)))
+            .take(max + 1)
+            .collect();
+        let truncated = page.len() > max;
+        page.truncate(max);
+        Ok((page, truncated))
     }
 
     pub fn pairs(&self) -> Result<Vec<(PairId, PairRecord)>, MetaError> {

@@ -24,6 +24,11 @@ pub const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets"
 /// The S3 index: (bucket, key bytes) -> postcard [`ObjectRecord`]. Keys are bytes so that
 /// listing can seek past a common prefix by incrementing its last byte.
 pub const OBJECTS: TableDefinition<(&str, &[u8]), &[u8]> = TableDefinition::new("objects");
+/// Multipart uploads in progress: upload id -> postcard [`UploadRecord`].
+pub const UPLOADS: TableDefinition<&str, &[u8]> = TableDefinition::new("uploads");
+/// Parts of uploads in progress: (upload id, part number) -> postcard [`PartRecord`].
+/// Each part is content in its own right, referenced in FileDB until the upload ends.
+pub const PARTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("parts");
 /// Named counters (the object sequence number).
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
@@ -116,12 +121,86 @@ pub struct ObjectRecord {
     pub created_ms: u64,
     /// Monotonic sequence number, assigned by `apply`.
     pub seq: u64,
+    /// Standard headers stored with the object and returned on GET/HEAD
+    /// (Content-Encoding, Content-Disposition, Content-Language, Cache-Control, Expires),
+    /// lowercase names.
+    pub headers: Vec<(String, String)>,
+    /// Sizes of the parts of a multipart upload, in order; empty for a single PUT. With
+    /// parts, `md5` is the MD5 of the parts' binary MD5s, as S3's multipart ETag.
+    pub part_sizes: Vec<u64>,
+    /// The flexible checksum the client sent with the body, if any.
+    pub checksum: Option<Checksum>,
+}
+
+/// A multipart upload in progress.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UploadRecord {
+    pub bucket: String,
+    pub key: String,
+    pub content_type: Option<String>,
+    pub user_meta: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
+    pub created_ms: u64,
+}
+
+/// One uploaded part: a reference to its content, with the digests S3 reports.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartRecord {
+    pub sha1: Sha1,
+    pub magic: Magic,
+    pub size_bytes: u64,
+    pub md5: [u8; 16],
+    pub crc32: u32,
+    pub created_ms: u64,
+}
+
+impl PartRecord {
+    pub fn etag(&self) -> String {
+        format!("\"{}\"", hex::encode(self.md5))
+    }
+}
+
+/// A flexible checksum (`x-amz-checksum-*`) as the client sent it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checksum {
+    /// Lowercase algorithm name: crc32, crc32c, crc64nvme, sha1, sha256.
+    pub algorithm: String,
+    /// The base64 value.
+    pub value: String,
 }
 
 impl ObjectRecord {
-    /// The S3 ETag: the quoted hex MD5 of the body.
+    /// A single-part object with no optional attributes; `seq` is set by `apply`.
+    pub fn new(sha1: Sha1, magic: Magic, size_bytes: u64, crc32: u32, md5: [u8; 16]) -> Self {
+        ObjectRecord {
+            sha1,
+            magic,
+            size_bytes,
+            crc32,
+            md5,
+            content_type: None,
+            user_meta: Vec::new(),
+            created_ms: 0,
+            seq: 0,
+            headers: Vec::new(),
+            part_sizes: Vec::new(),
+            checksum: None,
+        }
+    }
+
+    /// The S3 ETag: the quoted hex MD5 of the body, or of the part MD5s with `-<parts>`.
     pub fn etag(&self) -> String {
-        format!("\"{}\"", hex::encode(self.md5))
+        if self.part_sizes.is_empty() {
+            format!("\"{}\"", hex::encode(self.md5))
+        } else {
+            format!("\"{}-{}\"", hex::encode(self.md5), self.part_sizes.len())
+        }
+    }
+
+    /// Sets the sequence number `apply` assigns.
+    pub fn into_record(mut self, seq: u64) -> Self {
+        self.seq = seq;
+        self
     }
 }
 

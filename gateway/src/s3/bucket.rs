@@ -204,3 +204,82 @@ pub async fn list_objects(app: &AppState, bucket: &str, q: &Query) -> Result<Res
     w.close("ListBucketResult");
     Ok(xml_response(w.finish()))
 }
+
+/// Bound on a DeleteObjects body: 1000 keys of up to 1024 bytes, escaped.
+const DELETE_BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
+const DELETE_KEYS_MAX: usize = 1000;
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct DeleteBody {
+    #[serde(default)]
+    quiet: bool,
+    #[serde(default, rename = "Object")]
+    objects: Vec<DeleteKey>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct DeleteKey {
+    key: String,
+}
+
+/// DeleteObjects: up to 1000 keys in one request and one metadata transaction.
+pub async fn delete_objects(
+    app: &AppState,
+    bucket: &str,
+    req: axum::extract::Request,
+) -> Result<Response, S3Error> {
+    let md5 = super::object::content_md5_of(req.headers())?;
+    let text = super::read_xml_body(req.into_body(), DELETE_BODY_BYTES_MAX).await?;
+    if let Some(m) = md5
+        && m != <[u8; 16]>::from(<md5::Md5 as md5::Digest>::digest(text.as_bytes()))
+    {
+        return Err(S3Error::new(
+            ErrorCode::BadDigest,
+            "The Content-MD5 you specified did not match what we received.",
+        ));
+    }
+    let malformed = || {
+        S3Error::new(
+            ErrorCode::MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema",
+        )
+    };
+    let parsed: DeleteBody = quick_xml::de::from_str(&text).map_err(|_| malformed())?;
+    if parsed.objects.is_empty() || parsed.objects.len() > DELETE_KEYS_MAX {
+        return Err(malformed());
+    }
+    app.store.bucket(bucket).await?;
+    let mut w = XmlWriter::new();
+    w.open_root("DeleteResult");
+    let (valid, invalid): (Vec<_>, Vec<_>) = parsed
+        .objects
+        .into_iter()
+        .map(|o| o.key)
+        .partition(|k| app.store.check_key(k).is_ok());
+    if !valid.is_empty() {
+        app.store.delete_many(bucket, valid.clone()).await?;
+    }
+    if !parsed.quiet {
+        for key in &valid {
+            w.open("Deleted");
+            w.leaf("Key", key);
+            w.close("Deleted");
+        }
+    }
+    for key in &invalid {
+        let e = app
+            .store
+            .check_key(key)
+            .err()
+            .unwrap_or_else(|| S3Error::internal("key check"));
+        w.open("Error");
+        w.leaf("Key", key);
+        w.leaf("Code", e.code.as_str());
+        w.leaf("Message", &e.message);
+        w.close("Error");
+    }
+    w.close("DeleteResult");
+    Ok(xml_response(w.finish()))
+}

@@ -32,6 +32,10 @@ pub enum ErrorCode {
     MissingContentLength,
     NoSuchBucket,
     NoSuchKey,
+    NoSuchUpload,
+    InvalidPart,
+    InvalidPartOrder,
+    EntityTooSmall,
     NotImplemented,
     PreconditionFailed,
     RequestTimeTooSkewed,
@@ -67,6 +71,10 @@ impl ErrorCode {
             MissingContentLength => "MissingContentLength",
             NoSuchBucket => "NoSuchBucket",
             NoSuchKey => "NoSuchKey",
+            NoSuchUpload => "NoSuchUpload",
+            InvalidPart => "InvalidPart",
+            InvalidPartOrder => "InvalidPartOrder",
+            EntityTooSmall => "EntityTooSmall",
             NotImplemented => "NotImplemented",
             PreconditionFailed => "PreconditionFailed",
             RequestTimeTooSkewed => "RequestTimeTooSkewed",
@@ -83,7 +91,7 @@ impl ErrorCode {
             AccessDenied | InvalidAccessKeyId | RequestTimeTooSkewed | SignatureDoesNotMatch => {
                 StatusCode::FORBIDDEN
             }
-            NoSuchBucket | NoSuchKey => StatusCode::NOT_FOUND,
+            NoSuchBucket | NoSuchKey | NoSuchUpload => StatusCode::NOT_FOUND,
             BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
             InvalidRange => StatusCode::RANGE_NOT_SATISFIABLE,
             PreconditionFailed => StatusCode::PRECONDITION_FAILED,
@@ -96,6 +104,9 @@ impl ErrorCode {
             | AuthorizationQueryParametersError
             | BadDigest
             | EntityTooLarge
+            | EntityTooSmall
+            | InvalidPart
+            | InvalidPartOrder
             | IncompleteBody
             | InvalidArgument
             | InvalidBucketName

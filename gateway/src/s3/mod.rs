@@ -7,8 +7,10 @@
 
 pub mod auth;
 mod bucket;
+pub mod checksum;
 pub mod chunked;
 pub mod error;
+mod multipart;
 mod object;
 pub mod request;
 pub mod sigv4;
@@ -37,6 +39,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
     let query = Query::parse(req.uri())?;
     let method = req.method().clone();
     let sub = query.subresource();
+    let copy = req.headers().contains_key("x-amz-copy-source");
     match (&method, target) {
         (&Method::GET, Target::Service) => bucket::list_buckets(app).await,
         (&Method::PUT, Target::Bucket(b)) if sub.is_none() => bucket::create(app, &b).await,
@@ -44,26 +47,44 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
         (&Method::DELETE, Target::Bucket(b)) if sub.is_none() => bucket::delete(app, &b).await,
         (&Method::GET, Target::Bucket(b)) => match sub {
             Some("location") => bucket::location(app, &b).await,
+            Some("uploads") => multipart::list_uploads(app, &b, &query).await,
             None => bucket::list_objects(app, &b, &query).await,
             Some(other) => Err(S3Error::not_implemented(&format!("?{other}"))),
         },
-        (&Method::PUT, Target::Object { .. })
-            if req.headers().contains_key("x-amz-copy-source") =>
-        {
-            Err(S3Error::not_implemented("CopyObject"))
+        (&Method::POST, Target::Bucket(b)) if sub == Some("delete") => {
+            bucket::delete_objects(app, &b, req).await
         }
-        (&Method::PUT, Target::Object { bucket, key }) if sub.is_none() => {
-            object::put(app, &bucket, &key, req).await
-        }
-        (&Method::GET, Target::Object { bucket, key }) if sub.is_none() => {
-            object::get(app, &bucket, &key, req.headers()).await
-        }
-        (&Method::HEAD, Target::Object { bucket, key }) if sub.is_none() => {
-            object::head(app, &bucket, &key).await
-        }
-        (&Method::DELETE, Target::Object { bucket, key }) if sub.is_none() => {
-            object::delete(app, &bucket, &key).await
-        }
+        (&Method::PUT, Target::Object { bucket, key }) => match sub {
+            None if copy => object::copy(app, &bucket, &key, req.headers()).await,
+            None => object::put(app, &bucket, &key, req).await,
+            Some("partNumber" | "uploadId") => {
+                multipart::upload_part(app, &bucket, &key, &query, req).await
+            }
+            Some(other) => Err(S3Error::not_implemented(&format!("PUT ?{other}"))),
+        },
+        (&Method::POST, Target::Object { bucket, key }) => match sub {
+            Some("uploads") => multipart::create(app, &bucket, &key, req.headers()).await,
+            Some("uploadId") => multipart::complete(app, &bucket, &key, &query, req).await,
+            _ => Err(S3Error::not_implemented("POST on this resource")),
+        },
+        (&Method::GET, Target::Object { bucket, key }) => match sub {
+            None | Some("partNumber") => {
+                object::get(app, &bucket, &key, req.headers(), &query).await
+            }
+            Some("uploadId") => multipart::list_parts(app, &bucket, &key, &query).await,
+            Some(other) => Err(S3Error::not_implemented(&format!("GET ?{other}"))),
+        },
+        (&Method::HEAD, Target::Object { bucket, key }) => match sub {
+            None | Some("partNumber") => {
+                object::head(app, &bucket, &key, req.headers(), &query).await
+            }
+            Some(other) => Err(S3Error::not_implemented(&format!("HEAD ?{other}"))),
+        },
+        (&Method::DELETE, Target::Object { bucket, key }) => match sub {
+            None => object::delete(app, &bucket, &key).await,
+            Some("uploadId") => multipart::abort(app, &bucket, &key, &query).await,
+            Some(other) => Err(S3Error::not_implemented(&format!("DELETE ?{other}"))),
+        },
         (m, _)
             if [
                 Method::GET,
@@ -85,6 +106,17 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             "The specified method is not allowed against this resource.",
         )),
     }
+}
+
+/// Reads a small XML request body, bounded, as text.
+pub async fn read_xml_body(body: axum::body::Body, max_bytes: usize) -> Result<String, S3Error> {
+    let bytes = multipart::read_small_body(body, max_bytes).await?;
+    String::from_utf8(bytes).map_err(|_| {
+        S3Error::new(
+            ErrorCode::MalformedXML,
+            "The XML you provided was not valid UTF-8",
+        )
+    })
 }
 
 /// The ISO 8601 form S3 uses in XML (`2026-11-21T09:28:15.000Z`).

@@ -1,4 +1,4 @@
-//! Object operations: PutObject, GetObject, HeadObject, DeleteObject.
+//! Object operations: PutObject, CopyObject, GetObject, HeadObject, DeleteObject.
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -7,15 +7,28 @@ use base64::Engine as _;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 
 use super::auth::{BodyInfo, body_stream};
+use super::checksum::{self, crc32_base64};
 use super::error::{ErrorCode, S3Error};
-use super::http_date;
-use crate::meta::ObjectRecord;
+use super::request::Query;
+use super::xml::XmlWriter;
+use super::{http_date, iso8601};
+use crate::meta::{ObjectRecord, WritePrecondition};
 use crate::server::AppState;
-use crate::store::{PutRequest, RangeSpec, ReadBody};
+use crate::store::{
+    ChecksumSlot, ObjectAttrs, PutRequest, RangeSpec, ReadBody, precondition_failed,
+};
 
 const META_PREFIX: &str = "x-amz-meta-";
+/// Standard headers S3 stores with an object and returns on GET/HEAD.
+const STORED_HEADERS: [&str; 5] = [
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "expires",
+];
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, S3Error> {
+pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, S3Error> {
     match headers.get(name) {
         None => Ok(None),
         Some(v) => v.to_str().map(Some).map_err(|_| {
@@ -27,8 +40,9 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>,
     }
 }
 
-fn user_meta(headers: &HeaderMap) -> Result<Vec<(String, String)>, S3Error> {
-    let mut out = Vec::new();
+/// Content-Type, `x-amz-meta-*` and the stored standard headers of a request.
+pub fn attrs_from(headers: &HeaderMap) -> Result<ObjectAttrs, S3Error> {
+    let mut user_meta = Vec::new();
     for (name, value) in headers {
         if let Some(n) = name.as_str().strip_prefix(META_PREFIX) {
             let v = value.to_str().map_err(|_| {
@@ -37,13 +51,35 @@ fn user_meta(headers: &HeaderMap) -> Result<Vec<(String, String)>, S3Error> {
                     "metadata values must be US-ASCII",
                 )
             })?;
-            out.push((n.to_string(), v.to_string()));
+            user_meta.push((n.to_string(), v.to_string()));
         }
     }
-    Ok(out)
+    let mut stored = Vec::new();
+    for name in STORED_HEADERS {
+        if let Some(v) = header_str(headers, name)? {
+            // aws-chunked is the transfer framing, not the object's encoding.
+            let v = if name == "content-encoding" {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|e| !e.eq_ignore_ascii_case("aws-chunked"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            } else {
+                v.to_string()
+            };
+            if !v.is_empty() {
+                stored.push((name.to_string(), v));
+            }
+        }
+    }
+    Ok(ObjectAttrs {
+        content_type: header_str(headers, "content-type")?.map(str::to_string),
+        user_meta,
+        headers: stored,
+    })
 }
 
-fn content_md5(headers: &HeaderMap) -> Result<Option<[u8; 16]>, S3Error> {
+pub fn content_md5_of(headers: &HeaderMap) -> Result<Option<[u8; 16]>, S3Error> {
     let Some(v) = header_str(headers, "content-md5")? else {
         return Ok(None);
     };
@@ -59,6 +95,79 @@ fn content_md5(headers: &HeaderMap) -> Result<Option<[u8; 16]>, S3Error> {
     bytes.try_into().map(Some).map_err(|_| invalid())
 }
 
+/// `If-None-Match: *` / `If-Match: <etag>` on a write.
+fn write_precondition(headers: &HeaderMap) -> Result<Option<WritePrecondition>, S3Error> {
+    if let Some(v) = header_str(headers, "if-none-match")? {
+        if v.trim() == "*" {
+            return Ok(Some(WritePrecondition::NoneMatchAny));
+        }
+        return Err(S3Error::new(
+            ErrorCode::NotImplemented,
+            "If-None-Match on writes supports only *",
+        ));
+    }
+    Ok(header_str(headers, "if-match")?.map(|v| WritePrecondition::Match(normalize_etag(v))))
+}
+
+/// ETags compare with their quotes; clients sometimes send them bare.
+fn normalize_etag(v: &str) -> String {
+    let v = v.trim();
+    let v = v.strip_prefix("W/").unwrap_or(v);
+    if v.starts_with('"') {
+        v.to_string()
+    } else {
+        format!("\"{v}\"")
+    }
+}
+
+fn etag_matches(list: &str, etag: &str) -> bool {
+    list.split(',')
+        .any(|t| t.trim() == "*" || normalize_etag(t) == etag)
+}
+
+/// The decoded body length: `x-amz-decoded-content-length` for aws-chunked, else
+/// Content-Length.
+pub fn declared_length_of(parts: &http::request::Parts) -> Result<Option<u64>, S3Error> {
+    if let Some(info) = parts.extensions.get::<BodyInfo>()
+        && info.decoded_length.is_some()
+    {
+        return Ok(info.decoded_length);
+    }
+    header_str(&parts.headers, "content-length")?
+        .map(|v| {
+            v.parse::<u64>().map_err(|_| {
+                S3Error::new(ErrorCode::InvalidArgument, "Content-Length is not a number")
+            })
+        })
+        .transpose()
+}
+
+/// A request body as decoded bytes or the S3 error that ended it.
+pub type BodyStream =
+    Box<dyn futures_util::Stream<Item = Result<bytes::Bytes, S3Error>> + Unpin + Send>;
+
+/// The body of a write as a stream, with its flexible checksum verified on the way.
+pub fn checked_body(
+    parts: &http::request::Parts,
+    body: Body,
+) -> Result<(BodyStream, Option<ChecksumSlot>), S3Error> {
+    let trailers = parts
+        .extensions
+        .get::<BodyInfo>()
+        .and_then(|i| i.trailers.clone());
+    let stream = body_stream(body);
+    match checksum::requested(&parts.headers, trailers.as_ref())? {
+        Some((alg, expected)) => {
+            let slot = ChecksumSlot::default();
+            Ok((
+                Box::new(checksum::verify(stream, alg, expected, slot.clone())),
+                Some(slot),
+            ))
+        }
+        None => Ok((Box::new(stream), None)),
+    }
+}
+
 pub async fn put(
     app: &AppState,
     bucket: &str,
@@ -66,34 +175,148 @@ pub async fn put(
     req: Request,
 ) -> Result<Response, S3Error> {
     let (parts, body) = req.into_parts();
-    let headers = &parts.headers;
-    let declared = match parts.extensions.get::<BodyInfo>() {
-        Some(info) if info.decoded_length.is_some() => info.decoded_length,
-        _ => header_str(headers, "content-length")?
-            .map(|v| {
-                v.parse::<u64>().map_err(|_| {
-                    S3Error::new(ErrorCode::InvalidArgument, "Content-Length is not a number")
-                })
-            })
-            .transpose()?,
-    };
+    let (stream, checksum) = checked_body(&parts, body)?;
     let request = PutRequest {
         bucket: bucket.to_string(),
         key: key.to_string(),
-        content_type: header_str(headers, "content-type")?.map(str::to_string),
-        user_meta: user_meta(headers)?,
-        size_bytes: declared,
-        content_md5: content_md5(headers)?,
+        attrs: attrs_from(&parts.headers)?,
+        size_bytes: declared_length_of(&parts)?,
+        content_md5: content_md5_of(&parts.headers)?,
+        precondition: write_precondition(&parts.headers)?,
+        checksum,
     };
-    let record = app.store.put(request, body_stream(body)).await?;
+    let record = app.store.put(request, stream).await?;
     let mut resp = StatusCode::OK.into_response();
     set(resp.headers_mut(), header::ETAG, &record.etag());
+    checksum_headers(resp.headers_mut(), &record, true);
     Ok(resp)
+}
+
+/// `x-amz-copy-source`: `[/]bucket/key[?versionId=...]`, URL-encoded.
+pub fn copy_source(headers: &HeaderMap) -> Result<(String, String), S3Error> {
+    let raw = header_str(headers, "x-amz-copy-source")?.unwrap_or("");
+    let raw = raw.split_once('?').map_or(raw, |(path, _)| path);
+    let decoded = percent_encoding::percent_decode_str(raw.trim_start_matches('/'))
+        .decode_utf8()
+        .map_err(|_| {
+            S3Error::new(
+                ErrorCode::InvalidArgument,
+                "x-amz-copy-source is not valid UTF-8",
+            )
+        })?;
+    match decoded.split_once('/') {
+        Some((b, k)) if !b.is_empty() && !k.is_empty() => Ok((b.to_string(), k.to_string())),
+        _ => Err(S3Error::new(
+            ErrorCode::InvalidArgument,
+            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
+        )),
+    }
+}
+
+/// `x-amz-copy-source-if-*` against the source object.
+pub fn check_copy_conditions(headers: &HeaderMap, source: &ObjectRecord) -> Result<(), S3Error> {
+    let etag = source.etag();
+    let modified_secs = source.created_ms / 1000;
+    let date = |name: &str| -> Result<Option<u64>, S3Error> {
+        Ok(header_str(headers, name)?
+            .and_then(|v| httpdate::parse_http_date(v).ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs()))
+    };
+    let if_match = header_str(headers, "x-amz-copy-source-if-match")?;
+    let if_none = header_str(headers, "x-amz-copy-source-if-none-match")?;
+    if let Some(m) = if_match
+        && !etag_matches(m, &etag)
+    {
+        return Err(precondition_failed());
+    }
+    if let Some(m) = if_none
+        && etag_matches(m, &etag)
+    {
+        return Err(precondition_failed());
+    }
+    if if_match.is_none()
+        && let Some(t) = date("x-amz-copy-source-if-unmodified-since")?
+        && modified_secs > t
+    {
+        return Err(precondition_failed());
+    }
+    if if_none.is_none()
+        && let Some(t) = date("x-amz-copy-source-if-modified-since")?
+        && modified_secs <= t
+    {
+        return Err(precondition_failed());
+    }
+    Ok(())
+}
+
+pub async fn copy(
+    app: &AppState,
+    bucket: &str,
+    key: &str,
+    headers: &HeaderMap,
+) -> Result<Response, S3Error> {
+    let (src_bucket, src_key) = copy_source(headers)?;
+    let source = app.store.head(&src_bucket, &src_key).await?;
+    check_copy_conditions(headers, &source)?;
+    let replace = match header_str(headers, "x-amz-metadata-directive")? {
+        None | Some("COPY") => false,
+        Some("REPLACE") => true,
+        Some(_) => {
+            return Err(S3Error::new(
+                ErrorCode::InvalidArgument,
+                "Unknown metadata directive.",
+            ));
+        }
+    };
+    if src_bucket == bucket && src_key == key && !replace {
+        return Err(S3Error::new(
+            ErrorCode::InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
+        ));
+    }
+    let attrs = if replace {
+        Some(attrs_from(headers)?)
+    } else {
+        None
+    };
+    let record = app
+        .store
+        .copy(&source, (&src_bucket, &src_key), (bucket, key), attrs)
+        .await?;
+    let mut w = XmlWriter::new();
+    w.open_root("CopyObjectResult");
+    w.leaf("LastModified", &iso8601(record.created_ms));
+    w.leaf("ETag", &record.etag());
+    w.close("CopyObjectResult");
+    Ok(([(header::CONTENT_TYPE, "application/xml")], w.finish()).into_response())
 }
 
 fn set(headers: &mut HeaderMap, name: impl header::IntoHeaderName, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
         headers.insert(name, v);
+    }
+}
+
+/// The stored (or, for CRC32, always known) checksum, for `x-amz-checksum-mode: ENABLED`
+/// and PUT answers.
+fn checksum_headers(headers: &mut HeaderMap, record: &ObjectRecord, only_stored: bool) {
+    match &record.checksum {
+        Some(c) => {
+            let name =
+                http::HeaderName::from_bytes(format!("x-amz-checksum-{}", c.algorithm).as_bytes());
+            if let (Ok(n), Ok(v)) = (name, HeaderValue::from_str(&c.value)) {
+                headers.insert(n, v);
+            }
+        }
+        None if !only_stored => set(headers, "x-amz-checksum-crc32", &crc32_base64(record.crc32)),
+        None => {}
+    }
+    if !only_stored && !record.part_sizes.is_empty() {
+        headers.insert(
+            "x-amz-checksum-type",
+            HeaderValue::from_static("FULL_OBJECT"),
+        );
     }
 }
 
@@ -114,6 +337,14 @@ fn object_headers(headers: &mut HeaderMap, record: &ObjectRecord) {
             .unwrap_or("application/octet-stream"),
     );
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    for (name, value) in &record.headers {
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.insert(n, v);
+        }
+    }
     for (name, value) in &record.user_meta {
         if let (Ok(n), Ok(v)) = (
             http::HeaderName::from_bytes(format!("{META_PREFIX}{name}").as_bytes()),
@@ -122,6 +353,84 @@ fn object_headers(headers: &mut HeaderMap, record: &ObjectRecord) {
             headers.append(n, v);
         }
     }
+    if !record.part_sizes.is_empty() {
+        set(
+            headers,
+            "x-amz-mp-parts-count",
+            &record.part_sizes.len().to_string(),
+        );
+    }
+}
+
+/// `response-*` query parameters of a signed GET override the stored headers: a webmail
+/// hands out a link that downloads under the attachment's original name.
+fn response_overrides(headers: &mut HeaderMap, q: &Query) {
+    const OVERRIDES: [(&str, header::HeaderName); 6] = [
+        ("response-content-type", header::CONTENT_TYPE),
+        ("response-content-disposition", header::CONTENT_DISPOSITION),
+        ("response-cache-control", header::CACHE_CONTROL),
+        ("response-content-language", header::CONTENT_LANGUAGE),
+        ("response-expires", header::EXPIRES),
+        ("response-content-encoding", header::CONTENT_ENCODING),
+    ];
+    for (param, name) in OVERRIDES {
+        if let Some(v) = q.get(param) {
+            set(headers, name, v);
+        }
+    }
+}
+
+/// GET/HEAD conditions: `Ok(Some(304))`, `Err(412)`, or `Ok(None)` to serve.
+fn read_conditions(
+    headers: &HeaderMap,
+    record: &ObjectRecord,
+) -> Result<Option<StatusCode>, S3Error> {
+    let etag = record.etag();
+    let modified_secs = record.created_ms / 1000;
+    let date = |name: &str| -> Result<Option<u64>, S3Error> {
+        Ok(header_str(headers, name)?
+            .and_then(|v| httpdate::parse_http_date(v).ok())
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs()))
+    };
+    let if_match = header_str(headers, "if-match")?;
+    let if_none = header_str(headers, "if-none-match")?;
+    // RFC 7232 order, as S3 applies it: If-Match, else If-Unmodified-Since; then
+    // If-None-Match, else If-Modified-Since.
+    match if_match {
+        Some(m) if !etag_matches(m, &etag) => return Err(precondition_failed()),
+        Some(_) => {}
+        None => {
+            if let Some(t) = date("if-unmodified-since")?
+                && modified_secs > t
+            {
+                return Err(precondition_failed());
+            }
+        }
+    }
+    match if_none {
+        Some(m) if etag_matches(m, &etag) => return Ok(Some(StatusCode::NOT_MODIFIED)),
+        Some(_) => {}
+        None => {
+            if let Some(t) = date("if-modified-since")?
+                && modified_secs <= t
+            {
+                return Ok(Some(StatusCode::NOT_MODIFIED));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn not_modified(record: &ObjectRecord) -> Response {
+    let mut resp = StatusCode::NOT_MODIFIED.into_response();
+    set(resp.headers_mut(), header::ETAG, &record.etag());
+    set(
+        resp.headers_mut(),
+        header::LAST_MODIFIED,
+        &http_date(record.created_ms),
+    );
+    resp
 }
 
 /// Parses a single-range `Range` header. Anything S3 would ignore (multiple ranges,
@@ -148,14 +457,61 @@ pub fn parse_range(value: &str) -> Option<RangeSpec> {
     Some(RangeSpec::From { first, last })
 }
 
+/// The byte range of part `n` (1-based) of an object.
+fn part_range(record: &ObjectRecord, n: u64) -> Result<RangeSpec, S3Error> {
+    let invalid = || {
+        S3Error::new(
+            ErrorCode::InvalidPart,
+            "The requested partnumber is not satisfiable",
+        )
+    };
+    if record.part_sizes.is_empty() {
+        return if n == 1 {
+            Ok(RangeSpec::From {
+                first: 0,
+                last: None,
+            })
+        } else {
+            Err(invalid())
+        };
+    }
+    let index = usize::try_from(n)
+        .ok()
+        .filter(|&i| i >= 1 && i <= record.part_sizes.len())
+        .ok_or_else(invalid)?;
+    let first: u64 = record.part_sizes[..index - 1].iter().sum();
+    let size = record.part_sizes[index - 1];
+    Ok(RangeSpec::From {
+        first,
+        last: Some(first + size.saturating_sub(1)),
+    })
+}
+
 pub async fn get(
     app: &AppState,
     bucket: &str,
     key: &str,
     headers: &HeaderMap,
+    q: &Query,
 ) -> Result<Response, S3Error> {
-    let range = header_str(headers, "range")?.and_then(parse_range);
-    let read = app.store.get(bucket, key, range).await?;
+    let record = app.store.head(bucket, key).await?;
+    if let Some(status) = read_conditions(headers, &record)? {
+        return Ok(if status == StatusCode::NOT_MODIFIED {
+            not_modified(&record)
+        } else {
+            status.into_response()
+        });
+    }
+    let part = q.number("partNumber")?;
+    let range = match part {
+        Some(n) => Some(part_range(&record, n)?),
+        None => header_str(headers, "range")?.and_then(parse_range),
+    };
+    if record.size_bytes == 0 && part.is_some() {
+        // An empty object's only part is empty: serve it whole.
+        return head_response(&record, q, headers, StatusCode::OK, Body::empty());
+    }
+    let read = app.store.get_record(bucket, key, record, range).await?;
     let length = match read.range {
         Some((first, last)) => last - first + 1,
         None => read.record.size_bytes,
@@ -164,25 +520,98 @@ pub async fn get(
         ReadBody::Buffered(bytes) => Body::from(bytes),
         ReadBody::Stream(stream) => Body::from_stream(stream),
     };
-    let mut resp = body.into_response();
+    let status = if read.range.is_some() {
+        StatusCode::PARTIAL_CONTENT
+    } else {
+        StatusCode::OK
+    };
+    let mut resp = head_response(&read.record, q, headers, status, body)?;
     let h = resp.headers_mut();
-    object_headers(h, &read.record);
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     if let Some((first, last)) = read.range {
-        *resp.status_mut() = StatusCode::PARTIAL_CONTENT;
-        let content_range = format!("bytes {first}-{last}/{}", read.record.size_bytes);
-        set(resp.headers_mut(), header::CONTENT_RANGE, &content_range);
+        set(
+            h,
+            header::CONTENT_RANGE,
+            &format!("bytes {first}-{last}/{}", read.record.size_bytes),
+        );
+        // A checksum of the whole body does not describe a range of it.
+        for alg in checksum::Algorithm::ALL {
+            h.remove(alg.header());
+        }
+        h.remove("x-amz-checksum-type");
     }
     Ok(resp)
 }
 
-pub async fn head(app: &AppState, bucket: &str, key: &str) -> Result<Response, S3Error> {
-    let record = app.store.head(bucket, key).await?;
-    let mut resp = StatusCode::OK.into_response();
+/// The response head shared by GET and HEAD.
+fn head_response(
+    record: &ObjectRecord,
+    q: &Query,
+    headers: &HeaderMap,
+    status: StatusCode,
+    body: Body,
+) -> Result<Response, S3Error> {
+    let mut resp = (status, body).into_response();
     let h = resp.headers_mut();
-    object_headers(h, &record);
+    object_headers(h, record);
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(record.size_bytes));
+    if header_str(headers, "x-amz-checksum-mode")?
+        .is_some_and(|m| m.eq_ignore_ascii_case("ENABLED"))
+    {
+        checksum_headers(h, record, false);
+    }
+    response_overrides(h, q);
     Ok(resp)
+}
+
+pub async fn head(
+    app: &AppState,
+    bucket: &str,
+    key: &str,
+    headers: &HeaderMap,
+    q: &Query,
+) -> Result<Response, S3Error> {
+    let record = app.store.head(bucket, key).await?;
+    if let Some(status) = read_conditions(headers, &record)? {
+        return Ok(if status == StatusCode::NOT_MODIFIED {
+            not_modified(&record)
+        } else {
+            status.into_response()
+        });
+    }
+    if let Some(n) = q.number("partNumber")? {
+        let (first, last) = match part_range(&record, n)? {
+            RangeSpec::From { first, last } => {
+                (first, last.unwrap_or(record.size_bytes.saturating_sub(1)))
+            }
+            RangeSpec::Suffix(_) => (0, record.size_bytes.saturating_sub(1)),
+        };
+        let mut resp = head_response(
+            &record,
+            q,
+            headers,
+            StatusCode::PARTIAL_CONTENT,
+            Body::empty(),
+        )?;
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_LENGTH,
+            HeaderValue::from(if record.size_bytes == 0 {
+                0
+            } else {
+                last - first + 1
+            }),
+        );
+        if record.size_bytes > 0 {
+            set(
+                h,
+                header::CONTENT_RANGE,
+                &format!("bytes {first}-{last}/{}", record.size_bytes),
+            );
+        }
+        return Ok(resp);
+    }
+    head_response(&record, q, headers, StatusCode::OK, Body::empty())
 }
 
 pub async fn delete(app: &AppState, bucket: &str, key: &str) -> Result<Response, S3Error> {
@@ -215,5 +644,42 @@ mod tests {
         assert_eq!(parse_range("items=0-1"), None);
         assert_eq!(parse_range("bytes=9-3"), None);
         assert_eq!(parse_range("bytes=x-3"), None);
+    }
+
+    #[test]
+    fn etags_compare_with_or_without_quotes() {
+        assert!(etag_matches("\"abc\"", "\"abc\""));
+        assert!(etag_matches("abc", "\"abc\""));
+        assert!(etag_matches("\"x\", \"abc\"", "\"abc\""));
+        assert!(etag_matches("*", "\"abc\""));
+        assert!(!etag_matches("\"abd\"", "\"abc\""));
+    }
+
+    #[test]
+    fn parts_map_to_byte_ranges() {
+        let mut r = ObjectRecord::new(
+            placement::Sha1([0; 20]),
+            placement::Magic::random(),
+            12,
+            0,
+            [0; 16],
+        );
+        r.part_sizes = vec![5, 5, 2];
+        assert_eq!(
+            part_range(&r, 1).unwrap(),
+            RangeSpec::From {
+                first: 0,
+                last: Some(4)
+            }
+        );
+        assert_eq!(
+            part_range(&r, 3).unwrap(),
+            RangeSpec::From {
+                first: 10,
+                last: Some(11)
+            }
+        );
+        assert!(part_range(&r, 4).is_err());
+        assert!(part_range(&r, 0).is_err());
     }
 }

@@ -1,0 +1,392 @@
+//! Multipart uploads: parts are content in their own right, the result is one file.
+//!
+//! Each part is stored like any body (two copies, content-addressed, deduplicated) and
+//! referenced in FileDB by the upload. Completing the upload streams the parts, in order,
+//! into one new content file, commits the object, and dereferences every part in the same
+//! command, so the parts' files go the usual way through `deleting` and Valkyrie. Uploading
+//! the same bytes in three parts or in one PUT therefore ends as the same single file.
+//! The price is one extra write of the object's bytes at completion; the gain is that
+//! nothing but content files ever sits on the disks and no part is ever lost with a disk.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt as _};
+use md5::Digest as _;
+use placement::read::Expect;
+use placement::{Magic, Sha1};
+
+use crate::meta::{
+    Command, MetaError, NewObject, ObjectRecord, PartRecord, Response, UploadRecord,
+};
+use crate::s3::error::{ErrorCode, S3Error};
+use crate::store::{
+    CommitError, ObjectAttrs, ObjectStore, ReadBody, meta_error, now_ms, write_error,
+};
+
+/// S3's bounds on parts.
+pub const PART_NUMBER_MAX: u32 = 10_000;
+pub const PART_BYTES_MIN: u64 = 5 * 1024 * 1024;
+
+fn no_such_upload() -> S3Error {
+    S3Error::new(
+        ErrorCode::NoSuchUpload,
+        "The specified multipart upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+    )
+}
+
+fn now_secs() -> u64 {
+    now_ms() / 1000
+}
+
+/// Which part of which upload a request writes.
+#[derive(Clone, Copy, Debug)]
+pub struct PartTarget<'a> {
+    pub bucket: &'a str,
+    pub key: &'a str,
+    pub upload_id: &'a str,
+    pub number: u32,
+}
+
+/// A part as the client names it in CompleteMultipartUpload.
+#[derive(Clone, Debug)]
+pub struct PartRef {
+    pub number: u32,
+    pub etag: String,
+}
+
+impl ObjectStore {
+    async fn upload_record(&self, upload_id: &str) -> Result<UploadRecord, S3Error> {
+        let id = upload_id.to_string();
+        self.meta_call(move |m| m.upload(&id))
+            .await?
+            .ok_or_else(no_such_upload)
+    }
+
+    pub async fn create_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        attrs: ObjectAttrs,
+    ) -> Result<String, S3Error> {
+        self.check_key(key)?;
+        self.check_attrs(&attrs)?;
+        let upload_id = format!("{:032x}", rand::random::<u128>());
+        let upload = UploadRecord {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            content_type: attrs.content_type,
+            user_meta: attrs.user_meta,
+            headers: attrs.headers,
+            created_ms: now_ms(),
+        };
+        let cmd = Command::CreateUpload {
+            upload_id: upload_id.clone(),
+            upload,
+        };
+        self.execute(cmd).await.map_err(|e| meta_error(e, bucket))?;
+        Ok(upload_id)
+    }
+
+    /// The upload must belong to bucket/key, as S3 checks.
+    pub async fn check_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<UploadRecord, S3Error> {
+        let upload = self.upload_record(upload_id).await?;
+        if upload.bucket != bucket || upload.key != key {
+            return Err(no_such_upload());
+        }
+        Ok(upload)
+    }
+
+    fn check_part_number(n: u32) -> Result<(), S3Error> {
+        if (1..=PART_NUMBER_MAX).contains(&n) {
+            Ok(())
+        } else {
+            Err(S3Error::new(
+                ErrorCode::InvalidArgument,
+                "Part number must be an integer between 1 and 10000, inclusive",
+            ))
+        }
+    }
+
+    /// Stores one part from a body.
+    pub async fn put_part<S>(
+        &self,
+        target: PartTarget<'_>,
+        size_bytes: Option<u64>,
+        content_md5: Option<[u8; 16]>,
+        body: S,
+    ) -> Result<PartRecord, S3Error>
+    where
+        S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
+    {
+        let PartTarget {
+            bucket,
+            key,
+            upload_id,
+            number,
+        } = target;
+        Self::check_part_number(number)?;
+        self.check_upload(bucket, key, upload_id).await?;
+        let staged = self.stage(size_bytes, body).await?;
+        if content_md5.is_some_and(|m| m != staged.digests.md5) {
+            staged.discard().await;
+            return Err(S3Error::new(
+                ErrorCode::BadDigest,
+                "The Content-MD5 you specified did not match what we received.",
+            ));
+        }
+        let d = staged.digests;
+        let part = PartRecord {
+            sha1: d.sha1,
+            magic: Magic::random(),
+            size_bytes: d.size_bytes,
+            md5: d.md5,
+            crc32: d.crc32,
+            created_ms: now_ms(),
+        };
+        let command = |source| Command::PutPart {
+            upload_id: upload_id.to_string(),
+            part_number: number,
+            part: part.clone(),
+            source,
+            now_secs: now_secs(),
+        };
+        match self.commit_content(staged, command).await {
+            Ok(Response::PartPut) => Ok(part),
+            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
+            Err(CommitError::Meta(e)) => Err(meta_error(e, bucket)),
+            Err(CommitError::Write(e)) => Err(write_error(e)),
+        }
+    }
+
+    /// UploadPartCopy: a whole single-part source becomes the part without a byte read
+    /// (its MD5 is the part's ETag); a range, or a multipart source whose body MD5 is not
+    /// known, is read and stored as a new part.
+    pub async fn put_part_copy(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        number: u32,
+        source: ObjectRecord,
+        range: Option<(u64, u64)>,
+    ) -> Result<PartRecord, S3Error> {
+        Self::check_part_number(number)?;
+        self.check_upload(bucket, key, upload_id).await?;
+        let whole = range.is_none_or(|(first, last)| first == 0 && last + 1 == source.size_bytes);
+        if whole && source.part_sizes.is_empty() {
+            let part = PartRecord {
+                sha1: source.sha1,
+                magic: Magic::random(),
+                size_bytes: source.size_bytes,
+                md5: source.md5,
+                crc32: source.crc32,
+                created_ms: now_ms(),
+            };
+            let cmd = Command::PutPart {
+                upload_id: upload_id.to_string(),
+                part_number: number,
+                part: part.clone(),
+                source: crate::meta::ContentSource::Existing,
+                now_secs: now_secs(),
+            };
+            return match self.execute(cmd).await {
+                Ok(Response::PartPut) => Ok(part),
+                Ok(Response::ContentGone) => Err(S3Error::no_such_key("copy source")),
+                Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
+                Err(e) => Err(meta_error(e, bucket)),
+            };
+        }
+        let (first, last) = range.unwrap_or((0, source.size_bytes.saturating_sub(1)));
+        let len = if source.size_bytes == 0 {
+            0
+        } else {
+            last - first + 1
+        };
+        let expect = Expect {
+            size_bytes: source.size_bytes,
+            crc32: source.crc32,
+        };
+        let body = self
+            .read_content(source.sha1, expect, range)
+            .await
+            .map_err(S3Error::internal)?;
+        let target = PartTarget {
+            bucket,
+            key,
+            upload_id,
+            number,
+        };
+        self.put_part(target, Some(len), None, read_body_stream(body))
+            .await
+    }
+
+    pub async fn parts(&self, upload_id: &str) -> Result<BTreeMap<u32, PartRecord>, S3Error> {
+        let id = upload_id.to_string();
+        self.meta_call(move |m| m.parts(&id)).await
+    }
+
+    /// Concatenates the named parts into one content file and makes it bucket/key.
+    pub async fn complete_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        requested: Vec<PartRef>,
+    ) -> Result<ObjectRecord, S3Error> {
+        let upload = self.check_upload(bucket, key, upload_id).await?;
+        if requested.is_empty() {
+            return Err(S3Error::new(
+                ErrorCode::MalformedXML,
+                "You must specify at least one part",
+            ));
+        }
+        let stored = self.parts(upload_id).await?;
+        let mut chosen: Vec<(u32, PartRecord)> = Vec::with_capacity(requested.len());
+        for (i, r) in requested.iter().enumerate() {
+            if i > 0 && r.number <= requested[i - 1].number {
+                return Err(S3Error::new(
+                    ErrorCode::InvalidPartOrder,
+                    "The list of parts was not in ascending order. The parts list must be specified in order by part number.",
+                ));
+            }
+            let invalid = || {
+                S3Error::new(
+                    ErrorCode::InvalidPart,
+                    format!(
+                        "One or more of the specified parts could not be found (part {}). The part might not have been uploaded, or the specified entity tag might not have matched the part's entity tag.",
+                        r.number
+                    ),
+                )
+            };
+            let part = stored.get(&r.number).ok_or_else(invalid)?;
+            let given = r.etag.trim().trim_matches('"');
+            if given != hex::encode(part.md5) {
+                return Err(invalid());
+            }
+            chosen.push((r.number, part.clone()));
+        }
+        let last = chosen.len() - 1;
+        if let Some((n, _)) = chosen
+            .iter()
+            .enumerate()
+            .find(|(i, (_, p))| *i < last && p.size_bytes < PART_BYTES_MIN)
+            .map(|(_, p)| p)
+        {
+            return Err(S3Error::new(
+                ErrorCode::EntityTooSmall,
+                format!(
+                    "Your proposed upload is smaller than the minimum allowed object size (part {n})."
+                ),
+            ));
+        }
+        let size_bytes: u64 = chosen.iter().map(|(_, p)| p.size_bytes).sum();
+        if size_bytes > self.limits().object_bytes_max {
+            return Err(S3Error::new(
+                ErrorCode::EntityTooLarge,
+                "Your proposed upload exceeds the maximum allowed size",
+            ));
+        }
+        // Stream the parts, verified, into one new upload.
+        let mut readers = Vec::with_capacity(chosen.len());
+        for (_, p) in &chosen {
+            let expect = Expect {
+                size_bytes: p.size_bytes,
+                crc32: p.crc32,
+            };
+            readers.push(
+                self.content_reader(p.sha1, expect)
+                    .await
+                    .map_err(S3Error::internal)?,
+            );
+        }
+        let body = futures_util::stream::iter(readers)
+            .then(|reader| reader.open())
+            .map(|r| match r {
+                Ok(body) => read_body_stream(body).left_stream(),
+                Err(e) => futures_util::stream::iter([Err(S3Error::internal(e))]).right_stream(),
+            })
+            .flatten();
+        let staged = self.stage(Some(size_bytes), Box::pin(body)).await?;
+        let mut md5s = md5::Md5::new();
+        for (_, p) in &chosen {
+            md5s.update(p.md5);
+        }
+        let d = staged.digests;
+        let mut object = NewObject::new(
+            d.sha1,
+            Magic::random(),
+            d.size_bytes,
+            d.crc32,
+            md5s.finalize().into(),
+        );
+        object.created_ms = now_ms();
+        object.content_type = upload.content_type;
+        object.user_meta = upload.user_meta;
+        object.headers = upload.headers;
+        object.part_sizes = chosen.iter().map(|(_, p)| p.size_bytes).collect();
+        let parts: Vec<(u32, Sha1)> = chosen.iter().map(|(n, p)| (*n, p.sha1)).collect();
+        let command = |source| Command::CompleteUpload {
+            upload_id: upload_id.to_string(),
+            object: object.clone(),
+            parts: parts.clone(),
+            source,
+            now_secs: now_secs(),
+        };
+        match self.commit_content(staged, command).await {
+            Ok(Response::ObjectPut { seq, .. }) => Ok(object.into_record(seq)),
+            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
+            Err(CommitError::Meta(e)) => Err(meta_error(e, bucket)),
+            Err(CommitError::Write(e)) => Err(write_error(e)),
+        }
+    }
+
+    pub async fn abort_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(), S3Error> {
+        self.check_upload(bucket, key, upload_id).await?;
+        let cmd = Command::AbortUpload {
+            upload_id: upload_id.to_string(),
+            now_secs: now_secs(),
+        };
+        match self.execute(cmd).await {
+            Ok(_) => Ok(()),
+            Err(MetaError::NoSuchUpload) => Err(no_such_upload()),
+            Err(e) => Err(meta_error(e, bucket)),
+        }
+    }
+
+    /// Uploads in progress in a bucket, ordered by key then upload id.
+    pub async fn uploads(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after: Option<(String, String)>,
+        max: usize,
+    ) -> Result<(Vec<(String, UploadRecord)>, bool), S3Error> {
+        self.bucket(bucket).await?;
+        let (b, p) = (bucket.to_string(), prefix.to_string());
+        self.meta_call(move |m| m.uploads(&b, &p, after.as_ref(), max))
+            .await
+    }
+}
+
+/// A read body as a stream of bytes, for feeding it into another upload.
+pub fn read_body_stream(
+    body: ReadBody,
+) -> impl Stream<Item = Result<Bytes, S3Error>> + Unpin + Send {
+    match body {
+        ReadBody::Buffered(b) => futures_util::stream::iter([Ok(b)]).left_stream(),
+        ReadBody::Stream(s) => s
+            .map(|r| r.map_err(|e| S3Error::internal(format!("reading a stored copy: {e}"))))
+            .right_stream(),
+    }
+}

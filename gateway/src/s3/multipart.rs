@@ -1,0 +1,311 @@
+//! Multipart upload operations: Create, UploadPart(Copy), Complete, Abort, ListParts,
+//! ListMultipartUploads.
+
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, StatusCode, header};
+use serde::Deserialize;
+
+use super::auth::body_stream;
+use super::error::{ErrorCode, S3Error};
+use super::object::{attrs_from, check_copy_conditions, copy_source, header_str};
+use super::request::Query;
+use super::xml::XmlWriter;
+use super::{iso8601, read_xml_body};
+use crate::multipart::{PartRef, PartTarget};
+use crate::server::AppState;
+
+/// Bound on a CompleteMultipartUpload body: 10 000 parts of about 100 bytes each.
+const COMPLETE_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
+const OWNER_ID: &str = "dedup-gateway";
+
+fn xml(body: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "application/xml")], body).into_response()
+}
+
+fn upload_id(q: &Query) -> Result<&str, S3Error> {
+    q.get("uploadId")
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| S3Error::new(ErrorCode::InvalidArgument, "uploadId must be given"))
+}
+
+fn part_number(q: &Query) -> Result<u32, S3Error> {
+    q.number("partNumber")?
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| {
+            S3Error::new(
+                ErrorCode::InvalidArgument,
+                "Part number must be an integer between 1 and 10000, inclusive",
+            )
+        })
+}
+
+pub async fn create(
+    app: &AppState,
+    bucket: &str,
+    key: &str,
+    headers: &HeaderMap,
+) -> Result<Response, S3Error> {
+    let id = app
+        .store
+        .create_upload(bucket, key, attrs_from(headers)?)
+        .await?;
+    let mut w = XmlWriter::new();
+    w.open_root("InitiateMultipartUploadResult");
+    w.leaf("Bucket", bucket);
+    w.leaf("Key", key);
+    w.leaf("UploadId", &id);
+    w.close("InitiateMultipartUploadResult");
+    Ok(xml(w.finish()))
+}
+
+pub async fn upload_part(
+    app: &AppState,
+    bucket: &str,
+    key: &str,
+    q: &Query,
+    req: Request,
+) -> Result<Response, S3Error> {
+    let (id, number) = (upload_id(q)?.to_string(), part_number(q)?);
+    if req.headers().contains_key("x-amz-copy-source") {
+        return upload_part_copy(app, bucket, key, &id, number, req.headers()).await;
+    }
+    let (parts, body) = req.into_parts();
+    let (stream, _checksum) = super::object::checked_body(&parts, body)?;
+    let size = super::object::declared_length_of(&parts)?;
+    let md5 = super::object::content_md5_of(&parts.headers)?;
+    let part = app
+        .store
+        .put_part(
+            PartTarget {
+                bucket,
+                key,
+                upload_id: &id,
+                number,
+            },
+            size,
+            md5,
+            stream,
+        )
+        .await?;
+    Ok((StatusCode::OK, [(header::ETAG, part.etag())]).into_response())
+}
+
+/// `x-amz-copy-source-range: bytes=first-last`, both required, inside the source.
+fn copy_range(headers: &HeaderMap, size: u64) -> Result<Option<(u64, u64)>, S3Error> {
+    let Some(v) = header_str(headers, "x-amz-copy-source-range")? else {
+        return Ok(None);
+    };
+    let invalid = || {
+        S3Error::new(
+            ErrorCode::InvalidArgument,
+            "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy",
+        )
+    };
+    let (a, b) = v
+        .trim()
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .ok_or_else(invalid)?;
+    let (first, last): (u64, u64) = (
+        a.trim().parse().map_err(|_| invalid())?,
+        b.trim().parse().map_err(|_| invalid())?,
+    );
+    if first > last || last >= size {
+        return Err(S3Error::new(
+            ErrorCode::InvalidRange,
+            "The requested range is not satisfiable",
+        ));
+    }
+    Ok(Some((first, last)))
+}
+
+async fn upload_part_copy(
+    app: &AppState,
+    bucket: &str,
+    key: &str,
+    id: &str,
+    number: u32,
+    headers: &HeaderMap,
+) -> Result<Response, S3Error> {
+    let (src_bucket, src_key) = copy_source(headers)?;
+    let source = app.store.head(&src_bucket, &src_key).await?;
+    check_copy_conditions(headers, &source)?;
+    let range = copy_range(headers, source.size_bytes)?;
+    let modified = source.created_ms;
+    let part = app
+        .store
+        .put_part_copy(bucket, key, id, number, source, range)
+        .await?;
+    let mut w = XmlWriter::new();
+    w.open_root("CopyPartResult");
+    w.leaf("LastModified", &iso8601(modified.max(part.created_ms)));
+    w.leaf("ETag", &part.etag());
+    w.close("CopyPartResult");
+    Ok(xml(w.finish()))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CompleteBody {
+    #[serde(default, rename = "Part")]
+    parts: Vec<CompletePart>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct CompletePart {
+    part_number: u32,
+    #[serde(rename = "ETag")]
+    etag: String,
+}
+
+pub async fn complete(
+    app: &AppState,
+    bucket: &str,
+    key: &str,
+    q: &Query,
+    req: Request,
+) -> Result<Response, S3Error> {
+    let id = upload_id(q)?.to_string();
+    let text = read_xml_body(req.into_body(), COMPLETE_BODY_BYTES_MAX).await?;
+    let parsed: CompleteBody = quick_xml::de::from_str(&text).map_err(|_| {
+        S3Error::new(ErrorCode::MalformedXML, "The XML you provided was not well-formed or did not validate against our published schema")
+    })?;
+    let parts = parsed
+        .parts
+        .into_iter()
+        .map(|p| PartRef {
+            number: p.part_number,
+            etag: p.etag,
+        })
+        .collect();
+    let record = app.store.complete_upload(bucket, key, &id, parts).await?;
+    let mut w = XmlWriter::new();
+    w.open_root("CompleteMultipartUploadResult");
+    w.leaf("Location", &format!("/{bucket}/{key}"));
+    w.leaf("Bucket", bucket);
+    w.leaf("Key", key);
+    w.leaf("ETag", &record.etag());
+    w.close("CompleteMultipartUploadResult");
+    Ok(xml(w.finish()))
+}
+
+pub async fn abort(
+    app: &AppState,
+    bucket: &str,
+    key: &str,
+    q: &Query,
+) -> Result<Response, S3Error> {
+    app.store.abort_upload(bucket, key, upload_id(q)?).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+fn owner_and_initiator(w: &mut XmlWriter) {
+    for tag in ["Initiator", "Owner"] {
+        w.open(tag);
+        w.leaf("ID", OWNER_ID);
+        w.leaf("DisplayName", OWNER_ID);
+        w.close(tag);
+    }
+}
+
+pub async fn list_parts(
+    app: &AppState,
+    bucket: &str,
+    key: &str,
+    q: &Query,
+) -> Result<Response, S3Error> {
+    let id = upload_id(q)?;
+    app.store.check_upload(bucket, key, id).await?;
+    let max = q.number("max-parts")?.map_or(1000, |n| n.min(1000)) as usize;
+    let marker = q.number("part-number-marker")?.unwrap_or(0);
+    let parts = app.store.parts(id).await?;
+    let page: Vec<_> = parts
+        .iter()
+        .filter(|(n, _)| u64::from(**n) > marker)
+        .take(max + 1)
+        .collect();
+    let truncated = page.len() > max;
+    let page = &page[..page.len().min(max)];
+    let mut w = XmlWriter::new();
+    w.open_root("ListPartsResult");
+    w.leaf("Bucket", bucket);
+    w.leaf("Key", key);
+    w.leaf("UploadId", id);
+    owner_and_initiator(&mut w);
+    w.leaf("StorageClass", "STANDARD");
+    w.leaf("PartNumberMarker", &marker.to_string());
+    if let Some((n, _)) = page.last() {
+        w.leaf("NextPartNumberMarker", &n.to_string());
+    }
+    w.leaf("MaxParts", &max.to_string());
+    w.leaf("IsTruncated", if truncated { "true" } else { "false" });
+    for (n, p) in page {
+        w.open("Part");
+        w.leaf("PartNumber", &n.to_string());
+        w.leaf("LastModified", &iso8601(p.created_ms));
+        w.leaf("ETag", &p.etag());
+        w.leaf("Size", &p.size_bytes.to_string());
+        w.close("Part");
+    }
+    w.close("ListPartsResult");
+    Ok(xml(w.finish()))
+}
+
+pub async fn list_uploads(app: &AppState, bucket: &str, q: &Query) -> Result<Response, S3Error> {
+    let max = q.number("max-uploads")?.map_or(1000, |n| n.min(1000)) as usize;
+    let prefix = q.get("prefix").unwrap_or("");
+    let key_marker = q.get("key-marker").filter(|k| !k.is_empty());
+    let id_marker = q.get("upload-id-marker").unwrap_or("");
+    // Without an upload-id-marker, S3 lists uploads of keys strictly after key-marker.
+    let after = key_marker.map(|k| {
+        if id_marker.is_empty() {
+            (k.to_string(), "\u{10FFFF}".to_string())
+        } else {
+            (k.to_string(), id_marker.to_string())
+        }
+    });
+    let (uploads, truncated) = app.store.uploads(bucket, prefix, after, max).await?;
+    let mut w = XmlWriter::new();
+    w.open_root("ListMultipartUploadsResult");
+    w.leaf("Bucket", bucket);
+    w.leaf("KeyMarker", key_marker.unwrap_or(""));
+    w.leaf("UploadIdMarker", id_marker);
+    if truncated && let Some((id, u)) = uploads.last() {
+        w.leaf("NextKeyMarker", &u.key);
+        w.leaf("NextUploadIdMarker", id);
+    }
+    w.leaf("Prefix", prefix);
+    w.leaf("MaxUploads", &max.to_string());
+    w.leaf("IsTruncated", if truncated { "true" } else { "false" });
+    for (id, u) in &uploads {
+        w.open("Upload");
+        w.leaf("Key", &u.key);
+        w.leaf("UploadId", id);
+        owner_and_initiator(&mut w);
+        w.leaf("StorageClass", "STANDARD");
+        w.leaf("Initiated", &iso8601(u.created_ms));
+        w.close("Upload");
+    }
+    w.close("ListMultipartUploadsResult");
+    Ok(xml(w.finish()))
+}
+
+/// Reads a small request body whole, up to `max_bytes`.
+pub async fn read_small_body(body: axum::body::Body, max_bytes: usize) -> Result<Vec<u8>, S3Error> {
+    use futures_util::StreamExt as _;
+    let mut stream = body_stream(body);
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if out.len() + chunk.len() > max_bytes {
+            return Err(S3Error::new(
+                ErrorCode::MalformedXML,
+                "The XML you provided was too large",
+            ));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
