@@ -39,6 +39,7 @@ pub struct FileConfig {
     pub data: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
     pub region: Option<String>,
+    pub domain: Option<String>,
     pub max_object_bytes: Option<u64>,
     pub choice_root: Option<u32>,
     pub admin_token: Option<String>,

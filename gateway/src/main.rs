@@ -49,6 +49,9 @@ struct ServeArgs {
     /// Region reported to clients; signatures from any region are accepted [default: us-east-1]
     #[arg(long)]
     region: Option<String>,
+    /// Accept virtual-hosted-style requests for `<bucket>.<domain>`
+    #[arg(long)]
+    domain: Option<String>,
     /// Largest object a single PUT may store, in bytes [default: 5 GiB]
     #[arg(long)]
     max_object_bytes: Option<u64>,
@@ -96,6 +99,7 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
                 .unwrap_or(defaults.object_bytes_max),
             ..defaults
         },
+        domain: args.domain.or(file.domain.clone()),
         choice_root: args.choice_root.or(file.choice_root).unwrap_or(2),
         admin_token: env_token(gateway::admin::ADMIN_TOKEN_ENV).or(file.admin_token.clone()),
         native_token: env_token(gateway::native::NATIVE_TOKEN_ENV).or(file.native_token.clone()),

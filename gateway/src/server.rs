@@ -23,6 +23,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub region: String,
+    /// Virtual-hosted-style requests: `bucket.<domain>`.
+    pub domain: Option<String>,
     pub limits: Limits,
     /// n of the n-th root that flattens the pair weights.
     pub choice_root: u32,
@@ -39,6 +41,8 @@ pub struct AppState {
     pub admin_token: Option<String>,
     pub native_token: Option<String>,
     pub region: String,
+    /// Virtual-hosted-style requests: `bucket.<domain>`.
+    pub domain: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +127,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             s3::auth::authenticate,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            s3::cors::cors_headers,
+        ))
         .with_state(state.clone());
     Router::new()
         .route("/_health", get(|| async { "ok\n" }))
@@ -158,6 +166,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         admin_token: config.admin_token.clone(),
         native_token: config.native_token.clone(),
         region: config.region.clone(),
+        domain: config.domain.clone(),
     });
     state.store.refresh_space().await;
     {

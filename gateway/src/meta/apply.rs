@@ -51,8 +51,22 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             }
             let bytes = tables::encode_versioned(&BucketRecord {
                 created_ms: *created_ms,
+                cors: None,
             })?;
             buckets.insert(bucket.as_str(), bytes.as_slice())?;
+            Ok(Response::Done)
+        }
+        Command::SetBucketCors { bucket, rules } => {
+            let mut buckets = txn.open_table(BUCKETS)?;
+            let mut record: BucketRecord = match buckets.get(bucket.as_str())? {
+                Some(v) => tables::decode_versioned("buckets", v.value())?,
+                None => return Err(MetaError::NoSuchBucket),
+            };
+            record.cors = rules.clone();
+            buckets.insert(
+                bucket.as_str(),
+                tables::encode_versioned(&record)?.as_slice(),
+            )?;
             Ok(Response::Done)
         }
         Command::DeleteBucket { bucket } => {

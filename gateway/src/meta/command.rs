@@ -8,7 +8,7 @@
 use placement::{Magic, PairFlags, PairId, PairRecord, Sha1};
 use serde::{Deserialize, Serialize};
 
-use super::tables::{FileRecord, ObjectRecord, PartRecord, UploadRecord};
+use super::tables::{CorsRule, FileRecord, ObjectRecord, PartRecord, UploadRecord};
 
 /// Where the content of a new reference is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +56,11 @@ pub enum Command {
     CreateBucket {
         bucket: String,
         created_ms: u64,
+    },
+    /// Sets (or with `None` removes) a bucket's CORS rules.
+    SetBucketCors {
+        bucket: String,
+        rules: Option<Vec<CorsRule>>,
     },
     /// Refused while the bucket holds objects.
     DeleteBucket {

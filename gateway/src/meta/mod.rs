@@ -18,7 +18,8 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 pub use command::{Command, ContentSource, DecOutcome, NewObject, Response, WritePrecondition};
 pub use list::{ListPage, ListQuery};
 pub use tables::{
-    BucketRecord, Checksum, DeletingRecord, FileRecord, ObjectRecord, PartRecord, UploadRecord,
+    BucketRecord, Checksum, CorsRule, DeletingRecord, FileRecord, ObjectRecord, PartRecord,
+    UploadRecord,
 };
 
 use tables::{BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, UPLOADS};

@@ -103,6 +103,19 @@ impl DeletingRecord {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BucketRecord {
     pub created_ms: u64,
+    /// The bucket's CORS rules (PutBucketCors), for browser downloads.
+    pub cors: Option<Vec<CorsRule>>,
+}
+
+/// One CORS rule, as S3's `CORSRule`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CorsRule {
+    pub id: Option<String>,
+    pub allowed_origins: Vec<String>,
+    pub allowed_methods: Vec<String>,
+    pub allowed_headers: Vec<String>,
+    pub expose_headers: Vec<String>,
+    pub max_age_secs: Option<u32>,
 }
 
 /// One S3 object: the index entry that references a content file.
@@ -253,7 +266,10 @@ mod tests {
     fn unknown_versions_are_errors_not_panics() {
         assert!(decode_versioned::<BucketRecord>("buckets", &[9, 1, 2]).is_err());
         assert!(decode_versioned::<BucketRecord>("buckets", &[]).is_err());
-        let b = BucketRecord { created_ms: 5 };
+        let b = BucketRecord {
+            created_ms: 5,
+            cors: None,
+        };
         let bytes = encode_versioned(&b).unwrap();
         assert_eq!(
             decode_versioned::<BucketRecord>("buckets", &bytes).unwrap(),

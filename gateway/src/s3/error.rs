@@ -32,6 +32,8 @@ pub enum ErrorCode {
     MissingContentLength,
     NoSuchBucket,
     NoSuchKey,
+    NoSuchCORSConfiguration,
+    AccessForbidden,
     NoSuchUpload,
     InvalidPart,
     InvalidPartOrder,
@@ -71,6 +73,8 @@ impl ErrorCode {
             MissingContentLength => "MissingContentLength",
             NoSuchBucket => "NoSuchBucket",
             NoSuchKey => "NoSuchKey",
+            NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
+            AccessForbidden => "AccessForbidden",
             NoSuchUpload => "NoSuchUpload",
             InvalidPart => "InvalidPart",
             InvalidPartOrder => "InvalidPartOrder",
@@ -91,7 +95,10 @@ impl ErrorCode {
             AccessDenied | InvalidAccessKeyId | RequestTimeTooSkewed | SignatureDoesNotMatch => {
                 StatusCode::FORBIDDEN
             }
-            NoSuchBucket | NoSuchKey | NoSuchUpload => StatusCode::NOT_FOUND,
+            NoSuchBucket | NoSuchKey | NoSuchUpload | NoSuchCORSConfiguration => {
+                StatusCode::NOT_FOUND
+            }
+            AccessForbidden => StatusCode::FORBIDDEN,
             BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
             InvalidRange => StatusCode::RANGE_NOT_SATISFIABLE,
             PreconditionFailed => StatusCode::PRECONDITION_FAILED,

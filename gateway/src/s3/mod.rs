@@ -9,10 +9,12 @@ pub mod auth;
 mod bucket;
 pub mod checksum;
 pub mod chunked;
+pub mod cors;
 pub mod error;
 mod multipart;
 mod object;
 pub mod request;
+pub mod sigv2;
 pub mod sigv4;
 pub mod xml;
 
@@ -35,13 +37,21 @@ pub async fn dispatch(State(app): State<Arc<AppState>>, req: Request) -> Respons
 }
 
 async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
-    let target = Target::from_uri(req.uri())?;
+    let host = req
+        .headers()
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok());
+    let target = Target::from_request(req.uri(), host, app.domain.as_deref())?;
     let query = Query::parse(req.uri())?;
     let method = req.method().clone();
     let sub = query.subresource();
     let copy = req.headers().contains_key("x-amz-copy-source");
     match (&method, target) {
+        (&Method::OPTIONS, _) => cors::preflight(app, req).await,
         (&Method::GET, Target::Service) => bucket::list_buckets(app).await,
+        (&Method::PUT, Target::Bucket(b)) if sub == Some("cors") => cors::put(app, &b, req).await,
+        (&Method::GET, Target::Bucket(b)) if sub == Some("cors") => cors::get(app, &b).await,
+        (&Method::DELETE, Target::Bucket(b)) if sub == Some("cors") => cors::delete(app, &b).await,
         (&Method::PUT, Target::Bucket(b)) if sub.is_none() => bucket::create(app, &b).await,
         (&Method::HEAD, Target::Bucket(b)) => bucket::head(app, &b).await,
         (&Method::DELETE, Target::Bucket(b)) if sub.is_none() => bucket::delete(app, &b).await,

@@ -28,6 +28,40 @@ fn decode(raw: &str, what: &str) -> Result<String, S3Error> {
 }
 
 impl Target {
+    /// The target of a request: virtual-hosted style (`bucket.<domain>` in Host, the path
+    /// is the key) when `domain` is configured and the Host is a subdomain of it, else
+    /// path style.
+    pub fn from_request(
+        uri: &Uri,
+        host: Option<&str>,
+        domain: Option<&str>,
+    ) -> Result<Self, S3Error> {
+        let bucket = match (host, domain) {
+            (Some(host), Some(domain)) => {
+                let host = host
+                    .rsplit_once(':')
+                    .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+                    .map_or(host, |(h, _)| h);
+                host.strip_suffix(domain)
+                    .and_then(|b| b.strip_suffix('.'))
+                    .filter(|b| !b.is_empty())
+            }
+            _ => None,
+        };
+        let Some(bucket) = bucket else {
+            return Self::from_uri(uri);
+        };
+        let key = uri.path().strip_prefix('/').unwrap_or(uri.path());
+        if key.is_empty() {
+            Ok(Target::Bucket(bucket.to_string()))
+        } else {
+            Ok(Target::Object {
+                bucket: bucket.to_string(),
+                key: decode(key, "key")?,
+            })
+        }
+    }
+
     /// Parses a path-style request path: `/`, `/bucket`, `/bucket/key...`. The key is
     /// everything after the bucket's slash, decoded once, slashes and all.
     pub fn from_uri(uri: &Uri) -> Result<Self, S3Error> {
@@ -177,6 +211,31 @@ mod tests {
                 bucket: "b".into(),
                 key: "dir//a b+c+d/✓/".into()
             }
+        );
+    }
+
+    #[test]
+    fn virtual_hosted_requests_take_the_bucket_from_host() {
+        let uri: Uri = "/dir/a%20b".parse().unwrap();
+        let t = |host| Target::from_request(&uri, Some(host), Some("s3.example.com")).unwrap();
+        assert_eq!(
+            t("mail.s3.example.com:9000"),
+            Target::Object {
+                bucket: "mail".into(),
+                key: "dir/a b".into()
+            }
+        );
+        let path_style = Target::Object {
+            bucket: "dir".into(),
+            key: "a b".into(),
+        };
+        assert_eq!(t("s3.example.com"), path_style);
+        assert_eq!(t("other.org"), path_style);
+        let root: Uri = "/".parse().unwrap();
+        assert_eq!(
+            Target::from_request(&root, Some("mail.s3.example.com"), Some("s3.example.com"))
+                .unwrap(),
+            Target::Bucket("mail".into())
         );
     }
 
