@@ -24,6 +24,9 @@ use crate::meta::{
 };
 use crate::s3::error::{ErrorCode, S3Error};
 
+/// Free and total bytes assumed for a disk that cannot report them (a WebDAV node).
+pub const UNKNOWN_DISK_BYTES: u64 = 1 << 40;
+
 /// Limits on what a client may store.
 #[derive(Clone, Debug)]
 pub struct Limits {
@@ -547,7 +550,9 @@ impl ObjectStore {
             }
         }
         let pair: PairId = staged.pair;
+        let size_bytes = staged.digests.size_bytes;
         staged.commit().await?;
+        self.charge_space(pair, size_bytes);
         // On error our renamed copies are orphans without a record; Valkyrie removes them.
         Ok(self.execute(command(ContentSource::Stored(pair))).await?)
     }
@@ -605,11 +610,30 @@ impl ObjectStore {
             return;
         };
         let (a, b) = tokio::join!(entry.disks[0].space(), entry.disks[1].space());
-        match (a, b) {
-            (Ok((f0, c0)), Ok((f1, c1))) => self.pairs.set_space(id, [f0, f1], [c0, c1]),
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::warn!(pair = %id, error = %e, "cannot measure disk space")
+        let mut free = entry.record.free_bytes;
+        let mut capacity = entry.record.capacity_bytes;
+        for (i, measured) in [a, b].into_iter().enumerate() {
+            match measured {
+                Ok((f, c)) => (free[i], capacity[i]) = (f, c),
+                // A WebDAV node (stock nginx) cannot say how full it is. Until its
+                // Valkyrie reports it, assume the default so that the pair still takes
+                // writes; a failing disk is caught by the probe, not by this figure.
+                Err(e) if e.is_space_unknown() => {
+                    if capacity[i] == 0 {
+                        (free[i], capacity[i]) = (UNKNOWN_DISK_BYTES, UNKNOWN_DISK_BYTES);
+                    }
+                }
+                Err(e) => tracing::warn!(pair = %id, error = %e, "cannot measure disk space"),
             }
+        }
+        self.pairs.set_space(id, free, capacity);
+    }
+
+    /// Counts a committed file against its pair's free space until the next measurement.
+    fn charge_space(&self, pair: PairId, size_bytes: u64) {
+        if let Some(e) = self.pairs.get(pair) {
+            let free = e.record.free_bytes.map(|f| f.saturating_sub(size_bytes));
+            self.pairs.set_space(pair, free, e.record.capacity_bytes);
         }
     }
 
@@ -727,5 +751,107 @@ mod tests {
         assert_eq!(RangeSpec::Suffix(1000).resolve(100), Some((0, 99)));
         assert_eq!(RangeSpec::Suffix(0).resolve(100), None);
         assert_eq!(from(0, None).resolve(0), None);
+    }
+
+    fn store_with_two_pairs() -> (tempfile::TempDir, ObjectStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = Arc::new(MetaStore::open(&dir.path().join("meta.redb")).unwrap());
+        let pairs = Arc::new(PairTable::new());
+        for id in 0..2u32 {
+            let disks =
+                [0, 1].map(|d| placement::DiskRef::local(dir.path().join(format!("p{id}d{d}"))));
+            let mut record = PairRecord::new(disks);
+            record.free_bytes = [1 << 30, 1 << 30];
+            meta.execute(&Command::PutPair {
+                id: PairId(id),
+                record: record.clone(),
+            })
+            .unwrap();
+            pairs.upsert(PairId(id), record).unwrap();
+        }
+        (dir, ObjectStore::new(meta, pairs, Limits::default(), 2))
+    }
+
+    async fn staged_on(store: &ObjectStore, pair: u32, body: &'static [u8]) -> StagedUpload {
+        let disks = store.pairs.get(PairId(pair)).unwrap().disks;
+        let mut up = placement::write::PairUpload::begin(PairId(pair), disks)
+            .await
+            .unwrap();
+        up.write(Bytes::from_static(body)).await.unwrap();
+        up.finish().await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn racing_loaders_on_two_pairs_both_succeed_and_leave_junk_on_one() {
+        let (dir, store) = store_with_two_pairs();
+        let body = b"the same newsletter attachment";
+        // Both loaders found the content absent and stored it, each on its own pair.
+        let a = staged_on(&store, 0, body).await;
+        let b = staged_on(&store, 1, body).await;
+        let sha1 = a.digests.sha1;
+        a.commit().await.unwrap();
+        b.commit().await.unwrap();
+        let insert = |pair, magic| Command::InsertOrInc {
+            sha1,
+            magic: Magic::new(magic).unwrap(),
+            pair: PairId(pair),
+        };
+        store.execute(insert(0, 11)).await.unwrap();
+        store.execute(insert(1, 22)).await.unwrap();
+        let rec = store.file(sha1).await.unwrap().unwrap();
+        assert_eq!((rec.refs, rec.pair, rec.magic), (2, PairId(0), 33));
+        // Pair 1 holds copies no record points to: junk for Valkyrie's scrub.
+        let hex = sha1.to_hex();
+        for d in 0..2 {
+            let path = dir
+                .path()
+                .join(format!("p1d{d}"))
+                .join(&hex[0..2])
+                .join(&hex[2..4])
+                .join(&hex);
+            assert!(path.is_file(), "junk copy expected at {}", path.display());
+        }
+        // Reads use the record's pair.
+        let expect = Expect {
+            size_bytes: body.len() as u64,
+            crc32: crc32fast::hash(body),
+        };
+        let ReadBody::Buffered(got) = store.read_content(sha1, expect, None).await.unwrap() else {
+            panic!()
+        };
+        assert_eq!(&got[..], body);
+    }
+
+    #[tokio::test]
+    async fn a_loader_that_finds_the_content_stored_writes_nothing() {
+        let (dir, store) = store_with_two_pairs();
+        let body = b"dedup hit";
+        let first = staged_on(&store, 0, body).await;
+        let sha1 = first.digests.sha1;
+        let cmd = |src| match src {
+            ContentSource::Existing => Command::Inc {
+                sha1,
+                magic: Magic::random(),
+            },
+            ContentSource::Stored(pair) => Command::InsertOrInc {
+                sha1,
+                magic: Magic::random(),
+                pair,
+            },
+        };
+        store.commit_content(first, cmd).await.unwrap();
+        let second = staged_on(&store, 1, body).await;
+        store.commit_content(second, cmd).await.unwrap();
+        assert_eq!(store.file(sha1).await.unwrap().unwrap().refs, 2);
+        let hex = sha1.to_hex();
+        for d in 0..2 {
+            assert!(!dir.path().join(format!("p1d{d}")).join(&hex[0..2]).exists());
+            assert_eq!(
+                std::fs::read_dir(dir.path().join(format!("p1d{d}/tmp")))
+                    .unwrap()
+                    .count(),
+                0
+            );
+        }
     }
 }

@@ -1,0 +1,89 @@
+//! The knobs of a worker. The first five names are a contract: they are also the flags of
+//! the `valkyrie` binary (`--quarantine-secs`, ...) and the keys of the gateway's config.
+
+use serde::{Deserialize, Serialize};
+
+const MIB: u64 = 1024 * 1024;
+const HOUR_SECS: u64 = 3600;
+const DAY_SECS: u64 = 24 * HOUR_SECS;
+
+/// Everything a worker can be told; [`Settings::default`] holds the production values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    /// How long a quarantined `<sha1>.deleted.<ts>` file is kept before it is deleted for
+    /// good: the window in which a wrong deletion can still be undone.
+    pub quarantine_secs: u64,
+    /// How long after the master the slave disk acts on a `deleting` entry: if the master
+    /// quarantined by mistake, reads still find the slave's copy meanwhile.
+    pub slave_delay_secs: u64,
+    /// A scrub pass starts at most this often (start to start).
+    pub scrub_interval_secs: u64,
+    /// A content file without any record is left alone this long after its mtime: an
+    /// upload renames its files before it commits the record.
+    pub grace_secs: u64,
+    /// Bound on the bytes the scrubber reads (and copies, when repairing) per second.
+    /// 0 means unlimited.
+    pub scrub_bytes_per_sec: u64,
+    /// A file under `tmp/` older than this (by mtime) is an abandoned upload.
+    pub temp_max_age_secs: u64,
+    /// Pause between two passes over the `deleting` entries.
+    pub deletion_interval_secs: u64,
+    /// `deleting` entries asked for per catalog call.
+    pub deletion_page_entries: usize,
+    /// Files handled between two yields of the scrubber.
+    pub scrub_batch_files: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            quarantine_secs: 7 * DAY_SECS,
+            slave_delay_secs: HOUR_SECS,
+            scrub_interval_secs: DAY_SECS,
+            grace_secs: DAY_SECS,
+            scrub_bytes_per_sec: 50 * MIB,
+            temp_max_age_secs: DAY_SECS,
+            deletion_interval_secs: 60,
+            deletion_page_entries: 1000,
+            scrub_batch_files: 256,
+        }
+    }
+}
+
+impl Settings {
+    /// The same settings with every bound at least 1, so that a zero from a config file
+    /// cannot turn a batch into an endless loop of empty pages.
+    pub fn sanitized(mut self) -> Self {
+        self.deletion_page_entries = self.deletion_page_entries.clamp(1, 100_000);
+        self.scrub_batch_files = self.scrub_batch_files.clamp(1, 100_000);
+        self.deletion_interval_secs = self.deletion_interval_secs.max(1);
+        self.scrub_interval_secs = self.scrub_interval_secs.max(1);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_production_values_and_missing_keys_take_them() {
+        let s = Settings::default();
+        assert_eq!(s.quarantine_secs, 604_800);
+        assert_eq!(s.slave_delay_secs, 3_600);
+        assert_eq!(s.scrub_interval_secs, 86_400);
+        assert_eq!(s.grace_secs, 86_400);
+        assert_eq!(s.scrub_bytes_per_sec, 52_428_800);
+        let parsed: Settings = serde_json::from_str(r#"{"grace_secs": 5}"#).unwrap();
+        assert_eq!(parsed.grace_secs, 5);
+        assert_eq!(parsed.quarantine_secs, s.quarantine_secs);
+        let zero = Settings {
+            deletion_page_entries: 0,
+            scrub_batch_files: 0,
+            ..Settings::default()
+        }
+        .sanitized();
+        assert_eq!((zero.deletion_page_entries, zero.scrub_batch_files), (1, 1));
+    }
+}
