@@ -84,7 +84,7 @@ fn flag_names(flags: PairFlags) -> Vec<&'static str> {
     .collect()
 }
 
-fn pair_json(id: PairId, r: &PairRecord) -> serde_json::Value {
+pub fn pair_json(id: PairId, r: &PairRecord) -> serde_json::Value {
     serde_json::json!({
         "id": id.0,
         "disks": [r.disks[0].as_str(), r.disks[1].as_str()],
@@ -176,7 +176,10 @@ pub async fn add_pair(
     }
     let record = PairRecord::new([a, b]);
     match app.store.change_pair(Command::AddPair { record }).await {
-        Ok((id, r)) => json(StatusCode::OK, pair_json(id, &r).to_string()),
+        Ok((id, r)) => {
+            app.workers.ensure(&app);
+            json(StatusCode::OK, pair_json(id, &r).to_string())
+        }
         Err(e) => error_json(e.code.status(), e.message),
     }
 }
@@ -209,5 +212,89 @@ pub async fn pair_action(
             error_json(StatusCode::NOT_FOUND, format!("no pair {id}"))
         }
         Err(e) => error_json(e.code.status(), e.message),
+    }
+}
+
+/// `GET /_admin/scrub`: each in-process Valkyrie worker's counters and scrub progress.
+pub async fn scrub_status(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if !authorized(&app, &headers) {
+        return forbidden();
+    }
+    let workers: Vec<_> = app
+        .workers
+        .workers()
+        .into_iter()
+        .map(|w| {
+            let snap = serde_json::to_value(w.metrics.snapshot()).unwrap_or_default();
+            serde_json::json!({ "pair": w.pair.0, "index": w.index, "disk": w.disk, "metrics": snap })
+        })
+        .collect();
+    json(
+        StatusCode::OK,
+        serde_json::json!({ "workers": workers }).to_string(),
+    )
+}
+
+/// `GET /_metrics`: Prometheus text of the Valkyrie workers (no secrets; unauthenticated
+/// so that a scraper needs no token).
+pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
+    let mut out = String::new();
+    for w in app.workers.workers() {
+        let pair = w.pair.0.to_string();
+        let index = w.index.to_string();
+        out.push_str(&w.metrics.snapshot().to_prometheus(&[
+            ("disk", &w.disk),
+            ("pair", &pair),
+            ("index", &index),
+        ]));
+    }
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        out,
+    )
+        .into_response()
+}
+
+/// `GET /_admin/unmove`: progress of the drains of failed disks.
+pub async fn unmove_status(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    if !authorized(&app, &headers) {
+        return forbidden();
+    }
+    let drains = serde_json::to_value(app.workers.drains()).unwrap_or_default();
+    json(
+        StatusCode::OK,
+        serde_json::json!({ "drains": drains }).to_string(),
+    )
+}
+
+#[derive(serde::Deserialize)]
+pub struct FailDisk {
+    disk: String,
+}
+
+/// `POST /_admin/disks/fail` with `{"disk": DISK}`: the disk's pair goes READ_ONLY and
+/// UNMOVE copies the surviving disk's files to other pairs.
+pub async fn fail_disk(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if !authorized(&app, &headers) {
+        return forbidden();
+    }
+    let Ok(req) = serde_json::from_slice::<FailDisk>(&body) else {
+        return error_json(StatusCode::BAD_REQUEST, r#"expected {"disk": "DISK"}"#);
+    };
+    match app.workers.fail_disk(&app, &req.disk).await {
+        Ok(p) => json(
+            StatusCode::OK,
+            serde_json::to_value(p).unwrap_or_default().to_string(),
+        ),
+        Err(e @ crate::workers::DrainError::UnknownDisk(_)) => error_json(StatusCode::NOT_FOUND, e),
+        Err(e @ crate::workers::DrainError::RemoteSurvivor(_)) => {
+            error_json(StatusCode::CONFLICT, e)
+        }
+        Err(e) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }

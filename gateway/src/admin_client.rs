@@ -178,3 +178,119 @@ pub fn render(pairs: &[serde_json::Value]) -> String {
     }
     out
 }
+
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum ScrubCommand {
+    /// Each local disk's Valkyrie counters and the progress of its current scrub pass.
+    Status,
+}
+
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum DiskCommand {
+    /// Declare a disk failed: its pair goes READ_ONLY and UNMOVE copies every file of the
+    /// surviving disk to other pairs.
+    Fail { disk: String },
+    /// Progress of UNMOVE drains: files and bytes done / total, ETA.
+    Status,
+}
+
+fn num(v: &serde_json::Value, field: &str) -> u64 {
+    v.get(field).and_then(|x| x.as_u64()).unwrap_or(0)
+}
+
+/// One line per drain: pair, files and bytes done of total, relocated/failed, ETA.
+pub fn render_drains(drains: &[serde_json::Value]) -> String {
+    let mut out = format!(
+        "{:<6} {:>22} {:>28} {:>10} {:>8} {:>8} {:>10}\n",
+        "PAIR", "FILES", "BYTES", "RELOCATED", "FAILED", "STATE", "ETA"
+    );
+    for d in drains {
+        let eta = d
+            .get("eta_secs")
+            .and_then(|e| e.as_u64())
+            .map_or("-".to_string(), |s| format!("{s} s"));
+        let state = if d.get("finished").and_then(|f| f.as_bool()).unwrap_or(false) {
+            "done"
+        } else {
+            "running"
+        };
+        out.push_str(&format!(
+            "{:<6} {:>22} {:>28} {:>10} {:>8} {:>8} {:>10}\n",
+            num(d, "pair"),
+            format!("{} / {}", num(d, "files_done"), num(d, "files_total")),
+            format!(
+                "{} / {}",
+                human_bytes(num(d, "bytes_done")),
+                human_bytes(num(d, "bytes_total"))
+            ),
+            num(d, "files_relocated"),
+            num(d, "files_failed"),
+            state,
+            eta
+        ));
+    }
+    out
+}
+
+impl AdminClient {
+    pub async fn scrub(&self, cmd: ScrubCommand) -> Result<String, String> {
+        let ScrubCommand::Status = cmd;
+        let v = self.call(Method::GET, "/_admin/scrub", None).await?;
+        let workers = v
+            .get("workers")
+            .and_then(|w| w.as_array())
+            .cloned()
+            .unwrap_or_default();
+        let mut out = format!(
+            "{:<5} {:<40} {:>9} {:>12} {:>9} {:>11} {:>8} {:>6} {:>7} {:>7}\n",
+            "PAIR",
+            "DISK",
+            "SCANNED",
+            "VERIFIED",
+            "REPAIRED",
+            "QUARANTINED",
+            "DELETED",
+            "JUNK",
+            "ERRORS",
+            "PASSES"
+        );
+        for w in workers {
+            let m = w.get("metrics").cloned().unwrap_or_default();
+            out.push_str(&format!(
+                "{:<5} {:<40} {:>9} {:>12} {:>9} {:>11} {:>8} {:>6} {:>7} {:>7}\n",
+                num(&w, "pair"),
+                w.get("disk").and_then(|d| d.as_str()).unwrap_or("?"),
+                num(&m, "files_scanned"),
+                human_bytes(num(&m, "bytes_verified")),
+                num(&m, "repaired"),
+                num(&m, "quarantined"),
+                num(&m, "deleted"),
+                num(&m, "junk_removed"),
+                num(&m, "errors"),
+                num(&m, "passes_done"),
+            ));
+        }
+        Ok(out)
+    }
+
+    pub async fn disk(&self, cmd: DiskCommand) -> Result<String, String> {
+        match cmd {
+            DiskCommand::Fail { disk } => {
+                let body = serde_json::json!({ "disk": disk }).to_string();
+                let v = self
+                    .call(Method::POST, "/_admin/disks/fail", Some(body))
+                    .await?;
+                Ok(format!("UNMOVE started\n{}", render_drains(&[v])))
+            }
+            DiskCommand::Status => {
+                let v = self.call(Method::GET, "/_admin/unmove", None).await?;
+                let drains = v
+                    .get("drains")
+                    .and_then(|d| d.as_array())
+                    .cloned()
+                    .unwrap_or_default();
+                Ok(render_drains(&drains))
+            }
+        }
+    }
+}

@@ -46,6 +46,10 @@ pub struct FileConfig {
     pub native_token: Option<String>,
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
+    /// Settings of the in-process Valkyrie workers (`quarantine_secs`, `slave_delay_secs`,
+    /// `scrub_interval_secs`, `grace_secs`, `scrub_bytes_per_sec`, ...).
+    #[serde(default)]
+    pub valkyrie: Option<valkyrie::Settings>,
 }
 
 /// One configured disk pair.

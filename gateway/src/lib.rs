@@ -12,11 +12,14 @@
 
 pub mod admin;
 pub mod admin_client;
+pub mod catalog;
 pub mod config;
 pub mod credentials;
+pub mod fsck;
 pub mod meta;
 pub mod multipart;
 pub mod native;
 pub mod s3;
 pub mod server;
 pub mod store;
+pub mod workers;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use gateway::admin_client::{AdminClient, PairsCommand};
+use gateway::admin_client::{AdminClient, DiskCommand, PairsCommand, ScrubCommand};
 use gateway::config::FileConfig;
 use gateway::server::{self, Config};
 use gateway::store::Limits;
@@ -25,6 +25,17 @@ struct Cli {
 enum Cmd {
     /// Serve the S3 API (embedded single node: metadata and one local disk pair under --data).
     Serve(ServeArgs),
+    /// Check the invariants of a stopped gateway's data folder: every object's content on
+    /// both disks of its pair with the right hash, every reference count exact, no file
+    /// without a record outside quarantine and grace. Exit code 1 on any violation.
+    Fsck {
+        /// Data folder of the gateway (stop the gateway first: the database is locked).
+        #[arg(long, default_value = "./data")]
+        data: PathBuf,
+        /// Files without a record younger than this are uploads in flight, not orphans.
+        #[arg(long, default_value_t = 86_400)]
+        grace_secs: u64,
+    },
     /// Operate a running gateway through its admin API (token from GATEWAY_ADMIN_TOKEN).
     Admin {
         /// The gateway's address.
@@ -58,6 +69,21 @@ struct ServeArgs {
     /// n of the n-th root of free space that weights the pair choice [default: 2]
     #[arg(long)]
     choice_root: Option<u32>,
+    /// Valkyrie: how long a quarantined file is kept before it is deleted [default: 7 days]
+    #[arg(long)]
+    quarantine_secs: Option<u64>,
+    /// Valkyrie: how long after the master disk the slave acts on a deletion [default: 1 hour]
+    #[arg(long)]
+    slave_delay_secs: Option<u64>,
+    /// Valkyrie: a scrub pass starts at most this often [default: 1 day]
+    #[arg(long)]
+    scrub_interval_secs: Option<u64>,
+    /// Valkyrie: a file without a record is left alone this long [default: 1 day]
+    #[arg(long)]
+    grace_secs: Option<u64>,
+    /// Valkyrie: bound on the scrubber's disk reads, bytes per second [default: 50 MiB/s]
+    #[arg(long)]
+    scrub_bytes_per_sec: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -66,6 +92,16 @@ enum AdminCmd {
     Pairs {
         #[command(subcommand)]
         command: PairsCommand,
+    },
+    /// Valkyrie scrubbers: `status` shows each disk's counters and pass progress.
+    Scrub {
+        #[command(subcommand)]
+        command: ScrubCommand,
+    },
+    /// Disks: `fail DISK` starts UNMOVE of its pair; `status` shows UNMOVE progress.
+    Disk {
+        #[command(subcommand)]
+        command: DiskCommand,
     },
 }
 
@@ -104,6 +140,15 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
         admin_token: env_token(gateway::admin::ADMIN_TOKEN_ENV).or(file.admin_token.clone()),
         native_token: env_token(gateway::native::NATIVE_TOKEN_ENV).or(file.native_token.clone()),
         pairs: file.checked_pairs()?,
+        valkyrie: {
+            let mut v = file.valkyrie.clone().unwrap_or_default();
+            v.quarantine_secs = args.quarantine_secs.unwrap_or(v.quarantine_secs);
+            v.slave_delay_secs = args.slave_delay_secs.unwrap_or(v.slave_delay_secs);
+            v.scrub_interval_secs = args.scrub_interval_secs.unwrap_or(v.scrub_interval_secs);
+            v.grace_secs = args.grace_secs.unwrap_or(v.grace_secs);
+            v.scrub_bytes_per_sec = args.scrub_bytes_per_sec.unwrap_or(v.scrub_bytes_per_sec);
+            v
+        },
     })
 }
 
@@ -133,18 +178,30 @@ fn main() -> ExitCode {
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e),
         },
-        Cmd::Admin {
-            endpoint,
-            command: AdminCmd::Pairs { command },
-        } => {
+        Cmd::Admin { endpoint, command } => {
             let token = env_token(gateway::admin::ADMIN_TOKEN_ENV);
             runtime.block_on(async {
                 let client = AdminClient::new(&endpoint, token)?;
-                let out = client.pairs(command).await?;
+                let out = match command {
+                    AdminCmd::Pairs { command } => client.pairs(command).await?,
+                    AdminCmd::Scrub { command } => client.scrub(command).await?,
+                    AdminCmd::Disk { command } => client.disk(command).await?,
+                };
                 print!("{out}");
                 Ok(())
             })
         }
+        Cmd::Fsck { data, grace_secs } => match gateway::fsck::run(&data, grace_secs) {
+            Ok(report) => {
+                print!("{report}");
+                if report.is_clean() {
+                    Ok(())
+                } else {
+                    return ExitCode::FAILURE;
+                }
+            }
+            Err(e) => Err(e.to_string()),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

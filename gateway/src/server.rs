@@ -13,7 +13,8 @@ use placement::{DiskRef, PairId, PairRecord};
 use crate::credentials::{Credentials, CredentialsError, Origin};
 use crate::meta::{Command, MetaError, MetaStore};
 use crate::store::{Limits, ObjectStore};
-use crate::{admin, native, s3};
+use crate::workers::Workers;
+use crate::{admin, catalog, native, s3};
 
 /// How often disk fill is measured for the pair choice.
 const SPACE_REFRESH_SECS: u64 = 30;
@@ -32,6 +33,8 @@ pub struct Config {
     pub native_token: Option<String>,
     /// Disk pairs from the configuration file.
     pub pairs: Vec<(PairId, [DiskRef; 2])>,
+    /// Settings of the in-process Valkyrie workers.
+    pub valkyrie: valkyrie::Settings,
 }
 
 /// Everything a request handler needs.
@@ -43,6 +46,8 @@ pub struct AppState {
     pub region: String,
     /// Virtual-hosted-style requests: `bucket.<domain>`.
     pub domain: Option<String>,
+    /// Valkyrie workers of the local disks, and UNMOVE drains.
+    pub workers: Workers,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -143,8 +148,13 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/_admin/pairs/{id}/{action}",
             axum::routing::post(admin::pair_action),
         )
+        .route("/_admin/scrub", get(admin::scrub_status))
+        .route("/_admin/unmove", get(admin::unmove_status))
+        .route("/_admin/disks/fail", axum::routing::post(admin::fail_disk))
+        .route("/_metrics", get(admin::metrics))
         .with_state(state.clone())
-        .merge(native::router(state))
+        .merge(native::router(state.clone()))
+        .merge(catalog::router(state))
         .fallback_service(s3_api)
 }
 
@@ -167,7 +177,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         native_token: config.native_token.clone(),
         region: config.region.clone(),
         domain: config.domain.clone(),
+        workers: Workers::new(config.valkyrie.clone(), true),
     });
+    state.workers.ensure(&state);
+    state.workers.resume_drains(&state);
     state.store.refresh_space().await;
     {
         let state = state.clone();
@@ -188,10 +201,12 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     // Tests and scripts wait for exactly this line to learn the port.
     println!("listening on {addr}");
     tracing::info!(%addr, data = %config.data_dir.display(), "gateway serving");
-    axum::serve(listener, router(state))
+    let served = axum::serve(listener, router(state.clone()))
         .with_graceful_shutdown(shutdown_signal())
         .await
-        .map_err(ServeError::Serve)
+        .map_err(ServeError::Serve);
+    state.workers.stop();
+    served
 }
 
 async fn shutdown_signal() {

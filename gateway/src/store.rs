@@ -126,6 +126,26 @@ impl RangeSpec {
     }
 }
 
+/// Renames quarantined copies of `sha1` back on the local disks of a pair; whether any
+/// disk now holds the content name.
+async fn restore_quarantined(disks: &[Disk; 2], sha1: Sha1) -> bool {
+    let mut restored = false;
+    for disk in disks.iter() {
+        let Disk::Local(d) = disk else { continue };
+        match valkyrie::restore(d.root(), sha1).await {
+            Ok(true) => {
+                tracing::warn!(%sha1, disk = %disk.disk_ref(), "restored a quarantined copy for a read");
+                restored = true;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(%sha1, disk = %disk.disk_ref(), error = %e, "cannot restore from quarantine")
+            }
+        }
+    }
+    restored
+}
+
 /// Stored content to be read, verified, whole.
 pub struct ContentReader {
     disks: Arc<[Disk; 2]>,
@@ -594,6 +614,10 @@ impl ObjectStore {
         })
     }
 
+    pub fn choice_root(&self) -> u32 {
+        self.choice_root
+    }
+
     pub fn pair_table(&self) -> &Arc<PairTable> {
         &self.pairs
     }
@@ -706,8 +730,32 @@ impl ObjectStore {
         range: Option<(u64, u64)>,
     ) -> Result<ReadBody, ContentReadError> {
         let disks = self.content_disks(sha1).await?;
+        match self.read_from(&disks, sha1, expect, range).await {
+            Err(ContentReadError::NoGoodCopy(e)) => {
+                // Quarantine is reversible: a live file found only under its quarantine
+                // name (a deletion raced a re-upload) is renamed back, then read.
+                if restore_quarantined(&disks, sha1).await {
+                    for d in disks.iter() {
+                        self.bad_copies.clear(sha1, d.disk_ref());
+                    }
+                    self.read_from(&disks, sha1, expect, range).await
+                } else {
+                    Err(ContentReadError::NoGoodCopy(e))
+                }
+            }
+            other => other,
+        }
+    }
+
+    async fn read_from(
+        &self,
+        disks: &[Disk; 2],
+        sha1: Sha1,
+        expect: Expect,
+        range: Option<(u64, u64)>,
+    ) -> Result<ReadBody, ContentReadError> {
         if expect.size_bytes <= VERIFY_BEFORE_SEND_BYTES_MAX {
-            let whole = read::read_verified(&disks, sha1, expect, &self.bad_copies).await?;
+            let whole = read::read_verified(disks, sha1, expect, &self.bad_copies).await?;
             let part = match range {
                 Some((first, last)) if last < expect.size_bytes => {
                     whole.slice(first as usize..=last as usize)
@@ -718,7 +766,7 @@ impl ObjectStore {
         } else {
             let span = range.map(|(first, last)| (first, last - first + 1));
             let stream =
-                read::stream_verified(&disks, sha1, expect, span, self.bad_copies.clone()).await?;
+                read::stream_verified(disks, sha1, expect, span, self.bad_copies.clone()).await?;
             Ok(ReadBody::Stream(stream))
         }
     }

@@ -353,6 +353,7 @@ impl Gateway {
             secret_key: self.secret_key.clone(),
             time: SystemTime::now(),
             claimed_payload: None,
+            precomputed_payload: None,
             tampered_target: None,
             tampered_headers: Vec::new(),
         }
@@ -545,6 +546,33 @@ pub fn md5_hex(body: &[u8]) -> String {
 /// The quoted ETag S3 gives a single-part upload of `body`.
 pub fn etag_of(body: &[u8]) -> String {
     format!("\"{}\"", md5_hex(body))
+}
+
+/// Standard base64 with padding (Content-MD5, `x-amz-checksum-*` values).
+pub fn base64_encode(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The base64 `Content-MD5` of a body.
+pub fn content_md5(body: &[u8]) -> String {
+    base64_encode(md5::Md5::digest(body).as_slice())
 }
 
 /// Percent-encodes an object key for a path (everything but unreserved chars and `/`).
@@ -932,6 +960,7 @@ pub struct SignedRequest<'g> {
     secret_key: String,
     time: SystemTime,
     claimed_payload: Option<Vec<u8>>,
+    precomputed_payload: Option<String>,
     tampered_target: Option<String>,
     tampered_headers: Vec<(String, String)>,
 }
@@ -966,6 +995,13 @@ impl SignedRequest<'_> {
     /// Puts the SHA-256 of `payload` (not of the body sent) in `x-amz-content-sha256`.
     pub fn claim_payload(mut self, payload: &[u8]) -> Self {
         self.claimed_payload = Some(payload.to_vec());
+        self
+    }
+
+    /// Puts this literal value in `x-amz-content-sha256` (and signs with it), e.g.
+    /// `UNSIGNED-PAYLOAD` or `STREAMING-UNSIGNED-PAYLOAD-TRAILER`.
+    pub fn payload_hash(mut self, value: &str) -> Self {
+        self.precomputed_payload = Some(value.to_string());
         self
     }
 
@@ -1006,11 +1042,15 @@ impl SignedRequest<'_> {
             .expect("signing params")
             .into();
         let claimed = self.claimed_payload.as_deref().unwrap_or(&self.body);
+        let signable_body = match &self.precomputed_payload {
+            Some(v) => SignableBody::Precomputed(v.clone()),
+            None => SignableBody::Bytes(claimed),
+        };
         let signable = SignableRequest::new(
             &self.method,
             uri.as_str(),
             headers.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-            SignableBody::Bytes(claimed),
+            signable_body,
         )
         .expect("signable request");
         let (instructions, _signature) = sign(signable, &params).expect("sign").into_parts();
@@ -1082,6 +1122,22 @@ mod tests {
             strip_ansi("\u{1b}[2mtime\u{1b}[0m \u{1b}[32m INFO\u{1b}[0m x"),
             "time  INFO x"
         );
+    }
+
+    #[test]
+    fn base64_matches_rfc4648() {
+        for (input, want) in [
+            (&b""[..], ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+            (b"fooba", "Zm9vYmE="),
+            (b"foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64_encode(input), want);
+        }
+        assert_eq!(content_md5(b""), "1B2M2Y8AsgTpgAmY7PhCfg==");
     }
 
     #[test]

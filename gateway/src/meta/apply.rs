@@ -231,6 +231,27 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             };
             Ok(Response::ObjectDeleted { removed, released })
         }
+        Command::RemoveDeleting { sha1, pair } => {
+            let mut deleting = txn.open_table(DELETING)?;
+            let names_pair = deleting
+                .get(sha1.0)?
+                .is_some_and(|v| DeletingRecord::decode(&v.value()).pair == *pair);
+            if names_pair {
+                deleting.remove(sha1.0)?;
+            }
+            Ok(Response::Done)
+        }
+        Command::Relocate { sha1, from, to } => {
+            let mut files = txn.open_table(FILES)?;
+            match read_file(&files, sha1)? {
+                Some(mut rec) if rec.pair == *from => {
+                    rec.pair = *to;
+                    files.insert(sha1.0, rec.encode())?;
+                    Ok(Response::Relocated(true))
+                }
+                _ => Ok(Response::Relocated(false)),
+            }
+        }
         Command::Inc { sha1, magic } => {
             let mut files = txn.open_table(FILES)?;
             inc(&mut files, sha1, *magic).map(Response::File)
@@ -905,5 +926,52 @@ mod tests {
             clear: PairFlags::default(),
         };
         assert!(matches!(s.execute(&missing), Err(MetaError::NoPair)));
+    }
+
+    #[test]
+    fn relocate_and_remove_deleting_check_the_pair() {
+        let (_d, s) = store();
+        let f = sha(9);
+        s.execute(&Command::InsertOrInc {
+            sha1: f,
+            magic: m(5),
+            pair: PairId(1),
+        })
+        .unwrap();
+        let relocate = |from, to| Command::Relocate {
+            sha1: f,
+            from: PairId(from),
+            to: PairId(to),
+        };
+        assert_eq!(
+            s.execute(&relocate(2, 3)).unwrap(),
+            Response::Relocated(false)
+        );
+        assert_eq!(
+            s.execute(&relocate(1, 3)).unwrap(),
+            Response::Relocated(true)
+        );
+        assert_eq!(s.file(&f).unwrap().unwrap().pair, PairId(3));
+        s.execute(&Command::Dec {
+            sha1: f,
+            magic: m(5),
+            now_secs: 7,
+        })
+        .unwrap();
+        s.execute(&Command::RemoveDeleting {
+            sha1: f,
+            pair: PairId(1),
+        })
+        .unwrap();
+        assert!(
+            s.deleting(&f).unwrap().is_some(),
+            "entry of another pair is kept"
+        );
+        s.execute(&Command::RemoveDeleting {
+            sha1: f,
+            pair: PairId(3),
+        })
+        .unwrap();
+        assert!(s.deleting(&f).unwrap().is_none());
     }
 }

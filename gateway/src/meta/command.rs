@@ -137,6 +137,18 @@ pub enum Command {
         magic: Magic,
         pair: PairId,
     },
+    /// Valkyrie dropped a `deleting` entry (only if it still names `pair`).
+    RemoveDeleting {
+        sha1: Sha1,
+        pair: PairId,
+    },
+    /// UNMOVE copied the content to pair `to`: switch the record, only if it still names
+    /// `from` (a concurrent dec or re-upload must not be lost).
+    Relocate {
+        sha1: Sha1,
+        from: PairId,
+        to: PairId,
+    },
     /// The article's `dec(sha1, magic)`.
     Dec {
         sha1: Sha1,
@@ -180,6 +192,8 @@ pub enum Response {
     ContentGone,
     /// `DeleteObjects`: for each key, whether it existed.
     ObjectsDeleted(Vec<bool>),
+    /// `Relocate`: whether the record was switched.
+    Relocated(bool),
     /// `PutPart` stored the part.
     PartPut,
     /// `DeleteObject` removed this object (None: there was none).

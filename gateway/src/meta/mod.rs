@@ -122,6 +122,36 @@ impl MetaStore {
             .map(|v| DeletingRecord::decode(&v.value())))
     }
 
+    /// `deleting` entries of `pair` with sha1 after `after`, at most `limit`, in sha1
+    /// order. Entries of other pairs are skipped over; the table only holds content
+    /// waiting for its Valkyrie, so it stays small.
+    pub fn deleting_of_pair(
+        &self,
+        pair: PairId,
+        after: Option<Sha1>,
+        limit: usize,
+    ) -> Result<Vec<(Sha1, DeletingRecord)>, MetaError> {
+        use std::ops::Bound;
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(DELETING)?;
+        let start = match after {
+            Some(a) => Bound::Excluded(a.0),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for entry in table.range::<[u8; 20]>((start, Bound::Unbounded))? {
+            let (k, v) = entry?;
+            let rec = DeletingRecord::decode(&v.value());
+            if rec.pair == pair {
+                out.push((Sha1(k.value()), rec));
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     pub fn bucket(&self, name: &str) -> Result<Option<BucketRecord>, MetaError> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(BUCKETS)?;
@@ -213,6 +243,49 @@ impl MetaStore {
         let truncated = page.len() > max;
         page.truncate(max);
         Ok((page, truncated))
+    }
+
+    /// Calls `f` with every object (bucket, key, record).
+    pub fn for_each_object(
+        &self,
+        mut f: impl FnMut(&str, &str, ObjectRecord),
+    ) -> Result<(), MetaError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(OBJECTS)?;
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            let (bucket, key) = k.value();
+            let record: ObjectRecord = tables::decode_versioned("objects", v.value())?;
+            f(bucket, &String::from_utf8_lossy(key), record);
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with every part of every upload in progress.
+    pub fn for_each_part(&self, mut f: impl FnMut(&str, u32, PartRecord)) -> Result<(), MetaError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(PARTS)?;
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            let (upload, number) = k.value();
+            f(
+                upload,
+                number,
+                tables::decode_versioned("parts", v.value())?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with every FileDB record.
+    pub fn for_each_file(&self, mut f: impl FnMut(Sha1, FileRecord)) -> Result<(), MetaError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(FILES)?;
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            f(Sha1(k.value()), FileRecord::decode(&v.value()));
+        }
+        Ok(())
     }
 
     pub fn pairs(&self) -> Result<Vec<(PairId, PairRecord)>, MetaError> {

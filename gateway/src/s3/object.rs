@@ -461,7 +461,7 @@ pub fn parse_range(value: &str) -> Option<RangeSpec> {
 fn part_range(record: &ObjectRecord, n: u64) -> Result<RangeSpec, S3Error> {
     let invalid = || {
         S3Error::new(
-            ErrorCode::InvalidPart,
+            ErrorCode::InvalidPartNumber,
             "The requested partnumber is not satisfiable",
         )
     };
@@ -503,6 +503,12 @@ pub async fn get(
         });
     }
     let part = q.number("partNumber")?;
+    if part.is_some() && headers.contains_key(header::RANGE) {
+        return Err(S3Error::new(
+            ErrorCode::InvalidRequest,
+            "Cannot specify both Range header and partNumber query parameter",
+        ));
+    }
     let range = match part {
         Some(n) => Some(part_range(&record, n)?),
         None => header_str(headers, "range")?.and_then(parse_range),

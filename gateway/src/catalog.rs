@@ -1,0 +1,269 @@
+//! The gateway's side of Valkyrie's catalog seam: the metadata store answering the six
+//! questions a worker asks, in process and over HTTP under `/_catalog/` for the
+//! `valkyrie` binaries that run beside remote storage nodes.
+//!
+//! Every change goes through a `Command` like any other metadata mutation, so a deletion
+//! or relocation decided by a worker is as durable (and, later, as replicated) as a PUT.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use http::{HeaderMap, StatusCode, header};
+use placement::{PairFlags, PairId, PairRecord, Sha1};
+use valkyrie::{Catalog, CatalogError, DeletingEntry, FileState};
+
+use crate::meta::{Command, Response as MetaResponse};
+use crate::server::AppState;
+
+/// Bound on one page of `deleting` entries.
+const DELETING_PAGE_MAX: usize = 1000;
+
+/// The catalog over the gateway's own store.
+#[derive(Clone)]
+pub struct LocalCatalog {
+    app: Arc<AppState>,
+}
+
+impl LocalCatalog {
+    pub fn new(app: Arc<AppState>) -> Self {
+        LocalCatalog { app }
+    }
+}
+
+fn store_error(e: impl std::fmt::Display) -> CatalogError {
+    CatalogError::Store(e.to_string())
+}
+
+impl Catalog for LocalCatalog {
+    async fn lookup(&self, sha1: Sha1) -> Result<Option<FileState>, CatalogError> {
+        let rec = self.app.store.file(sha1).await.map_err(store_error)?;
+        Ok(rec.map(|r| FileState {
+            refs: r.refs,
+            pair: r.pair,
+            do_not_delete: r.do_not_delete(),
+        }))
+    }
+
+    async fn deleting(
+        &self,
+        pair: PairId,
+        after: Option<Sha1>,
+        limit: usize,
+    ) -> Result<Vec<DeletingEntry>, CatalogError> {
+        let limit = limit.clamp(1, DELETING_PAGE_MAX);
+        let entries = self
+            .app
+            .store
+            .meta_call(move |m| m.deleting_of_pair(pair, after, limit))
+            .await
+            .map_err(store_error)?;
+        Ok(entries
+            .into_iter()
+            .map(|(sha1, d)| DeletingEntry {
+                sha1,
+                pair: d.pair,
+                since_secs: d.since_secs,
+            })
+            .collect())
+    }
+
+    async fn remove_deleting(&self, sha1: Sha1, pair: PairId) -> Result<(), CatalogError> {
+        self.app
+            .store
+            .execute(Command::RemoveDeleting { sha1, pair })
+            .await
+            .map(drop)
+            .map_err(store_error)
+    }
+
+    async fn relocate(&self, sha1: Sha1, from: PairId, to: PairId) -> Result<bool, CatalogError> {
+        match self
+            .app
+            .store
+            .execute(Command::Relocate { sha1, from, to })
+            .await
+        {
+            Ok(MetaResponse::Relocated(done)) => Ok(done),
+            Ok(other) => Err(store_error(format!("unexpected {other:?}"))),
+            Err(e) => Err(store_error(e)),
+        }
+    }
+
+    async fn set_read_only(&self, pair: PairId) -> Result<(), CatalogError> {
+        let cmd = Command::SetPairFlags {
+            id: pair,
+            set: PairFlags::READ_ONLY,
+            clear: PairFlags::default(),
+        };
+        self.app
+            .store
+            .change_pair(cmd)
+            .await
+            .map(drop)
+            .map_err(store_error)
+    }
+
+    async fn pairs(&self) -> Result<Vec<(PairId, PairRecord)>, CatalogError> {
+        let table = self.app.store.pair_table();
+        Ok(table
+            .ids()
+            .into_iter()
+            .filter_map(|id| table.get(id).map(|e| (id, e.record)))
+            .collect())
+    }
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/_catalog/files/{sha1}", get(http_lookup))
+        .route("/_catalog/deleting", get(http_deleting))
+        .route("/_catalog/deleting/{sha1}", delete(http_remove_deleting))
+        .route("/_catalog/relocate/{sha1}", post(http_relocate))
+        .route("/_catalog/pairs/{id}/read-only", post(http_read_only))
+        .route("/_catalog/pairs", get(http_pairs))
+        .with_state(state)
+}
+
+fn json(status: StatusCode, body: serde_json::Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// A failed catalog call over HTTP: a status and a message.
+#[derive(Debug)]
+struct HttpError(StatusCode, String);
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        json(self.0, serde_json::json!({ "error": self.1 }))
+    }
+}
+
+impl From<CatalogError> for HttpError {
+    fn from(e: CatalogError) -> Self {
+        HttpError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+    }
+}
+
+type Answer = Result<Response, HttpError>;
+
+fn guard(app: &Arc<AppState>, headers: &HeaderMap) -> Result<LocalCatalog, HttpError> {
+    if crate::native::bearer_ok(app.admin_token.as_deref(), headers) {
+        Ok(LocalCatalog::new(app.clone()))
+    } else {
+        Err(HttpError(
+            StatusCode::FORBIDDEN,
+            "catalog token required".into(),
+        ))
+    }
+}
+
+fn sha1_of(s: &str) -> Result<Sha1, HttpError> {
+    s.parse()
+        .map_err(|e: placement::VocabError| HttpError(StatusCode::BAD_REQUEST, e.to_string()))
+}
+
+fn pair_param(q: &HashMap<String, String>, name: &str) -> Result<PairId, HttpError> {
+    q.get(name)
+        .and_then(|v| v.parse::<u32>().ok())
+        .map(PairId)
+        .ok_or_else(|| HttpError(StatusCode::BAD_REQUEST, format!("{name} must be a pair id")))
+}
+
+async fn http_lookup(
+    State(app): State<Arc<AppState>>,
+    Path(sha1): Path<String>,
+    headers: HeaderMap,
+) -> Answer {
+    let catalog = guard(&app, &headers)?;
+    match catalog.lookup(sha1_of(&sha1)?).await? {
+        Some(f) => Ok(json(
+            StatusCode::OK,
+            serde_json::json!({"refs": f.refs, "pair": f.pair.0, "do_not_delete": f.do_not_delete}),
+        )),
+        None => Err(HttpError(StatusCode::NOT_FOUND, "no record".into())),
+    }
+}
+
+async fn http_deleting(
+    State(app): State<Arc<AppState>>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Answer {
+    let catalog = guard(&app, &headers)?;
+    let pair = pair_param(&q, "pair")?;
+    let limit = q
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .unwrap_or(DELETING_PAGE_MAX);
+    let after = match q.get("after") {
+        Some(a) => Some(sha1_of(a)?),
+        None => None,
+    };
+    let entries = catalog.deleting(pair, after, limit).await?;
+    let list: Vec<_> = entries
+        .iter()
+        .map(|e| serde_json::json!({"sha1": e.sha1.to_hex(), "pair": e.pair.0, "since": e.since_secs}))
+        .collect();
+    Ok(json(StatusCode::OK, serde_json::json!({ "entries": list })))
+}
+
+async fn http_remove_deleting(
+    State(app): State<Arc<AppState>>,
+    Path(sha1): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Answer {
+    let catalog = guard(&app, &headers)?;
+    catalog
+        .remove_deleting(sha1_of(&sha1)?, pair_param(&q, "pair")?)
+        .await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn http_relocate(
+    State(app): State<Arc<AppState>>,
+    Path(sha1): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Answer {
+    let catalog = guard(&app, &headers)?;
+    let (sha1, from, to) = (
+        sha1_of(&sha1)?,
+        pair_param(&q, "from")?,
+        pair_param(&q, "to")?,
+    );
+    let done = catalog.relocate(sha1, from, to).await?;
+    Ok(json(
+        StatusCode::OK,
+        serde_json::json!({ "relocated": done }),
+    ))
+}
+
+async fn http_read_only(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<u32>,
+    headers: HeaderMap,
+) -> Answer {
+    let catalog = guard(&app, &headers)?;
+    catalog.set_read_only(PairId(id)).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn http_pairs(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Answer {
+    let catalog = guard(&app, &headers)?;
+    let pairs = catalog.pairs().await?;
+    let list: Vec<_> = pairs
+        .iter()
+        .map(|(id, r)| crate::admin::pair_json(*id, r))
+        .collect();
+    Ok(json(StatusCode::OK, serde_json::json!({ "pairs": list })))
+}

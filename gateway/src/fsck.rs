@@ -1,0 +1,258 @@
+//! `gateway fsck`: checks the invariants of a stopped gateway's data folder.
+//!
+//! - every object's content has a FileDB record, and is on both disks of its pair with
+//!   the right hash;
+//! - every FileDB record's refs equals the number of objects and upload parts that
+//!   reference it (a DO_NOT_DELETE record is reported, not counted as an error: it is
+//!   the article's own alarm, already raised);
+//! - no content file lies on a local disk without a record, outside quarantine, the
+//!   `deleting` queue and the grace period of uploads in flight.
+//!
+//! It reads every content file, so it is an offline tool for tests and incidents, not a
+//! monitor; Valkyrie's scrub is the online check.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Read as _;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use placement::{Disk, PairId, Sha1};
+use sha1::Digest as _;
+
+use crate::meta::{MetaError, MetaStore};
+
+/// Problems listed in full up to this many; beyond, only counted.
+const LISTED_MAX: usize = 100;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FsckError {
+    #[error("cannot open {0}: {1} (is the gateway still running? stop it first)")]
+    Open(String, MetaError),
+    #[error("metadata: {0}")]
+    Meta(#[from] MetaError),
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub objects: u64,
+    pub parts: u64,
+    pub files: u64,
+    pub copies_checked: u64,
+    pub junk: u64,
+    pub deleting: u64,
+    pub quarantined: u64,
+    pub young_orphans: u64,
+    pub do_not_delete: u64,
+    pub errors: u64,
+    pub problems: Vec<String>,
+}
+
+impl Report {
+    pub fn is_clean(&self) -> bool {
+        self.errors == 0
+    }
+
+    fn error(&mut self, what: String) {
+        self.errors += 1;
+        if self.problems.len() < LISTED_MAX {
+            self.problems.push(what);
+        }
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for p in &self.problems {
+            writeln!(f, "error: {p}")?;
+        }
+        writeln!(
+            f,
+            "fsck: {} objects, {} parts, {} files, {} copies verified, {} junk, {} deleting, {} quarantined, {} young orphans, {} DO_NOT_DELETE, {} errors",
+            self.objects,
+            self.parts,
+            self.files,
+            self.copies_checked,
+            self.junk,
+            self.deleting,
+            self.quarantined,
+            self.young_orphans,
+            self.do_not_delete,
+            self.errors
+        )?;
+        writeln!(
+            f,
+            "fsck: {}",
+            if self.is_clean() {
+                "clean"
+            } else {
+                "VIOLATIONS FOUND"
+            }
+        )
+    }
+}
+
+fn sha1_of_file(path: &Path) -> std::io::Result<Sha1> {
+    let mut file = std::fs::File::open(path)?;
+    let mut h = sha1::Sha1::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(Sha1(h.finalize().into()))
+}
+
+/// The bytes of a copy through its backend (local or WebDAV).
+fn read_copy(rt: &tokio::runtime::Runtime, disk: &Disk, sha1: &Sha1) -> Result<Sha1, String> {
+    if let Disk::Local(d) = disk {
+        return sha1_of_file(&d.content_file(sha1)).map_err(|e| e.to_string());
+    }
+    let bytes = rt
+        .block_on(disk.read_all(sha1))
+        .map_err(|e| e.to_string())?;
+    Ok(Sha1(sha1::Sha1::digest(&bytes).into()))
+}
+
+pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
+    let db_path = data_dir.join("meta.redb");
+    let meta =
+        MetaStore::open(&db_path).map_err(|e| FsckError::Open(db_path.display().to_string(), e))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| MetaError::Storage(e.to_string()))?;
+    let mut report = Report::default();
+    let mut expected: HashMap<Sha1, u32> = HashMap::new();
+    let mut objects = Vec::new();
+    meta.for_each_object(|b, k, o| {
+        *expected.entry(o.sha1).or_default() += 1;
+        objects.push((format!("{b}/{k}"), o.sha1));
+    })?;
+    report.objects = objects.len() as u64;
+    meta.for_each_part(|_, _, p| {
+        *expected.entry(p.sha1).or_default() += 1;
+        report.parts += 1;
+    })?;
+    let mut files = HashMap::new();
+    meta.for_each_file(|sha1, rec| {
+        files.insert(sha1, rec);
+    })?;
+    report.files = files.len() as u64;
+    for (name, sha1) in &objects {
+        if !files.contains_key(sha1) {
+            report.error(format!(
+                "object {name}: content {sha1} has no FileDB record"
+            ));
+        }
+    }
+    let mut disks: HashMap<PairId, [Disk; 2]> = HashMap::new();
+    for (id, record) in meta.pairs()? {
+        match (Disk::open(&record.disks[0]), Disk::open(&record.disks[1])) {
+            (Ok(a), Ok(b)) => {
+                disks.insert(id, [a, b]);
+            }
+            (Err(e), _) | (_, Err(e)) => report.error(format!("{id}: {e}")),
+        }
+    }
+    let mut sorted: Vec<_> = files.iter().collect();
+    sorted.sort_by_key(|(s, _)| **s);
+    for (sha1, rec) in sorted {
+        let want = expected.get(sha1).copied().unwrap_or(0);
+        if rec.do_not_delete() {
+            report.do_not_delete += 1;
+        } else if rec.refs != want {
+            report.error(format!("{sha1}: refs {} but {want} references", rec.refs));
+        }
+        let Some(pair) = disks.get(&rec.pair) else {
+            report.error(format!(
+                "{sha1}: record names {} which is not in PairDB",
+                rec.pair
+            ));
+            continue;
+        };
+        for disk in pair {
+            match read_copy(&rt, disk, sha1) {
+                Ok(got) if got == *sha1 => report.copies_checked += 1,
+                Ok(got) => report.error(format!(
+                    "{sha1} on {}: bytes hash to {got}",
+                    disk.disk_ref()
+                )),
+                Err(e) => report.error(format!("{sha1} on {}: {e}", disk.disk_ref())),
+            }
+        }
+    }
+    let now = SystemTime::now();
+    for (id, pair) in &disks {
+        for disk in pair {
+            let Disk::Local(d) = disk else { continue };
+            walk_disk(
+                &meta,
+                d.root(),
+                *id,
+                &files,
+                now,
+                Duration::from_secs(grace_secs),
+                &mut report,
+            )?;
+        }
+    }
+    Ok(report)
+}
+
+/// Checks every file under a local disk's `<aa>/<bb>/` folders.
+fn walk_disk(
+    meta: &MetaStore,
+    root: &Path,
+    pair: PairId,
+    files: &HashMap<Sha1, crate::meta::FileRecord>,
+    now: SystemTime,
+    grace: Duration,
+    report: &mut Report,
+) -> Result<(), FsckError> {
+    let Ok(level1) = std::fs::read_dir(root) else {
+        report.error(format!("{}: cannot list", root.display()));
+        return Ok(());
+    };
+    for a in level1.flatten() {
+        let name = a.file_name().to_string_lossy().into_owned();
+        if name.len() != 2 || !a.path().is_dir() {
+            continue;
+        }
+        for b in std::fs::read_dir(a.path()).into_iter().flatten().flatten() {
+            for f in std::fs::read_dir(b.path()).into_iter().flatten().flatten() {
+                let fname = f.file_name().to_string_lossy().into_owned();
+                if fname.contains(".deleted.") {
+                    report.quarantined += 1;
+                    continue;
+                }
+                let Ok(sha1) = fname.parse::<Sha1>() else {
+                    report.error(format!("{}: not a content name", f.path().display()));
+                    continue;
+                };
+                match files.get(&sha1) {
+                    Some(rec) if rec.pair == pair => {}
+                    Some(_) => report.junk += 1,
+                    None if meta.deleting(&sha1)?.is_some() => report.deleting += 1,
+                    None => {
+                        let age = f
+                            .metadata()
+                            .and_then(|m| m.modified())
+                            .ok()
+                            .and_then(|m| now.duration_since(m).ok())
+                            .unwrap_or_default();
+                        if age < grace {
+                            report.young_orphans += 1;
+                        } else {
+                            report.error(format!("{}: no record (orphan)", f.path().display()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! Valkyrie inside `gateway serve`: one worker per local disk, and UNMOVE of failed disks.
+//!
+//! Remote disks (WebDAV) get their workers from the `valkyrie` binary beside the storage
+//! node, talking to `/_catalog/`; this module only runs what the gateway can see as a
+//! local directory.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use placement::{PairFlags, PairId};
+use valkyrie::{
+    Clock, Metrics, Settings, Shutdown, UnmoveOptions, UnmoveProgress, UnmoveTracker, Worker,
+    WorkerConfig,
+};
+
+use crate::catalog::LocalCatalog;
+use crate::meta::Command;
+use crate::server::AppState;
+
+/// One running worker, for the admin view.
+#[derive(Clone)]
+pub struct WorkerInfo {
+    pub pair: PairId,
+    pub index: usize,
+    pub disk: String,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The workers and drains of this process.
+pub struct Workers {
+    settings: Settings,
+    enabled: bool,
+    shutdown: Shutdown,
+    stop: tokio::sync::watch::Sender<bool>,
+    running: Mutex<BTreeMap<(PairId, usize), WorkerInfo>>,
+    drains: Mutex<BTreeMap<PairId, Arc<UnmoveTracker>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    #[error("no pair has the disk {0}")]
+    UnknownDisk(String),
+    #[error("the surviving disk {0} is not local: run `valkyrie --unmove` beside it")]
+    RemoteSurvivor(String),
+    #[error("{0}")]
+    Store(String),
+}
+
+impl Workers {
+    pub fn new(settings: Settings, enabled: bool) -> Self {
+        let (stop, shutdown) = Shutdown::channel();
+        Workers {
+            settings,
+            enabled,
+            shutdown,
+            stop,
+            running: Mutex::new(BTreeMap::new()),
+            drains: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Starts a worker for every local disk that has none yet (at start, and after a
+    /// pair is added).
+    pub fn ensure(&self, app: &Arc<AppState>) {
+        if !self.enabled {
+            return;
+        }
+        let table = app.store.pair_table();
+        for id in table.ids() {
+            let Some(entry) = table.get(id) else { continue };
+            for index in 0..2 {
+                let Some(root) = entry.record.disks[index].local_path() else {
+                    continue;
+                };
+                let mut running = lock(&self.running);
+                if running.contains_key(&(id, index)) {
+                    continue;
+                }
+                let config = WorkerConfig {
+                    root: root.to_path_buf(),
+                    pair: id,
+                    index,
+                    peer: entry.disks[1 - index].clone(),
+                    settings: self.settings.clone(),
+                };
+                match Worker::new(LocalCatalog::new(app.clone()), config, Clock::system()) {
+                    Ok(worker) => {
+                        let worker = Arc::new(worker);
+                        running.insert(
+                            (id, index),
+                            WorkerInfo {
+                                pair: id,
+                                index,
+                                disk: entry.record.disks[index].to_string(),
+                                metrics: worker.metrics(),
+                            },
+                        );
+                        let shutdown = self.shutdown.clone();
+                        tokio::spawn(async move { worker.run(shutdown).await });
+                    }
+                    Err(e) => {
+                        tracing::error!(pair = %id, index, error = %e, "cannot start Valkyrie worker")
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn workers(&self) -> Vec<WorkerInfo> {
+        lock(&self.running).values().cloned().collect()
+    }
+
+    pub fn drains(&self) -> Vec<UnmoveProgress> {
+        lock(&self.drains).values().map(|t| t.snapshot()).collect()
+    }
+
+    /// Stops every worker and drain at their next batch boundary.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+
+    /// Marks the pair of `disk` READ_ONLY and DRAINING and starts UNMOVE from its other
+    /// disk; also used at start to resume drains of pairs still DRAINING.
+    pub async fn fail_disk(
+        &self,
+        app: &Arc<AppState>,
+        disk: &str,
+    ) -> Result<UnmoveProgress, DrainError> {
+        let table = app.store.pair_table();
+        let (pair, failed_index) = table
+            .ids()
+            .into_iter()
+            .find_map(|id| {
+                let e = table.get(id)?;
+                e.record
+                    .disks
+                    .iter()
+                    .position(|d| d.as_str() == disk)
+                    .map(|i| (id, i))
+            })
+            .ok_or_else(|| DrainError::UnknownDisk(disk.to_string()))?;
+        let cmd = Command::SetPairFlags {
+            id: pair,
+            set: PairFlags::READ_ONLY.with(PairFlags::DRAINING),
+            clear: PairFlags::default(),
+        };
+        app.store
+            .change_pair(cmd)
+            .await
+            .map_err(|e| DrainError::Store(e.to_string()))?;
+        self.start_drain(app, pair, 1 - failed_index)
+    }
+
+    fn start_drain(
+        &self,
+        app: &Arc<AppState>,
+        pair: PairId,
+        surviving: usize,
+    ) -> Result<UnmoveProgress, DrainError> {
+        let entry = app
+            .store
+            .pair_table()
+            .get(pair)
+            .ok_or_else(|| DrainError::UnknownDisk(pair.to_string()))?;
+        let survivor = &entry.record.disks[surviving];
+        let root = survivor
+            .local_path()
+            .ok_or_else(|| DrainError::RemoteSurvivor(survivor.to_string()))?
+            .to_path_buf();
+        let mut drains = lock(&self.drains);
+        if let Some(t) = drains.get(&pair)
+            && !t.snapshot().finished
+        {
+            return Ok(t.snapshot());
+        }
+        let tracker = Arc::new(UnmoveTracker::new());
+        drains.insert(pair, tracker.clone());
+        let (app, shutdown) = (app.clone(), self.shutdown.clone());
+        let options = UnmoveOptions {
+            pair_choice_root: app.store.choice_root(),
+            ..UnmoveOptions::default()
+        };
+        tokio::spawn(async move {
+            let catalog = LocalCatalog::new(app.clone());
+            let pairs = app.store.pair_table().clone();
+            match valkyrie::drain(&catalog, &pairs, pair, &root, &tracker, &options, &shutdown)
+                .await
+            {
+                Ok(p) if p.finished => {
+                    tracing::info!(pair = %pair, relocated = p.files_relocated, failed = p.files_failed, "UNMOVE finished");
+                    let cmd = Command::SetPairFlags {
+                        id: pair,
+                        set: PairFlags::default(),
+                        clear: PairFlags::DRAINING,
+                    };
+                    if p.files_failed == 0
+                        && let Err(e) = app.store.change_pair(cmd).await
+                    {
+                        tracing::error!(pair = %pair, error = %e, "cannot clear DRAINING");
+                    }
+                }
+                Ok(_) => {
+                    tracing::info!(pair = %pair, "UNMOVE stopped; it resumes at the next start")
+                }
+                Err(e) => {
+                    tracing::error!(pair = %pair, error = %e, "UNMOVE failed; it resumes at the next start")
+                }
+            }
+        });
+        Ok(UnmoveProgress {
+            pair: pair.0,
+            ..UnmoveProgress::default()
+        })
+    }
+
+    /// Resumes the drains of pairs that are still DRAINING (after a restart).
+    pub fn resume_drains(&self, app: &Arc<AppState>) {
+        let table = app.store.pair_table();
+        for id in table.ids() {
+            let Some(e) = table.get(id) else { continue };
+            if !e.record.flags.contains(PairFlags::DRAINING) {
+                continue;
+            }
+            // The survivor is the local disk whose progress file exists, else disk 0.
+            let surviving = (0..2)
+                .find(|&i| {
+                    e.record.disks[i]
+                        .local_path()
+                        .is_some_and(|p| p.join("unmove.json").exists())
+                })
+                .unwrap_or(0);
+            if let Err(err) = self.start_drain(app, id, surviving) {
+                tracing::error!(pair = %id, error = %err, "cannot resume UNMOVE");
+            }
+        }
+    }
+}
