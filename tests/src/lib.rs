@@ -1,9 +1,11 @@
-//! Harness for end-to-end tests: the real `gateway` binary, started on a temp data dir,
+//! Harness for end-to-end tests. the real `gateway` binary, started on a temp data dir,
 //! driven by the AWS Rust SDK and by hand-signed raw HTTP requests.
 //!
 //! The harness never builds anything: it runs `<workspace>/target/debug/gateway` (or
 //! `$GATEWAY_BIN`) and panics with "build it first: cargo build -p gateway" if the binary
 //! is missing. Every wait is bounded; every address is 127.0.0.1.
+
+pub mod nginx;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
@@ -85,12 +87,21 @@ pub struct Gateway {
     admin_token: String,
     child: Option<Child>,
     log: Arc<Mutex<VecDeque<String>>>,
+    /// Extra `serve` flags and environment, kept across restarts.
+    extra_args: Vec<String>,
+    extra_env: Vec<(String, String)>,
 }
 
 impl Gateway {
     /// Starts a gateway on a fresh temp data dir, random credentials and admin token, and a
     /// port the OS chooses.
     pub fn start() -> Gateway {
+        Self::start_with(&[], &[])
+    }
+
+    /// Like [`Gateway::start`], with extra `serve` flags (e.g. `--quarantine-secs 2`, or
+    /// `--config FILE`) and environment variables, kept across restarts.
+    pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Gateway {
         let bin = gateway_bin();
         let dir = tempfile::Builder::new()
             .prefix("e2e-gateway-")
@@ -105,6 +116,11 @@ impl Gateway {
             admin_token: random_token(32),
             child: None,
             log: Arc::new(Mutex::new(VecDeque::new())),
+            extra_args: args.iter().map(|a| a.to_string()).collect(),
+            extra_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         match gw.spawn(0) {
             Ok(port) => gw.port = port,
@@ -124,6 +140,8 @@ impl Gateway {
             .env("GATEWAY_ACCESS_KEY", &self.access_key)
             .env("GATEWAY_SECRET_KEY", &self.secret_key)
             .env("GATEWAY_ADMIN_TOKEN", &self.admin_token)
+            .args(&self.extra_args)
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
