@@ -14,9 +14,10 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt as _, TryStreamExt as _};
+use futures_util::{Stream, TryStreamExt as _};
 use sha2::{Digest as _, Sha256};
 
+use super::body_check::{EndCheck, check_at_end};
 use super::chunked::{self, ChunkError, ChunkMode, TrailerSlot};
 use super::error::{ErrorCode, S3Error};
 use super::sigv4::{self, AuthError, Payload};
@@ -177,38 +178,40 @@ impl BodyError {
 }
 
 fn sha256_checked(
-    raw: impl Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+    raw: impl Stream<Item = std::io::Result<Bytes>> + Send + Unpin + 'static,
     expected: [u8; 32],
 ) -> impl Stream<Item = Result<Bytes, BodyError>> + Send + 'static {
-    let mut hasher = Some(Sha256::new());
-    raw.map_err(BodyError::from_io)
-        .map(Some)
-        .chain(futures_util::stream::once(async { None }))
-        .filter_map(move |item| {
-            let out = match item {
-                Some(Ok(chunk)) => {
-                    if let Some(h) = hasher.as_mut() {
-                        h.update(&chunk);
-                    }
-                    Some(Ok(chunk))
-                }
-                Some(Err(e)) => {
-                    hasher = None;
-                    Some(Err(e))
-                }
-                None => {
-                    let computed = hasher.take().map(|h| <[u8; 32]>::from(h.finalize()));
-                    match computed {
-                        Some(c) if c != expected => Some(Err(BodyError(S3Error::new(
-                            ErrorCode::XAmzContentSHA256Mismatch,
-                            "The provided 'x-amz-content-sha256' header does not match what was computed.",
-                        )))),
-                        _ => None,
-                    }
-                }
-            };
-            std::future::ready(out)
-        })
+    check_at_end(
+        raw.map_err(BodyError::from_io),
+        PayloadSha256 {
+            hasher: Sha256::new(),
+            expected,
+        },
+    )
+}
+
+/// `x-amz-content-sha256` as a hex digest: the body must hash to it.
+struct PayloadSha256 {
+    hasher: Sha256,
+    expected: [u8; 32],
+}
+
+impl EndCheck for PayloadSha256 {
+    type Error = BodyError;
+
+    fn update(&mut self, chunk: &[u8]) {
+        self.hasher.update(chunk);
+    }
+
+    fn finish(self) -> Result<(), BodyError> {
+        if <[u8; 32]>::from(self.hasher.finalize()) == self.expected {
+            return Ok(());
+        }
+        Err(BodyError(S3Error::new(
+            ErrorCode::XAmzContentSHA256Mismatch,
+            "The provided 'x-amz-content-sha256' header does not match what was computed.",
+        )))
+    }
 }
 
 /// The body of an authenticated request as a stream of bytes or S3 errors.

@@ -7,10 +7,11 @@
 
 use base64::Engine as _;
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt as _};
+use futures_util::Stream;
 use http::HeaderMap;
 use sha2::Digest as _;
 
+use super::body_check::{EndCheck, check_at_end};
 use super::chunked::TrailerSlot;
 use super::error::{ErrorCode, S3Error};
 use crate::meta::Checksum;
@@ -171,67 +172,67 @@ pub fn verify<S>(
     alg: Algorithm,
     expected: Expected,
     out: ChecksumSlot,
-) -> impl Stream<Item = Result<Bytes, S3Error>> + Unpin
+) -> impl Stream<Item = Result<Bytes, S3Error>> + Unpin + Send
 where
-    S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
+    S: Stream<Item = Result<Bytes, S3Error>> + Unpin + Send + 'static,
 {
-    let mut hasher = Some(alg.hasher());
-    body.map(Some)
-        .chain(futures_util::stream::iter([None]))
-        .filter_map(move |item| {
-            let out_item = match item {
-                Some(Ok(chunk)) => {
-                    if let Some(h) = hasher.as_mut() {
-                        h.update(&chunk);
-                    }
-                    Some(Ok(chunk))
-                }
-                Some(Err(e)) => {
-                    hasher = None;
-                    Some(Err(e))
-                }
-                None => hasher.take().and_then(|h| {
-                    let computed = h.finish();
-                    let want = match &expected {
-                        Expected::Header(v) => Some(v.clone()),
-                        Expected::Trailer(slot) => {
-                            match slot
-                                .get()
-                                .and_then(|t| t.get(&alg.header()).map(str::to_string))
-                            {
-                                Some(v) => Some(v),
-                                None => {
-                                    return Some(Err(S3Error::new(
-                                        ErrorCode::InvalidRequest,
-                                        format!(
-                                            "the trailer {} was announced but not sent",
-                                            alg.header()
-                                        ),
-                                    )));
-                                }
-                            }
-                        }
-                        Expected::Compute => None,
-                    };
-                    match want {
-                        Some(w) if w.trim() != computed => Some(Err(bad_digest(alg))),
-                        _ => {
-                            *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(Checksum {
-                                algorithm: alg.name().to_string(),
-                                value: computed,
-                            });
-                            None
-                        }
-                    }
-                }),
-            };
-            std::future::ready(out_item)
-        })
+    check_at_end(
+        body,
+        FlexibleChecksum {
+            alg,
+            hasher: alg.hasher(),
+            expected,
+            out,
+        },
+    )
+}
+
+struct FlexibleChecksum {
+    alg: Algorithm,
+    hasher: Hasher,
+    expected: Expected,
+    out: ChecksumSlot,
+}
+
+impl EndCheck for FlexibleChecksum {
+    type Error = S3Error;
+
+    fn update(&mut self, chunk: &[u8]) {
+        self.hasher.update(chunk);
+    }
+
+    fn finish(self) -> Result<(), S3Error> {
+        let computed = self.hasher.finish();
+        let header = self.alg.header();
+        let want = match &self.expected {
+            Expected::Header(v) => Some(v.clone()),
+            Expected::Trailer(slot) => Some(
+                slot.get()
+                    .and_then(|t| t.get(&header).map(str::to_string))
+                    .ok_or_else(|| {
+                        S3Error::new(
+                            ErrorCode::InvalidRequest,
+                            format!("the trailer {header} was announced but not sent"),
+                        )
+                    })?,
+            ),
+            Expected::Compute => None,
+        };
+        if want.is_some_and(|w| w.trim() != computed) {
+            return Err(bad_digest(self.alg));
+        }
+        *self.out.lock().unwrap_or_else(|e| e.into_inner()) = Some(Checksum {
+            algorithm: self.alg.name().to_string(),
+            value: computed,
+        });
+        Ok(())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::StreamExt as _;
 
     fn digest(alg: Algorithm, data: &[u8]) -> String {
         let mut h = alg.hasher();

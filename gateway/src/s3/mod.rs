@@ -6,6 +6,7 @@
 //! axum's path router cannot express, so one `dispatch` function does the routing.
 
 pub mod auth;
+mod body_check;
 mod bucket;
 pub mod checksum;
 pub mod chunked;

@@ -213,41 +213,13 @@ pub fn copy_source(headers: &HeaderMap) -> Result<(String, String), S3Error> {
     }
 }
 
-/// `x-amz-copy-source-if-*` against the source object.
+/// `x-amz-copy-source-if-*` against the source object: any condition that does not hold
+/// fails the copy with 412.
 pub fn check_copy_conditions(headers: &HeaderMap, source: &ObjectRecord) -> Result<(), S3Error> {
-    let etag = source.etag();
-    let modified_secs = source.created_ms / 1000;
-    let date = |name: &str| -> Result<Option<u64>, S3Error> {
-        Ok(header_str(headers, name)?
-            .and_then(|v| httpdate::parse_http_date(v).ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_secs()))
-    };
-    let if_match = header_str(headers, "x-amz-copy-source-if-match")?;
-    let if_none = header_str(headers, "x-amz-copy-source-if-none-match")?;
-    if let Some(m) = if_match
-        && !etag_matches(m, &etag)
-    {
-        return Err(precondition_failed());
+    match conditions(headers, "x-amz-copy-source-", source)? {
+        None => Ok(()),
+        Some(_) => Err(precondition_failed()),
     }
-    if let Some(m) = if_none
-        && etag_matches(m, &etag)
-    {
-        return Err(precondition_failed());
-    }
-    if if_match.is_none()
-        && let Some(t) = date("x-amz-copy-source-if-unmodified-since")?
-        && modified_secs > t
-    {
-        return Err(precondition_failed());
-    }
-    if if_none.is_none()
-        && let Some(t) = date("x-amz-copy-source-if-modified-since")?
-        && modified_secs <= t
-    {
-        return Err(precondition_failed());
-    }
-    Ok(())
 }
 
 pub async fn copy(
@@ -385,19 +357,28 @@ fn read_conditions(
     headers: &HeaderMap,
     record: &ObjectRecord,
 ) -> Result<Option<StatusCode>, S3Error> {
+    conditions(headers, "", record)
+}
+
+/// The conditional headers `<prefix>if-match`, `-if-none-match`, `-if-modified-since`,
+/// `-if-unmodified-since`, evaluated in RFC 7232's order as S3 applies it: If-Match, else
+/// If-Unmodified-Since (412 when false); then If-None-Match, else If-Modified-Since
+/// (304 when false).
+fn conditions(
+    headers: &HeaderMap,
+    prefix: &str,
+    record: &ObjectRecord,
+) -> Result<Option<StatusCode>, S3Error> {
     let etag = record.etag();
     let modified_secs = record.created_ms / 1000;
+    let header = |name: &str| header_str(headers, &format!("{prefix}{name}"));
     let date = |name: &str| -> Result<Option<u64>, S3Error> {
-        Ok(header_str(headers, name)?
+        Ok(header(name)?
             .and_then(|v| httpdate::parse_http_date(v).ok())
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map(|d| d.as_secs()))
     };
-    let if_match = header_str(headers, "if-match")?;
-    let if_none = header_str(headers, "if-none-match")?;
-    // RFC 7232 order, as S3 applies it: If-Match, else If-Unmodified-Since; then
-    // If-None-Match, else If-Modified-Since.
-    match if_match {
+    match header("if-match")? {
         Some(m) if !etag_matches(m, &etag) => return Err(precondition_failed()),
         Some(_) => {}
         None => {
@@ -408,7 +389,7 @@ fn read_conditions(
             }
         }
     }
-    match if_none {
+    match header("if-none-match")? {
         Some(m) if etag_matches(m, &etag) => return Ok(Some(StatusCode::NOT_MODIFIED)),
         Some(_) => {}
         None => {
