@@ -16,7 +16,7 @@ use placement::disk::ByteStream;
 use placement::pairdb::PairTable;
 use placement::read::{self, BadCopies, Expect, VERIFY_BEFORE_SEND_BYTES_MAX};
 use placement::write::{self, StagedUpload, WriteError};
-use placement::{Disk, Magic, PairId, PairRecord, Sha1};
+use placement::{ContentHasher, Digests, Disk, Magic, PairId, PairRecord, Sha1};
 
 use crate::meta::{
     BucketRecord, Checksum, Command, ContentSource, FileRecord, ListPage, ListQuery, MetaError,
@@ -167,6 +167,51 @@ impl ContentReader {
             Ok(ReadBody::Stream(stream))
         }
     }
+}
+
+/// Bodies announced at up to this size are held in memory until their hash is known.
+pub const MEMORY_STAGE_BYTES_MAX: u64 = 1024 * 1024;
+
+/// A received body whose digests are known, not yet referenced by any record.
+pub struct Staged {
+    pub digests: Digests,
+    body: StagedBody,
+}
+
+enum StagedBody {
+    /// A small body, held in memory: nothing written yet.
+    Memory(Bytes),
+    /// Both copies fsynced under temp names on a pair.
+    Disk(StagedUpload),
+}
+
+impl From<StagedUpload> for Staged {
+    fn from(upload: StagedUpload) -> Self {
+        Staged {
+            digests: upload.digests,
+            body: StagedBody::Disk(upload),
+        }
+    }
+}
+
+impl Staged {
+    /// Drops the staged body (temp files removed).
+    pub async fn discard(self) {
+        if let StagedBody::Disk(upload) = self.body {
+            upload.discard().await;
+        }
+    }
+}
+
+/// Digests of a body held in memory; hashing a large one happens off the async threads.
+async fn hash_in_memory(bytes: Bytes) -> Result<Digests, S3Error> {
+    const INLINE_BYTES_MAX: usize = 64 * 1024;
+    if bytes.len() <= INLINE_BYTES_MAX {
+        return Ok(ContentHasher::digest(&bytes));
+    }
+    tokio::task::spawn_blocking(move || ContentHasher::digest(&bytes))
+        .await
+        .map_err(S3Error::internal)
 }
 
 /// Why stored content could not be read.
@@ -500,14 +545,12 @@ impl ObjectStore {
         }
     }
 
-    /// Streams a body to temp files on both disks of a chosen pair, within the size limit.
-    /// An error item in `body` (or a length that differs from `size_bytes`) aborts the
-    /// upload and removes the temp files.
-    pub async fn stage<S>(
-        &self,
-        size_bytes: Option<u64>,
-        mut body: S,
-    ) -> Result<StagedUpload, S3Error>
+    /// Receives a body within the size limit: a body announced at up to
+    /// [`MEMORY_STAGE_BYTES_MAX`] is held in memory until its hash is known, so that a
+    /// duplicate costs no disk write at all; a larger (or unannounced) one streams to temp
+    /// files on both disks of a chosen pair. An error item in `body`, or a length that
+    /// differs from `size_bytes`, aborts and leaves nothing behind.
+    pub async fn stage<S>(&self, size_bytes: Option<u64>, mut body: S) -> Result<Staged, S3Error>
     where
         S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
     {
@@ -517,8 +560,33 @@ impl ObjectStore {
                 "Your proposed upload exceeds the maximum allowed size",
             )
         };
+        let incomplete = || {
+            S3Error::new(
+                ErrorCode::IncompleteBody,
+                "You did not provide the number of bytes specified by the Content-Length",
+            )
+        };
         if size_bytes.is_some_and(|s| s > self.limits.object_bytes_max) {
             return Err(too_large());
+        }
+        if let Some(size) = size_bytes.filter(|s| *s <= MEMORY_STAGE_BYTES_MAX) {
+            let mut buf = bytes::BytesMut::with_capacity(size as usize);
+            while let Some(chunk) = body.next().await {
+                let chunk = chunk?;
+                if (buf.len() + chunk.len()) as u64 > size {
+                    return Err(incomplete());
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            if buf.len() as u64 != size {
+                return Err(incomplete());
+            }
+            let bytes = buf.freeze();
+            let digests = hash_in_memory(bytes.clone()).await?;
+            return Ok(Staged {
+                digests,
+                body: StagedBody::Memory(bytes),
+            });
         }
         let mut upload =
             write::begin_upload(&self.pairs, size_bytes.unwrap_or(0), self.choice_root)
@@ -534,24 +602,22 @@ impl ObjectStore {
             upload.write(chunk).await.map_err(write_error)?;
         }
         if size_bytes.is_some_and(|s| s != received) {
-            return Err(S3Error::new(
-                ErrorCode::IncompleteBody,
-                "You did not provide the number of bytes specified by the Content-Length",
-            ));
+            return Err(incomplete());
         }
-        upload.finish().await.map_err(write_error)
+        let staged = upload.finish().await.map_err(write_error)?;
+        Ok(Staged::from(staged))
     }
 
     /// The dedup decision and the metadata commit of staged content.
     ///
     /// `command(source)` builds the command that references the content. If FileDB already
-    /// has the content, the command runs with [`ContentSource::Existing`] and the temp
-    /// files are dropped; if the content is absent (or vanished before the commit), the
-    /// copies are renamed to their content address first and the command runs with
-    /// [`ContentSource::Stored`].
+    /// has the content, the command runs with [`ContentSource::Existing`] and the staged
+    /// copies are dropped (a body held in memory never touched a disk); if the content is
+    /// absent (or vanished before the commit), both copies are given their content address
+    /// first and the command runs with [`ContentSource::Stored`].
     pub async fn commit_content(
         &self,
-        staged: StagedUpload,
+        staged: Staged,
         command: impl Fn(ContentSource) -> Command,
     ) -> Result<Response, CommitError> {
         let exists = self.file(staged.digests.sha1).await?.is_some();
@@ -569,9 +635,24 @@ impl ObjectStore {
                 }
             }
         }
-        let pair: PairId = staged.pair;
-        let size_bytes = staged.digests.size_bytes;
-        staged.commit().await?;
+        let on_disk = match staged.body {
+            StagedBody::Disk(upload) => upload,
+            StagedBody::Memory(bytes) => {
+                let mut upload =
+                    write::begin_upload(&self.pairs, bytes.len() as u64, self.choice_root).await?;
+                upload.write(bytes).await?;
+                let upload = upload.finish().await?;
+                if upload.digests != staged.digests {
+                    // Only a hardware fault can make the same bytes hash differently twice.
+                    upload.discard().await;
+                    return Err(CommitError::Write(WriteError::Hasher));
+                }
+                upload
+            }
+        };
+        let pair: PairId = on_disk.pair;
+        let size_bytes = on_disk.digests.size_bytes;
+        on_disk.commit().await?;
         self.charge_space(pair, size_bytes);
         // On error our renamed copies are orphans without a record; Valkyrie removes them.
         Ok(self.execute(command(ContentSource::Stored(pair))).await?)
@@ -887,9 +968,9 @@ mod tests {
                 pair,
             },
         };
-        store.commit_content(first, cmd).await.unwrap();
+        store.commit_content(first.into(), cmd).await.unwrap();
         let second = staged_on(&store, 1, body).await;
-        store.commit_content(second, cmd).await.unwrap();
+        store.commit_content(second.into(), cmd).await.unwrap();
         assert_eq!(store.file(sha1).await.unwrap().unwrap().refs, 2);
         let hex = sha1.to_hex();
         for d in 0..2 {
@@ -901,5 +982,81 @@ mod tests {
                 0
             );
         }
+    }
+
+    /// Every file under a folder, recursively.
+    fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(files_under(&p))
+            } else {
+                out.push(p)
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_small_duplicate_never_touches_a_disk() {
+        let (dir, store) = store_with_two_pairs();
+        let body = Bytes::from(vec![7u8; 200_000]);
+        let cmd = |sha1: Sha1| {
+            move |src| match src {
+                ContentSource::Existing => Command::Inc {
+                    sha1,
+                    magic: Magic::random(),
+                },
+                ContentSource::Stored(pair) => Command::InsertOrInc {
+                    sha1,
+                    magic: Magic::random(),
+                    pair,
+                },
+            }
+        };
+        let one = || futures_util::stream::iter([Ok(body.clone())]);
+        let first = store.stage(Some(body.len() as u64), one()).await.unwrap();
+        let sha1 = first.digests.sha1;
+        store.commit_content(first, cmd(sha1)).await.unwrap();
+        let before: Vec<_> = files_under(dir.path())
+            .into_iter()
+            .filter(|p| !p.ends_with("meta.redb"))
+            .map(|p| {
+                (
+                    p.clone(),
+                    std::fs::metadata(&p).unwrap().modified().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            before.len(),
+            2,
+            "one copy on each disk of one pair, no temp: {before:?}"
+        );
+        let second = store.stage(Some(body.len() as u64), one()).await.unwrap();
+        store.commit_content(second, cmd(sha1)).await.unwrap();
+        let after: Vec<_> = files_under(dir.path())
+            .into_iter()
+            .filter(|p| !p.ends_with("meta.redb"))
+            .map(|p| {
+                (
+                    p.clone(),
+                    std::fs::metadata(&p).unwrap().modified().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(before, after);
+        assert_eq!(store.file(sha1).await.unwrap().unwrap().refs, 2);
+    }
+
+    #[tokio::test]
+    async fn a_small_body_shorter_or_longer_than_announced_is_refused() {
+        let (_dir, store) = store_with_two_pairs();
+        let body = || futures_util::stream::iter([Ok(Bytes::from_static(b"12345"))]);
+        let short = store.stage(Some(6), body()).await.err().unwrap();
+        assert_eq!(short.code, ErrorCode::IncompleteBody);
+        let long = store.stage(Some(4), body()).await.err().unwrap();
+        assert_eq!(long.code, ErrorCode::IncompleteBody);
     }
 }
