@@ -31,7 +31,7 @@ use placement::{Magic, Sha1};
 use crate::meta::{Command, ContentSource, DecOutcome, MetaError, Response as MetaResponse};
 use crate::s3::auth::body_stream;
 use crate::server::AppState;
-use crate::store::{CommitError, ContentReadError, ReadBody, now_ms};
+use crate::store::{CommitError, ContentReadError, ReadBody, now_ms, write_error};
 
 pub const NATIVE_TOKEN_ENV: &str = "GATEWAY_NATIVE_TOKEN";
 
@@ -214,7 +214,12 @@ async fn upload(
         Ok(MetaResponse::File(f)) => Ok(json(StatusCode::OK, refs_body(f.refs))),
         Ok(other) => Err(NativeError::internal(format!("unexpected {other:?}"))),
         Err(CommitError::Meta(e)) => Err(NativeError::internal(e)),
-        Err(CommitError::Write(e)) => Err(NativeError::internal(e)),
+        // A body held in memory meets the pair choice only now: no writable pair is 503
+        // here as it is for a streamed body.
+        Err(CommitError::Write(e)) => {
+            let e = write_error(e);
+            Err(NativeError::new(e.code.status(), e.message.to_string()))
+        }
     }
 }
 
@@ -246,12 +251,12 @@ async fn read(
         )
     };
     let not_found = || NativeError::new(StatusCode::NOT_FOUND, "not stored");
-    match app.store.content_size(sha1).await {
+    let seen = match app.store.content_size(sha1).await {
         Ok(Some(actual)) if actual != size_bytes => return Err(mismatch()),
-        Ok(_) => {}
+        Ok(seen) => seen,
         Err(ContentReadError::NoRecord(_)) => return Err(not_found()),
         Err(e) => return Err(NativeError::internal(e)),
-    }
+    };
     let body = match app
         .store
         .read_content(sha1, Expect { size_bytes, crc32 }, None)
@@ -260,7 +265,9 @@ async fn read(
         Ok(ReadBody::Buffered(bytes)) => Body::from(bytes),
         Ok(ReadBody::Stream(stream)) => Body::from_stream(stream),
         Err(ContentReadError::NoRecord(_)) => return Err(not_found()),
-        Err(ContentReadError::NoGoodCopy(_)) => return Err(mismatch()),
+        // A copy of the right size was seen, so its CRC32 differs. Without any copy
+        // (nodes down, files missing) nothing says the guard is wrong: not a 409.
+        Err(ContentReadError::NoGoodCopy(_)) if seen.is_some() => return Err(mismatch()),
         Err(e) => return Err(NativeError::internal(e)),
     };
     let mut resp = body.into_response();

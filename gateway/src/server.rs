@@ -60,7 +60,10 @@ pub enum ServeError {
     Meta(#[from] MetaError),
     #[error("disk: {0}")]
     Disk(#[from] placement::DiskError),
-    #[error("pair {0}: PairDB has disks {1:?} but the configuration says {2:?}")]
+    #[error(
+        "{0}: PairDB has disks [{stored0}, {stored1}] but the configuration says [{conf0}, {conf1}]",
+        stored0 = .1[0], stored1 = .1[1], conf0 = .2[0], conf1 = .2[1]
+    )]
     PairMismatch(PairId, [DiskRef; 2], [DiskRef; 2]),
     #[error("listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
@@ -136,6 +139,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             s3::cors::cors_headers,
         ))
+        .layer(axum::middleware::from_fn(s3::response_hygiene))
         .with_state(state.clone());
     Router::new()
         .route("/_health", get(|| async { "ok\n" }))

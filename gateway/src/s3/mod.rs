@@ -119,6 +119,36 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
     }
 }
 
+/// Middleware on every S3 response: a request id, as S3 sends, and `Connection: close`
+/// where a client sent `Expect: 100-continue` but got its final answer without a
+/// `100 Continue` (an empty body, or an error before the body was read). Some botocore
+/// versions (the aws cli's) would otherwise read that answer again as the reply to their
+/// next request on the same connection.
+pub async fn response_hygiene(req: Request, next: axum::middleware::Next) -> Response {
+    let expects_continue = req
+        .headers()
+        .get(http::header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let empty_body = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .is_some_and(|v| v.as_bytes() == b"0");
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    if !h.contains_key("x-amz-request-id")
+        && let Ok(v) = http::HeaderValue::from_str(&format!("{:016X}", rand::random::<u64>()))
+    {
+        h.insert("x-amz-request-id", v);
+    }
+    if expects_continue && (empty_body || resp.status().as_u16() >= 300) {
+        resp.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+    }
+    resp
+}
+
 /// Reads a small XML request body, bounded, as text.
 pub async fn read_xml_body(body: axum::body::Body, max_bytes: usize) -> Result<String, S3Error> {
     let bytes = multipart::read_small_body(body, max_bytes).await?;

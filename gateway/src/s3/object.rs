@@ -325,13 +325,6 @@ fn object_headers(headers: &mut HeaderMap, record: &ObjectRecord) {
             headers.append(n, v);
         }
     }
-    if !record.part_sizes.is_empty() {
-        set(
-            headers,
-            "x-amz-mp-parts-count",
-            &record.part_sizes.len().to_string(),
-        );
-    }
 }
 
 /// `response-*` query parameters of a signed GET override the stored headers: a webmail
@@ -541,6 +534,11 @@ fn head_response(
     let mut resp = (status, body).into_response();
     let h = resp.headers_mut();
     object_headers(h, record);
+    // S3 reports the parts count only to a request that names a part.
+    if q.has("partNumber") {
+        let parts = record.part_sizes.len().max(1);
+        set(h, "x-amz-mp-parts-count", &parts.to_string());
+    }
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(record.size_bytes));
     if header_str(headers, "x-amz-checksum-mode")?
         .is_some_and(|m| m.eq_ignore_ascii_case("ENABLED"))
