@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""boto3 section of scripts/client-matrix.sh.
+
+Usage: boto3_matrix.py ENDPOINT BUCKET WORKDIR
+
+Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY. boto3 runs with its own
+defaults for checksums (request_checksum_calculation / response_checksum_validation are
+neither set here nor in the environment the caller gives us); only the endpoint, path-style
+addressing and a single attempt per call (total_max_attempts=1: a retried failure is still a
+failure) are set. The presigned URL comes from a second client with signature_version="s3v4":
+botocore presigns S3 URLs with SigV2 query auth by default, and the gateway speaks SigV4 only.
+
+Prints one line per check, "ok   NAME" or "FAIL NAME" followed by indented details (the S3
+error code, HTTP status and message for a ClientError), and last a line
+"boto3 checks: passed=N failed=M" that the caller adds to its counts.
+Set CLIENT_MATRIX_DEBUG=1 to get botocore's wire-level debug log on stderr.
+"""
+
+import hashlib
+import logging
+import os
+import sys
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+import boto3
+import botocore
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+MIB = 1024 * 1024
+
+PASSED = 0
+FAILED = 0
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def expect(cond, what):
+    if not cond:
+        raise CheckFailed(what)
+
+
+def describe(exc):
+    """One or more lines saying what went wrong, S3 error code first."""
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        meta = exc.response.get("ResponseMetadata", {})
+        lines = [
+            "ClientError: code=%s http=%s message=%r"
+            % (err.get("Code"), meta.get("HTTPStatusCode"), err.get("Message")),
+            "  operation: %s" % exc.operation_name,
+        ]
+        headers = meta.get("HTTPHeaders") or {}
+        if headers:
+            lines.append(
+                "  response headers: "
+                + ", ".join("%s: %s" % (k, v) for k, v in sorted(headers.items()))
+            )
+        return lines
+    if isinstance(exc, CheckFailed):
+        return ["check: %s" % exc]
+    tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return ["%s: %s" % (type(exc).__name__, exc)] + [
+        l.rstrip() for l in "".join(tb[-6:]).splitlines()
+    ]
+
+
+def check(name, fn):
+    global PASSED, FAILED
+    try:
+        fn()
+    except Exception as exc:  # every failure is counted, none stops the run
+        FAILED += 1
+        print("FAIL boto3: %s" % name, flush=True)
+        for line in describe(exc):
+            print("     %s" % line, flush=True)
+        return False
+    PASSED += 1
+    print("ok   boto3: %s" % name, flush=True)
+    return True
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(MIB)
+            if not block:
+                break
+            h.update(block)
+    return h.hexdigest()
+
+
+def main():
+    if len(sys.argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    endpoint, bucket, work = sys.argv[1:4]
+    if os.environ.get("CLIENT_MATRIX_DEBUG") == "1":
+        boto3.set_stream_logger("botocore", logging.DEBUG)
+    print(
+        "boto3 %s, botocore %s" % (boto3.__version__, botocore.__version__), flush=True
+    )
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+        config=Config(
+            s3={"addressing_style": "path"},
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            connect_timeout=10,
+            read_timeout=60,
+        ),
+    )
+
+    s3v4 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=os.environ["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+        config=Config(s3={"addressing_style": "path"}, signature_version="s3v4"),
+    )
+
+    small = b"a small body for boto3\n"
+    one_mib = os.urandom(MIB)
+    big_path = os.path.join(work, "boto3-20mib.bin")
+    with open(big_path, "wb") as f:
+        for _ in range(20):
+            f.write(os.urandom(MIB))
+
+    def create_bucket():
+        s3.create_bucket(Bucket=bucket)
+        s3.head_bucket(Bucket=bucket)
+
+    check("create_bucket", create_bucket)
+
+    def put_get(key, body):
+        def run():
+            s3.put_object(Bucket=bucket, Key=key, Body=body)
+            got = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            expect(
+                got == body,
+                "get_object returned %d bytes (sha256 %s), put %d bytes (sha256 %s)"
+                % (
+                    len(got),
+                    hashlib.sha256(got).hexdigest(),
+                    len(body),
+                    hashlib.sha256(body).hexdigest(),
+                ),
+            )
+
+        return run
+
+    check("put_object/get_object small", put_get("small.txt", small))
+    check("put_object/get_object 1 MiB", put_get("one-mib.bin", one_mib))
+
+    transfer = TransferConfig(multipart_threshold=8 * MIB, multipart_chunksize=8 * MIB)
+
+    def upload_file():
+        s3.upload_file(big_path, bucket, "big/20mib.bin", Config=transfer)
+        head = s3.head_object(Bucket=bucket, Key="big/20mib.bin")
+        size, etag = head["ContentLength"], head["ETag"]
+        expect(size == 20 * MIB, "head_object ContentLength %d, want %d" % (size, 20 * MIB))
+        # 20 MiB in 8 MiB parts: a multipart upload of 3 parts.
+        expect(etag.endswith('-3"'), "ETag %s, want a multipart ETag of 3 parts" % etag)
+
+    uploaded = check("upload_file 20 MiB (multipart, 8 MiB parts)", upload_file)
+
+    def download_file():
+        expect(uploaded, "nothing to download: upload_file failed")
+        down = os.path.join(work, "boto3-20mib.down")
+        s3.download_file(bucket, "big/20mib.bin", down, Config=transfer)
+        a, b = sha256_file(big_path), sha256_file(down)
+        expect(a == b, "downloaded sha256 %s != uploaded %s" % (b, a))
+
+    check("download_file 20 MiB and compare", download_file)
+
+    def presigned_disposition():
+        disposition = 'attachment; filename="price-list.pdf"'
+        s3.put_object(
+            Bucket=bucket, Key="mail/price-list.pdf", Body=one_mib, ContentType="application/pdf"
+        )
+        # botocore presigns S3 URLs with SigV2 query auth unless signature_version is set;
+        # the gateway speaks SigV4 only. Everything else stays at boto3's defaults.
+        url = s3v4.generate_presigned_url(
+            "get_object",
+            Params={
+                "Bucket": bucket,
+                "Key": "mail/price-list.pdf",
+                "ResponseContentDisposition": disposition,
+            },
+            ExpiresIn=300,
+        )
+        try:
+            with urllib.request.urlopen(url, timeout=30) as resp:
+                body = resp.read()
+                got = resp.headers.get("Content-Disposition")
+                status = resp.status
+        except urllib.error.HTTPError as e:
+            raise CheckFailed(
+                "GET presigned URL -> HTTP %d: %s" % (e.code, e.read()[:600].decode("utf-8", "replace"))
+            )
+        expect(status == 200, "status %d" % status)
+        expect(body == one_mib, "body differs (%d bytes)" % len(body))
+        expect("X-Amz-Algorithm=AWS4-HMAC-SHA256" in url, "not a SigV4 presigned URL: %s" % url)
+        expect(got == disposition, "Content-Disposition %r, want %r" % (got, disposition))
+
+    check("presigned (s3v4) GET with ResponseContentDisposition via urllib", presigned_disposition)
+
+    def copy_object():
+        s3.put_object(Bucket=bucket, Key="copy/src.bin", Body=one_mib)
+        s3.copy_object(
+            Bucket=bucket, Key="copy/dst.bin", CopySource={"Bucket": bucket, "Key": "copy/src.bin"}
+        )
+        got = s3.get_object(Bucket=bucket, Key="copy/dst.bin")["Body"].read()
+        expect(got == one_mib, "copy has %d bytes, differs from the source" % len(got))
+
+    check("copy_object", copy_object)
+
+    def delete_objects():
+        keys = ["del/a.txt", "del/b.txt", "del/c.txt"]
+        for k in keys:
+            s3.put_object(Bucket=bucket, Key=k, Body=k.encode())
+        resp = s3.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys[:2]]}
+        )
+        deleted = sorted(d["Key"] for d in resp.get("Deleted", []))
+        expect(not resp.get("Errors"), "Errors in the response: %r" % resp.get("Errors"))
+        expect(deleted == keys[:2], "Deleted %r, want %r" % (deleted, keys[:2]))
+        left = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="del/").get("Contents", [])]
+        expect(left == ["del/c.txt"], "left under del/: %r, want ['del/c.txt']" % left)
+
+    check("delete_objects", delete_objects)
+
+    def paginate():
+        want = ["page/key-%02d" % i for i in range(30)]
+        for k in want:
+            s3.put_object(Bucket=bucket, Key=k, Body=b"x")
+        pages = 0
+        got = []
+        for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix="page/", PaginationConfig={"PageSize": 10, "MaxItems": 1000}
+        ):
+            pages += 1
+            expect(pages <= 10, "more than 10 pages for 30 keys at 10 a page")
+            got.extend(o["Key"] for o in page.get("Contents", []))
+        expect(got == want, "listed %d keys %r..., want the 30 keys in order" % (len(got), got[:5]))
+        expect(pages == 3, "%d pages, want 3" % pages)
+
+    check("list_objects_v2 paginator over 30 keys (10 a page)", paginate)
+
+    def metadata():
+        s3.put_object(
+            Bucket=bucket,
+            Key="meta/obj.txt",
+            Body=small,
+            Metadata={"k": "v"},
+            ContentType="text/plain; charset=utf-8",
+        )
+        head = s3.head_object(Bucket=bucket, Key="meta/obj.txt")
+        expect(head.get("Metadata") == {"k": "v"}, "Metadata %r" % head.get("Metadata"))
+        expect(
+            head.get("ContentType") == "text/plain; charset=utf-8",
+            "ContentType %r" % head.get("ContentType"),
+        )
+        expect(head.get("ContentLength") == len(small), "ContentLength %r" % head.get("ContentLength"))
+
+    check("head_object Metadata/ContentType round trip", metadata)
+
+    def conditional():
+        etag = s3.head_object(Bucket=bucket, Key="small.txt")["ETag"]
+        try:
+            s3.get_object(Bucket=bucket, Key="small.txt", IfNoneMatch=etag)
+        except ClientError as e:
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            code = e.response.get("Error", {}).get("Code")
+            expect(status == 304, "ClientError code=%s http=%s, want 304" % (code, status))
+            return
+        raise CheckFailed("get_object IfNoneMatch=%s returned 200, want 304" % etag)
+
+    check("get_object IfNoneMatch=ETag -> 304", conditional)
+
+    def cleanup():
+        keys = []
+        token = None
+        for _ in range(100):
+            kw = {"Bucket": bucket}
+            if token:
+                kw["ContinuationToken"] = token
+            resp = s3.list_objects_v2(**kw)
+            keys.extend(o["Key"] for o in resp.get("Contents", []))
+            if not resp.get("IsTruncated"):
+                break
+            token = resp["NextContinuationToken"]
+        # Plain DeleteObject here, so that this check does not depend on DeleteObjects.
+        for k in keys:
+            s3.delete_object(Bucket=bucket, Key=k)
+        s3.delete_bucket(Bucket=bucket)
+        names = [b["Name"] for b in s3.list_buckets().get("Buckets", [])]
+        expect(bucket not in names, "bucket still listed after delete_bucket")
+
+    check("delete_object all, delete_bucket", cleanup)
+
+    print("boto3 checks: passed=%d failed=%d" % (PASSED, FAILED), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
