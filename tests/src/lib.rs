@@ -1105,6 +1105,57 @@ pub fn poll_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// Content files under any disk folder (a pair added by hand, an nginx disk folder), as
+/// [`Gateway::content_files`] finds them under `DATA/disk<N>`: not under `tmp/`, not
+/// quarantined. Sorted.
+pub fn content_files_under(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    walk(root, 0, &mut out);
+    out.sort();
+    out
+}
+
+/// Every regular file anywhere under `root` (temp folders, nginx's body temp). Sorted.
+pub fn all_files_under(root: &Path) -> Vec<PathBuf> {
+    fn go(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() && depth < 8 => go(&e.path(), depth + 1, out),
+                Ok(t) if t.is_file() => out.push(e.path()),
+                _ => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go(root, 0, &mut out);
+    out.sort();
+    out
+}
+
+/// CRC-32 (IEEE, as zlib and the gateway compute it) of a body.
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut table = [0u32; 256];
+    for (i, slot) in table.iter_mut().enumerate() {
+        let mut c = i as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+        }
+        *slot = c;
+    }
+    let mut crc = !0u32;
+    for &b in data {
+        crc = table[((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8);
+    }
+    !crc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
