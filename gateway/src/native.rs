@@ -251,23 +251,24 @@ async fn read(
         )
     };
     let not_found = || NativeError::new(StatusCode::NOT_FOUND, "not stored");
-    let seen = match app.store.content_size(sha1).await {
+    // The size is known before any byte is read: a mismatch costs no read at all.
+    match app.store.content_size(sha1).await {
         Ok(Some(actual)) if actual != size_bytes => return Err(mismatch()),
-        Ok(seen) => seen,
+        Ok(_) => {}
         Err(ContentReadError::NoRecord(_)) => return Err(not_found()),
         Err(e) => return Err(NativeError::internal(e)),
-    };
+    }
     let body = match app
         .store
-        .read_content(sha1, Expect { size_bytes, crc32 }, None)
+        .read_guarded(sha1, Expect { size_bytes, crc32 })
         .await
     {
-        Ok(ReadBody::Buffered(bytes)) => Body::from(bytes),
-        Ok(ReadBody::Stream(stream)) => Body::from_stream(stream),
+        Ok(Some(ReadBody::Buffered(bytes))) => Body::from(bytes),
+        Ok(Some(ReadBody::Stream(stream))) => Body::from_stream(stream),
+        Ok(None) => return Err(mismatch()),
         Err(ContentReadError::NoRecord(_)) => return Err(not_found()),
-        // A copy of the right size was seen, so its CRC32 differs. Without any copy
-        // (nodes down, files missing) nothing says the guard is wrong: not a 409.
-        Err(ContentReadError::NoGoodCopy(_)) if seen.is_some() => return Err(mismatch()),
+        // No readable copy at all (nodes down, files missing): nothing says the guard is
+        // wrong, so this is not a 409.
         Err(e) => return Err(NativeError::internal(e)),
     };
     let mut resp = body.into_response();

@@ -17,6 +17,7 @@ use placement::pairdb::PairTable;
 use placement::read::{self, BadCopies, Expect, VERIFY_BEFORE_SEND_BYTES_MAX};
 use placement::write::{self, StagedUpload, WriteError};
 use placement::{ContentHasher, Digests, Disk, Magic, PairId, PairRecord, Sha1};
+use sha1::Digest as _;
 
 use crate::meta::{
     BucketRecord, Checksum, Command, ContentSource, FileRecord, ListPage, ListQuery, MetaError,
@@ -850,6 +851,43 @@ impl ObjectStore {
                 read::stream_verified(disks, sha1, expect, span, self.bad_copies.clone()).await?;
             Ok(ReadBody::Stream(stream))
         }
+    }
+
+    /// The article's collision guard for the native `GET /sha1`: the content is served only
+    /// if it has the size and CRC32 the caller recorded. A small copy is first checked
+    /// against its own name (SHA-1), so a guard that does not match a good copy is the
+    /// caller's mismatch (`Ok(None)`), not a corrupt disk; larger bodies are checked
+    /// against the guard while they stream.
+    pub async fn read_guarded(
+        &self,
+        sha1: Sha1,
+        guard: Expect,
+    ) -> Result<Option<ReadBody>, ContentReadError> {
+        if guard.size_bytes > VERIFY_BEFORE_SEND_BYTES_MAX {
+            return self.read_content(sha1, guard, None).await.map(Some);
+        }
+        let disks = self.content_disks(sha1).await?;
+        for i in self.bad_copies.read_order(sha1, &disks) {
+            let disk = &disks[i];
+            match disk.read_all(&sha1).await {
+                Ok(bytes) if Sha1(sha1::Sha1::digest(&bytes).into()) == sha1 => {
+                    let matches = bytes.len() as u64 == guard.size_bytes
+                        && crc32fast::hash(&bytes) == guard.crc32;
+                    return Ok(matches.then_some(ReadBody::Buffered(bytes)));
+                }
+                Ok(_) => {
+                    tracing::error!(%sha1, disk = %disk.disk_ref(), "copy does not hash to its name");
+                    self.bad_copies.mark(sha1, disk.disk_ref());
+                }
+                Err(e) => {
+                    tracing::warn!(%sha1, disk = %disk.disk_ref(), error = %e, "copy unreadable");
+                    self.bad_copies.mark(sha1, disk.disk_ref());
+                }
+            }
+        }
+        Err(ContentReadError::NoGoodCopy(read::ReadError::NoGoodCopy {
+            sha1,
+        }))
     }
 
     pub async fn delete(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
