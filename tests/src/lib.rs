@@ -984,7 +984,9 @@ pub struct SignedRequest<'g> {
 }
 
 impl SignedRequest<'_> {
-    /// Adds a header that is sent and signed.
+    /// Adds a header that is sent and signed. A `host` header replaces the default
+    /// `127.0.0.1:PORT` (a virtual-hosted-style Host); the connection still goes to the
+    /// gateway's port.
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.headers
             .push((name.to_ascii_lowercase(), value.to_string()));
@@ -1038,10 +1040,14 @@ impl SignedRequest<'_> {
 
     /// Signs and sends; panics if no status line comes back.
     pub fn send(self) -> RawResponse {
-        let host = self.gw.host();
+        let host = self
+            .headers
+            .iter()
+            .find(|(k, _)| k == "host")
+            .map_or_else(|| self.gw.host(), |(_, v)| v.clone());
         let uri = format!("http://{host}{}", self.target);
         let mut headers = vec![("host".to_string(), host)];
-        headers.extend(self.headers.iter().cloned());
+        headers.extend(self.headers.iter().filter(|(k, _)| k != "host").cloned());
 
         let identity: Identity =
             Credentials::new(&self.access_key, &self.secret_key, None, None, "e2e-raw").into();
