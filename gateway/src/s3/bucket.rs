@@ -177,7 +177,10 @@ pub async fn list_objects(app: &AppState, bucket: &str, q: &Query) -> Result<Res
         }
     } else {
         w.leaf("Marker", &enc(q.get("marker").unwrap_or("")));
+        // S3 sends NextMarker only with a delimiter; without one, clients continue from
+        // the last key listed.
         if page.truncated
+            && delimiter.is_some()
             && let Some(l) = &last
         {
             w.leaf("NextMarker", &enc(l));
