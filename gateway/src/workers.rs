@@ -5,6 +5,7 @@
 //! local directory.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use placement::{PairFlags, PairId};
@@ -16,6 +17,20 @@ use valkyrie::{
 use crate::catalog::LocalCatalog;
 use crate::meta::Command;
 use crate::server::AppState;
+
+/// Left on the surviving disk by [`Workers::fail_disk`] before the pair is marked DRAINING:
+/// UNMOVE saves its first progress only after counting every file of the survivor, and a
+/// restart before that must still know which disk survived.
+const SURVIVOR_MARK: &str = "unmove.survivor";
+
+/// Writes [`SURVIVOR_MARK`] (the failed disk's ref) on a surviving local disk, durably.
+fn mark_survivor(root: &Path, failed: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut f = std::fs::File::create(root.join(SURVIVOR_MARK))?;
+    f.write_all(format!("{failed}\n").as_bytes())?;
+    f.sync_all()?;
+    std::fs::File::open(root)?.sync_all()
+}
 
 /// One running worker, for the admin view.
 #[derive(Clone)]
@@ -143,6 +158,18 @@ impl Workers {
                     .map(|i| (id, i))
             })
             .ok_or_else(|| DrainError::UnknownDisk(disk.to_string()))?;
+        if let Some(root) = table.get(pair).and_then(|e| {
+            e.record.disks[1 - failed_index]
+                .local_path()
+                .map(Path::to_path_buf)
+        }) {
+            let failed = disk.to_string();
+            let shown = root.display().to_string();
+            tokio::task::spawn_blocking(move || mark_survivor(&root, &failed))
+                .await
+                .map_err(|e| DrainError::Store(e.to_string()))?
+                .map_err(|e| DrainError::Store(format!("{shown}: {e}")))?;
+        }
         let cmd = Command::SetPairFlags {
             id: pair,
             set: PairFlags::READ_ONLY.with(PairFlags::DRAINING),
@@ -225,14 +252,17 @@ impl Workers {
             if !e.record.flags.contains(PairFlags::DRAINING) {
                 continue;
             }
-            // The survivor is the local disk whose progress file exists, else disk 0.
-            let surviving = (0..2)
-                .find(|&i| {
-                    e.record.disks[i]
-                        .local_path()
-                        .is_some_and(|p| p.join("unmove.json").exists())
+            // The survivor is the local disk with UNMOVE's progress file or fail_disk's
+            // mark; never a guess (disk 0 may be the failed one).
+            let Some(surviving) = (0..2).find(|&i| {
+                e.record.disks[i].local_path().is_some_and(|p| {
+                    p.join(valkyrie::unmove::PROGRESS_FILE).exists()
+                        || p.join(SURVIVOR_MARK).exists()
                 })
-                .unwrap_or(0);
+            }) else {
+                tracing::error!(pair = %id, "pair is DRAINING but no local disk is marked as its survivor: run `gateway admin disk fail DISK` again, or `valkyrie --unmove` beside a remote survivor");
+                continue;
+            };
             if let Err(err) = self.start_drain(app, id, surviving) {
                 tracing::error!(pair = %id, error = %err, "cannot resume UNMOVE");
             }
