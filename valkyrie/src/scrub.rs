@@ -10,7 +10,7 @@
 //! | `<sha1>.deleted.<ts>` | live here, content name missing | restore it |
 //! | `<sha1>.deleted.<ts>` | otherwise | `ts + quarantine_secs` passed: delete for good |
 //! | `<sha1>` | none | older than `grace_secs`: quarantine (an orphan: a crash between rename and commit, or a slave that deleted while its master was down) |
-//! | `<sha1>` | on another pair | junk (two loaders raced): verify, then delete; count an error if it was corrupt too |
+//! | `<sha1>` | on another pair | junk (two loaders raced, or UNMOVE's target before its switch): older than `grace_secs`, verify, then delete; count an error if it was corrupt too |
 //! | `<sha1>` | on this pair | good: re-hash, repair from the peer if corrupt, re-create the peer copy if it is missing or of the wrong size ([`crate::repair`]) |
 //! | anything else | - | leave it, log it |
 //!
@@ -63,6 +63,8 @@ pub struct ScrubReport {
     pub junk_corrupt: u64,
     /// Junk of DO_NOT_DELETE content, left alone.
     pub junk_kept: u64,
+    /// Junk younger than the grace period, left for a later pass.
+    pub junk_young: u64,
     pub repaired_local: u64,
     pub repaired_peer: u64,
     /// Corrupt here and no good copy on the peer either.
@@ -319,6 +321,16 @@ impl<C: Catalog> Worker<C> {
     /// through a quarantine rename and a second lookup, so a copy that became live on this
     /// pair meanwhile survives.
     async fn scrub_junk(&self, sha1: Sha1, pass: &mut Pass) -> Result<(), ValkyrieError> {
+        let Some(stat) = layout::stat(&layout::content_file(&self.root, &sha1)).await? else {
+            return Ok(());
+        };
+        if pass.now_secs.saturating_sub(stat.mtime_secs) <= self.settings.grace_secs {
+            // A fresh copy is not junk yet: UNMOVE writes the new pair's copies a moment
+            // before it switches the record to them, and deleting them in that gap would
+            // leave the record pointing at nothing.
+            pass.report.junk_young += 1;
+            return Ok(());
+        }
         let verdict = self.verify_local(sha1).await?;
         if verdict == Verdict::Missing {
             return Ok(());
@@ -443,18 +455,27 @@ mod tests {
         std::fs::write(rig.content(0, &bad), b"junk that rotteD").unwrap();
         let dnd = put_content(&rig.root(0), b"junk of a broken count");
         rig.catalog.set_file(dnd, PAIR_B, 0, true);
+        let fresh = put_content(&rig.root(0), b"UNMOVE's copy before its switch");
+        rig.catalog.set_file(fresh, PAIR_B, 1, false);
+        for sha1 in [good, bad, dnd] {
+            age(&rig.content(0, &sha1), rig.settings.grace_secs + 5);
+        }
         let w = rig.worker(0);
         let r = w.scrub_pass(&Shutdown::never()).await;
         assert_eq!(
-            (r.junk_removed, r.junk_corrupt, r.junk_kept),
-            (2, 1, 1),
+            (r.junk_removed, r.junk_corrupt, r.junk_kept, r.junk_young),
+            (2, 1, 1, 1),
             "{r:?}"
+        );
+        assert!(
+            rig.content(0, &fresh).exists(),
+            "fresh junk waits for the grace period"
         );
         assert!(!rig.content(0, &good).exists());
         assert!(!rig.content(0, &bad).exists());
         assert!(rig.content(0, &dnd).exists());
         // Removed for good, not left in quarantine.
-        assert_eq!(files_under(&rig.root(0)).len(), 1);
+        assert_eq!(files_under(&rig.root(0)).len(), 2);
         let m = w.metrics().snapshot();
         assert_eq!((m.junk_removed, m.errors, m.quarantined), (2, 1, 0));
     }

@@ -691,7 +691,9 @@ mod tests {
         let junk = layout::content_file(s.target[0].path(), &victim);
         assert!(junk.exists());
 
-        // The receiving pair's scrubber verifies and removes it.
+        // The receiving pair's scrubber leaves it alone while it is fresh (it could be a
+        // copy whose switch is in flight), then verifies and removes it.
+        crate::testkit::age(&junk, s.rig.settings.grace_secs + 5);
         let config = crate::worker::WorkerConfig {
             root: s.target[0].path().to_path_buf(),
             pair: PAIR_B,
