@@ -18,7 +18,7 @@ use crate::server::AppState;
 pub const ADMIN_TOKEN_ENV: &str = "GATEWAY_ADMIN_TOKEN";
 
 fn authorized(app: &AppState, headers: &HeaderMap) -> bool {
-    crate::native::bearer_ok(app.admin_token.as_deref(), headers)
+    crate::bearer::bearer_ok(app.admin_token.as_deref(), headers)
 }
 
 fn json(status: StatusCode, body: String) -> Response {

@@ -156,7 +156,7 @@ impl From<CatalogError> for HttpError {
 type Answer = Result<Response, HttpError>;
 
 fn guard(app: &Arc<AppState>, headers: &HeaderMap) -> Result<LocalCatalog, HttpError> {
-    if crate::native::bearer_ok(app.admin_token.as_deref(), headers) {
+    if crate::bearer::bearer_ok(app.admin_token.as_deref(), headers) {
         Ok(LocalCatalog::new(app.clone()))
     } else {
         Err(HttpError(

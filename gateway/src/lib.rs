@@ -12,6 +12,7 @@
 
 pub mod admin;
 pub mod admin_client;
+pub mod bearer;
 pub mod catalog;
 pub mod config;
 pub mod credentials;

@@ -75,25 +75,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Constant-time comparison, so that the token cannot be guessed byte by byte from timing.
-pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Whether `headers` carry `Authorization: Bearer <token>` for the configured token.
-pub fn bearer_ok(configured: Option<&str>, headers: &HeaderMap) -> bool {
-    let Some(token) = configured else {
-        return false;
-    };
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| same_secret(given.trim().as_bytes(), token.as_bytes()))
-}
-
 fn authorize(app: &AppState, headers: &HeaderMap) -> Result<(), NativeError> {
-    if bearer_ok(app.native_token.as_deref(), headers) {
+    if crate::bearer::bearer_ok(app.native_token.as_deref(), headers) {
         Ok(())
     } else {
         Err(NativeError::new(

@@ -6,7 +6,6 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 
-use super::auth::body_stream;
 use super::error::{ErrorCode, S3Error};
 use super::object::{attrs_from, check_copy_conditions, copy_source, header_str};
 use super::request::Query;
@@ -290,22 +289,4 @@ pub async fn list_uploads(app: &AppState, bucket: &str, q: &Query) -> Result<Res
     }
     w.close("ListMultipartUploadsResult");
     Ok(xml(w.finish()))
-}
-
-/// Reads a small request body whole, up to `max_bytes`.
-pub async fn read_small_body(body: axum::body::Body, max_bytes: usize) -> Result<Vec<u8>, S3Error> {
-    use futures_util::StreamExt as _;
-    let mut stream = body_stream(body);
-    let mut out = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk?;
-        if out.len() + chunk.len() > max_bytes {
-            return Err(S3Error::new(
-                ErrorCode::MalformedXML,
-                "The XML you provided was too large",
-            ));
-        }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(out)
 }
