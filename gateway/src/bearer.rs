@@ -12,5 +12,7 @@ pub fn bearer_ok(configured: Option<&str>, headers: &HeaderMap) -> bool {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| crate::s3::sigv4::constant_time_eq(given.trim().as_bytes(), token.as_bytes()))
+        .is_some_and(|given| {
+            crate::s3::sigv4::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
+        })
 }

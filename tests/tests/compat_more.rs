@@ -983,3 +983,74 @@ async fn streaming_signed_chunks_store_the_decoded_bytes() {
         "temp files left"
     );
 }
+
+/// Settings the gateway does not keep answer as S3 does for a bucket that never had them.
+#[tokio::test]
+async fn unkept_settings_answer_as_never_configured() {
+    let gw = Gateway::start();
+    let s3 = gw.client();
+    create_bucket(&s3, "settings").await;
+    put_bytes(&s3, "settings", "x", b"x").await;
+
+    let v = s3
+        .get_bucket_versioning()
+        .bucket("settings")
+        .send()
+        .await
+        .unwrap();
+    assert!(v.status().is_none(), "unversioned: {v:?}");
+    let acl = s3.get_bucket_acl().bucket("settings").send().await.unwrap();
+    assert_eq!(acl.grants().len(), 1);
+    assert_eq!(
+        acl.grants()[0].permission().map(|p| p.as_str()),
+        Some("FULL_CONTROL")
+    );
+    let acl = s3
+        .get_object_acl()
+        .bucket("settings")
+        .key("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(acl.owner().and_then(|o| o.id()), Some("dedup-gateway"));
+    let tags = s3
+        .get_object_tagging()
+        .bucket("settings")
+        .key("x")
+        .send()
+        .await
+        .unwrap();
+    assert!(tags.tag_set().is_empty());
+
+    let (status, code) = s3_error(s3.get_bucket_policy().bucket("settings").send().await);
+    assert_eq!((status, code.as_str()), (404, "NoSuchBucketPolicy"));
+    let r = s3
+        .get_bucket_lifecycle_configuration()
+        .bucket("settings")
+        .send()
+        .await;
+    let (status, code) = s3_error(r);
+    assert_eq!(
+        (status, code.as_str()),
+        (404, "NoSuchLifecycleConfiguration")
+    );
+    let (status, code) = s3_error(s3.get_bucket_encryption().bucket("settings").send().await);
+    assert_eq!(
+        (status, code.as_str()),
+        (404, "ServerSideEncryptionConfigurationNotFoundError")
+    );
+    let (status, code) = s3_error(s3.get_bucket_tagging().bucket("settings").send().await);
+    assert_eq!((status, code.as_str()), (404, "NoSuchTagSet"));
+
+    // Only for buckets and objects that exist.
+    let (status, code) = s3_error(s3.get_bucket_versioning().bucket("nobucket").send().await);
+    assert_eq!((status, code.as_str()), (404, "NoSuchBucket"));
+    let r = s3
+        .get_object_tagging()
+        .bucket("settings")
+        .key("nokey")
+        .send()
+        .await;
+    let (status, code) = s3_error(r);
+    assert_eq!((status, code.as_str()), (404, "NoSuchKey"));
+}

@@ -33,6 +33,11 @@ pub enum ErrorCode {
     NoSuchBucket,
     NoSuchKey,
     NoSuchCORSConfiguration,
+    NoSuchBucketPolicy,
+    NoSuchLifecycleConfiguration,
+    NoSuchTagSet,
+    ObjectLockConfigurationNotFoundError,
+    ServerSideEncryptionConfigurationNotFoundError,
     AccessForbidden,
     NoSuchUpload,
     InvalidPart,
@@ -75,6 +80,13 @@ impl ErrorCode {
             NoSuchBucket => "NoSuchBucket",
             NoSuchKey => "NoSuchKey",
             NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
+            NoSuchBucketPolicy => "NoSuchBucketPolicy",
+            NoSuchLifecycleConfiguration => "NoSuchLifecycleConfiguration",
+            NoSuchTagSet => "NoSuchTagSet",
+            ObjectLockConfigurationNotFoundError => "ObjectLockConfigurationNotFoundError",
+            ServerSideEncryptionConfigurationNotFoundError => {
+                "ServerSideEncryptionConfigurationNotFoundError"
+            }
             AccessForbidden => "AccessForbidden",
             NoSuchUpload => "NoSuchUpload",
             InvalidPart => "InvalidPart",
@@ -97,9 +109,15 @@ impl ErrorCode {
             AccessDenied | InvalidAccessKeyId | RequestTimeTooSkewed | SignatureDoesNotMatch => {
                 StatusCode::FORBIDDEN
             }
-            NoSuchBucket | NoSuchKey | NoSuchUpload | NoSuchCORSConfiguration => {
-                StatusCode::NOT_FOUND
-            }
+            NoSuchBucket
+            | NoSuchKey
+            | NoSuchUpload
+            | NoSuchCORSConfiguration
+            | NoSuchBucketPolicy
+            | NoSuchLifecycleConfiguration
+            | NoSuchTagSet
+            | ObjectLockConfigurationNotFoundError
+            | ServerSideEncryptionConfigurationNotFoundError => StatusCode::NOT_FOUND,
             AccessForbidden => StatusCode::FORBIDDEN,
             BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
             InvalidRange | InvalidPartNumber => StatusCode::RANGE_NOT_SATISFIABLE,

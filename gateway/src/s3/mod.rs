@@ -15,6 +15,7 @@ pub mod error;
 mod multipart;
 mod object;
 pub mod request;
+mod settings;
 pub mod sigv2;
 pub mod sigv4;
 pub mod xml;
@@ -60,6 +61,9 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             Some("location") => bucket::location(app, &b).await,
             Some("uploads") => multipart::list_uploads(app, &b, &query).await,
             None => bucket::list_objects(app, &b, &query).await,
+            Some(other) if let Some(answer) = settings::bucket_setting(app, &b, other).await => {
+                answer
+            }
             Some(other) => Err(S3Error::not_implemented(&format!("?{other}"))),
         },
         (&Method::POST, Target::Bucket(b)) if sub == Some("delete") => {
@@ -83,6 +87,11 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
                 object::get(app, &bucket, &key, req.headers(), &query).await
             }
             Some("uploadId") => multipart::list_parts(app, &bucket, &key, &query).await,
+            Some(other)
+                if let Some(answer) = settings::object_setting(app, &bucket, &key, other).await =>
+            {
+                answer
+            }
             Some(other) => Err(S3Error::not_implemented(&format!("GET ?{other}"))),
         },
         (&Method::HEAD, Target::Object { bucket, key }) => match sub {

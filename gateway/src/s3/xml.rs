@@ -34,6 +34,15 @@ impl XmlWriter {
         let _ = self.w.write_event(Event::Start(BytesStart::new(name)));
     }
 
+    /// `<Grantee xmlns:xsi=... xsi:type="CanonicalUser">`, as S3 writes it in ACLs.
+    pub fn open_grantee(&mut self) {
+        let start = BytesStart::new("Grantee").with_attributes([
+            ("xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance"),
+            ("xsi:type", "CanonicalUser"),
+        ]);
+        let _ = self.w.write_event(Event::Start(start));
+    }
+
     pub fn close(&mut self, name: &str) {
         let _ = self.w.write_event(Event::End(BytesEnd::new(name)));
     }
