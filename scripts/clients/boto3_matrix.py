@@ -7,8 +7,8 @@ Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY. boto3 runs with
 defaults for checksums (request_checksum_calculation / response_checksum_validation are
 neither set here nor in the environment the caller gives us); only the endpoint, path-style
 addressing and a single attempt per call (total_max_attempts=1: a retried failure is still a
-failure) are set. The presigned URL comes from a second client with signature_version="s3v4":
-botocore presigns S3 URLs with SigV2 query auth by default, and the gateway speaks SigV4 only.
+failure) are set. Presigned URLs are checked from the default client and from a second one with signature_version="s3v4":
+botocore presigns S3 URLs with SigV2 query auth by default; the gateway accepts both.
 
 Prints one line per check, "ok   NAME" or "FAIL NAME" followed by indented details (the S3
 error code, HTTP status and message for a ClientError), and last a line
@@ -185,14 +185,14 @@ def main():
 
     check("download_file 20 MiB and compare", download_file)
 
-    def presigned_disposition():
+    def presigned_disposition(client=None, sigv4=True):
         disposition = 'attachment; filename="price-list.pdf"'
         s3.put_object(
             Bucket=bucket, Key="mail/price-list.pdf", Body=one_mib, ContentType="application/pdf"
         )
         # botocore presigns S3 URLs with SigV2 query auth unless signature_version is set;
-        # the gateway speaks SigV4 only. Everything else stays at boto3's defaults.
-        url = s3v4.generate_presigned_url(
+        # the gateway accepts both, and both are checked.
+        url = (client or s3v4).generate_presigned_url(
             "get_object",
             Params={
                 "Bucket": bucket,
@@ -212,10 +212,15 @@ def main():
             )
         expect(status == 200, "status %d" % status)
         expect(body == one_mib, "body differs (%d bytes)" % len(body))
-        expect("X-Amz-Algorithm=AWS4-HMAC-SHA256" in url, "not a SigV4 presigned URL: %s" % url)
+        if sigv4:
+            expect("X-Amz-Algorithm=AWS4-HMAC-SHA256" in url, "not a SigV4 presigned URL: %s" % url)
         expect(got == disposition, "Content-Disposition %r, want %r" % (got, disposition))
 
     check("presigned (s3v4) GET with ResponseContentDisposition via urllib", presigned_disposition)
+    check(
+        "presigned (boto3's default signature) GET with ResponseContentDisposition via urllib",
+        lambda: presigned_disposition(client=s3, sigv4=False),
+    )
 
     def copy_object():
         s3.put_object(Bucket=bucket, Key="copy/src.bin", Body=one_mib)
