@@ -345,12 +345,12 @@ fn response_overrides(headers: &mut HeaderMap, q: &Query) {
     }
 }
 
-/// GET/HEAD conditions: `Ok(Some(304))`, `Err(412)`, or `Ok(None)` to serve.
+/// GET/HEAD conditions: `Ok(Some(304 response))`, `Err(412)`, or `Ok(None)` to serve.
 fn read_conditions(
     headers: &HeaderMap,
     record: &ObjectRecord,
-) -> Result<Option<StatusCode>, S3Error> {
-    conditions(headers, "", record)
+) -> Result<Option<Response>, S3Error> {
+    Ok(conditions(headers, "", record)?.map(|_| not_modified(record)))
 }
 
 /// The conditional headers `<prefix>if-match`, `-if-none-match`, `-if-modified-since`,
@@ -469,12 +469,8 @@ pub async fn get(
     q: &Query,
 ) -> Result<Response, S3Error> {
     let record = app.store.head(bucket, key).await?;
-    if let Some(status) = read_conditions(headers, &record)? {
-        return Ok(if status == StatusCode::NOT_MODIFIED {
-            not_modified(&record)
-        } else {
-            status.into_response()
-        });
+    if let Some(resp) = read_conditions(headers, &record)? {
+        return Ok(resp);
     }
     let part = q.number("partNumber")?;
     if part.is_some() && headers.contains_key(header::RANGE) {
@@ -557,12 +553,8 @@ pub async fn head(
     q: &Query,
 ) -> Result<Response, S3Error> {
     let record = app.store.head(bucket, key).await?;
-    if let Some(status) = read_conditions(headers, &record)? {
-        return Ok(if status == StatusCode::NOT_MODIFIED {
-            not_modified(&record)
-        } else {
-            status.into_response()
-        });
+    if let Some(resp) = read_conditions(headers, &record)? {
+        return Ok(resp);
     }
     if let Some(n) = q.number("partNumber")? {
         let (first, last) = match part_range(&record, n)? {
