@@ -249,15 +249,21 @@ pub async fn loopback(
     let (addr, stop) = serve_sink(blob.clone())?;
     let client = Client::new(addr, None, "us-east-1");
     let c = client.clone();
-    let get = load::run(concurrency, count, limit, move |_| {
-        let c = c.clone();
-        async move {
-            let r = c
-                .send_ok(Method::GET, "/blob", &[], Bytes::new(), false)
-                .await?;
-            Ok(r.body_len)
-        }
-    })
+    // As many GETs as the gateway's GET workload makes over its objects.
+    let get = load::run(
+        concurrency,
+        count * crate::workloads::GET_ROUNDS,
+        limit,
+        move |_| {
+            let c = c.clone();
+            async move {
+                let r = c
+                    .send_ok(Method::GET, "/blob", &[], Bytes::new(), false)
+                    .await?;
+                Ok(r.body_len)
+            }
+        },
+    )
     .await;
     let c = client.clone();
     let b = blob.clone();

@@ -53,6 +53,32 @@ struct Args {
     /// Also write every figure as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Run only these workloads (the limits always run: every ratio needs them), e.g.
+    /// `--only big` to profile the 8 MiB path [default: all]
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Workload>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Workload {
+    /// 8 MiB objects: PUT, GET, dedup-hit PUT
+    Big,
+    /// 64 KiB objects: PUT, GET, dedup-hit PUT
+    Small,
+    /// CopyObject and native inc/dec
+    Copy,
+    /// the mail-like corpus
+    Corpus,
+    /// FileDB size and inc latency
+    Filedb,
+    /// garage and s3s-fs
+    Peers,
+}
+
+impl Args {
+    fn runs(&self, w: Workload) -> bool {
+        self.only.is_empty() || self.only.contains(&w)
+    }
 }
 
 /// How much of each workload a run does.
@@ -410,27 +436,38 @@ async fn run(args: Args) -> Result<Report, String> {
     }
 
     // ---- 8 MiB objects --------------------------------------------------------------
-    if let Err(e) = big_objects(&gateway_bin, &root, &plan, &mut rng, &mut m, &mut report).await {
+    if args.runs(Workload::Big)
+        && let Err(e) = big_objects(&gateway_bin, &root, &plan, &mut rng, &mut m, &mut report).await
+    {
         report.error("8 MiB objects", "run", e);
     }
     // ---- 64 KiB objects ------------------------------------------------------------
-    if let Err(e) = small_objects(&gateway_bin, &root, &plan, &mut rng, &mut m, &mut report).await {
+    if args.runs(Workload::Small)
+        && let Err(e) =
+            small_objects(&gateway_bin, &root, &plan, &mut rng, &mut m, &mut report).await
+    {
         report.error("64 KiB objects", "run", e);
     }
     // ---- CopyObject and the native API ---------------------------------------------
-    if let Err(e) = copy_and_native(&gateway_bin, &root, &plan, &mut rng, &mut report).await {
+    if args.runs(Workload::Copy)
+        && let Err(e) = copy_and_native(&gateway_bin, &root, &plan, &mut rng, &mut report).await
+    {
         report.error("copy / native", "run", e);
     }
     // ---- storage efficiency ----------------------------------------------------------
-    if let Err(e) = corpus(&gateway_bin, &root, &plan, args.seed, &mut rng, &mut report).await {
+    if args.runs(Workload::Corpus)
+        && let Err(e) = corpus(&gateway_bin, &root, &plan, args.seed, &mut rng, &mut report).await
+    {
         report.error("storage efficiency", "run", e);
     }
     // ---- FileDB ----------------------------------------------------------------------
-    filedb(&args, &root, &plan, &mut report).await;
+    if args.runs(Workload::Filedb) {
+        filedb(&args, &root, &plan, &mut report).await;
+    }
     // ---- peers -----------------------------------------------------------------------
     if args.no_peers {
         report.skipped("peers", "garage, s3s-fs", "--no-peers".into());
-    } else {
+    } else if args.runs(Workload::Peers) {
         peers(&root, &plan, &mut rng, &m, &mut report).await;
     }
 

@@ -41,6 +41,7 @@ pub struct FileConfig {
     pub region: Option<String>,
     pub domain: Option<String>,
     pub max_object_bytes: Option<u64>,
+    pub memory_stage_bytes: Option<u64>,
     pub choice_root: Option<u32>,
     pub admin_token: Option<String>,
     pub native_token: Option<String>,

@@ -66,6 +66,11 @@ struct ServeArgs {
     /// Largest object a single PUT may store, in bytes [default: 5 GiB]
     #[arg(long)]
     max_object_bytes: Option<u64>,
+    /// Bytes of bodies (each up to 16 MiB) held in memory at once until their hash is
+    /// known, so that a duplicate costs no disk write; 0 streams every body to disk
+    /// [default: 268435456 = 256 MiB]
+    #[arg(long)]
+    memory_stage_bytes: Option<u64>,
     /// n of the n-th root of free space that weights the pair choice [default: 2]
     #[arg(long)]
     choice_root: Option<u32>,
@@ -133,6 +138,10 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
                 .max_object_bytes
                 .or(file.max_object_bytes)
                 .unwrap_or(defaults.object_bytes_max),
+            memory_stage_bytes: args
+                .memory_stage_bytes
+                .or(file.memory_stage_bytes)
+                .unwrap_or(defaults.memory_stage_bytes),
             ..defaults
         },
         domain: args.domain.or(file.domain.clone()),

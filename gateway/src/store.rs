@@ -12,12 +12,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt as _};
+use placement::digest::HashingThreads;
 use placement::disk::ByteStream;
 use placement::pairdb::PairTable;
 use placement::read::{self, BadCopies, Expect, VERIFY_BEFORE_SEND_BYTES_MAX};
-use placement::write::{self, StagedUpload, WriteError};
+use placement::write::{self, PairUpload, StagedUpload, WriteError};
 use placement::{ContentHasher, Digests, Disk, Magic, PairId, PairRecord, Sha1};
 use sha1::Digest as _;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::meta::{
     BucketRecord, Checksum, Command, ContentSource, FileRecord, ListPage, ListQuery, MetaError,
@@ -32,6 +34,9 @@ pub const UNKNOWN_DISK_BYTES: u64 = 1 << 40;
 #[derive(Clone, Debug)]
 pub struct Limits {
     pub object_bytes_max: u64,
+    /// Total bytes of bodies held in memory at once while their hash is computed (see
+    /// [`ObjectStore::stage`]); past it, bodies stream to temp files on disk.
+    pub memory_stage_bytes: u64,
     pub key_bytes_max: usize,
     pub user_meta_bytes_max: usize,
 }
@@ -40,6 +45,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             object_bytes_max: 5 * 1024 * 1024 * 1024,
+            memory_stage_bytes: 256 * 1024 * 1024,
             key_bytes_max: 1024,
             user_meta_bytes_max: 2048,
         }
@@ -170,8 +176,19 @@ impl ContentReader {
     }
 }
 
-/// Bodies announced at up to this size are held in memory until their hash is known.
-pub const MEMORY_STAGE_BYTES_MAX: u64 = 1024 * 1024;
+/// Bodies announced at up to this size are held in memory until their hash is known, while
+/// [`Limits::memory_stage_bytes`] has room for them.
+pub const MEMORY_STAGE_BODY_BYTES_MAX: u64 = 16 * 1024 * 1024;
+/// Bodies held in memory above this size still probe a pair (open its temp files) before
+/// the first body byte is read, as streamed bodies do: a client does not send megabytes
+/// to learn that no disk would take them. A duplicate then costs two empty temp files.
+const PROBE_FIRST_BYTES_MIN: u64 = 1024 * 1024;
+/// Bodies held in memory up to this size are hashed in one call once received; larger
+/// ones by [`HashingThreads`] while they arrive.
+const INLINE_HASH_BYTES_MAX: u64 = 64 * 1024;
+/// Received chunks shorter than this are copied together (a client trickling tiny TCP
+/// segments must not cost a list entry per segment); longer ones are kept as they came.
+const CHUNK_COALESCE_BYTES: usize = 32 * 1024;
 
 /// A received body whose digests are known, not yet referenced by any record.
 pub struct Staged {
@@ -180,9 +197,14 @@ pub struct Staged {
 }
 
 enum StagedBody {
-    /// A small body, held in memory: nothing written yet.
-    Memory(Bytes),
-    /// Both copies fsynced under temp names on a pair.
+    /// Held in memory, no body byte written yet; the permit is its share of the memory
+    /// budget, `probed` the empty temp files opened before the body was read.
+    Memory {
+        chunks: Vec<Bytes>,
+        probed: Option<PairUpload>,
+        _permit: OwnedSemaphorePermit,
+    },
+    /// Both copies under temp names on a pair.
     Disk(StagedUpload),
 }
 
@@ -198,21 +220,103 @@ impl From<StagedUpload> for Staged {
 impl Staged {
     /// Drops the staged body (temp files removed).
     pub async fn discard(self) {
-        if let StagedBody::Disk(upload) = self.body {
-            upload.discard().await;
+        match self.body {
+            StagedBody::Disk(upload) => upload.discard().await,
+            StagedBody::Memory {
+                probed: Some(upload),
+                ..
+            } => match upload.finish_hashed(ContentHasher::digest(b"")).await {
+                Ok(empty) => empty.discard().await,
+                Err(e) => tracing::warn!(error = %e, "could not remove probe temp files"),
+            },
+            StagedBody::Memory { probed: None, .. } => {}
         }
     }
 }
 
-/// Digests of a body held in memory; hashing a large one happens off the async threads.
-async fn hash_in_memory(bytes: Bytes) -> Result<Digests, S3Error> {
-    const INLINE_BYTES_MAX: usize = 64 * 1024;
-    if bytes.len() <= INLINE_BYTES_MAX {
-        return Ok(ContentHasher::digest(&bytes));
+/// A body's chunks as received, small ones copied together.
+#[derive(Default)]
+struct ChunkList {
+    chunks: Vec<Bytes>,
+    small: bytes::BytesMut,
+}
+
+impl ChunkList {
+    fn push(&mut self, chunk: Bytes) {
+        if chunk.len() >= CHUNK_COALESCE_BYTES {
+            self.flush_small();
+            self.chunks.push(chunk);
+        } else {
+            self.small.extend_from_slice(&chunk);
+            if self.small.len() >= CHUNK_COALESCE_BYTES {
+                self.flush_small();
+            }
+        }
     }
-    tokio::task::spawn_blocking(move || ContentHasher::digest(&bytes))
-        .await
-        .map_err(S3Error::internal)
+
+    fn flush_small(&mut self) {
+        if !self.small.is_empty() {
+            self.chunks.push(self.small.split().freeze());
+        }
+    }
+
+    fn into_chunks(mut self) -> Vec<Bytes> {
+        self.flush_small();
+        self.chunks
+    }
+}
+
+fn incomplete_body() -> S3Error {
+    S3Error::new(
+        ErrorCode::IncompleteBody,
+        "You did not provide the number of bytes specified by the Content-Length",
+    )
+}
+
+/// Receives a body of exactly `size` bytes into memory, hashing it as it arrives.
+async fn stage_in_memory<S>(
+    size: u64,
+    mut body: S,
+    permit: OwnedSemaphorePermit,
+    probed: Option<PairUpload>,
+) -> Result<Staged, S3Error>
+where
+    S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
+{
+    let hasher = (size > INLINE_HASH_BYTES_MAX).then(HashingThreads::start);
+    let mut chunks = ChunkList::default();
+    let mut received: u64 = 0;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk?;
+        received += chunk.len() as u64;
+        if received > size {
+            return Err(incomplete_body());
+        }
+        if let Some(h) = &hasher {
+            h.update(chunk.clone()).await.map_err(S3Error::internal)?;
+        }
+        chunks.push(chunk);
+    }
+    if received != size {
+        return Err(incomplete_body());
+    }
+    let chunks = chunks.into_chunks();
+    let digests = match hasher {
+        Some(h) => h.finish().await.map_err(S3Error::internal)?,
+        None => {
+            let mut h = ContentHasher::new();
+            chunks.iter().for_each(|c| h.update(c));
+            h.finish()
+        }
+    };
+    Ok(Staged {
+        digests,
+        body: StagedBody::Memory {
+            chunks,
+            probed,
+            _permit: permit,
+        },
+    })
 }
 
 /// Why stored content could not be read.
@@ -249,6 +353,8 @@ pub struct ObjectStore {
     pairs: Arc<PairTable>,
     bad_copies: Arc<BadCopies>,
     limits: Limits,
+    /// Permits are bytes of [`Limits::memory_stage_bytes`].
+    stage_memory: Arc<Semaphore>,
     choice_root: u32,
 }
 
@@ -296,11 +402,15 @@ impl ObjectStore {
         limits: Limits,
         choice_root: u32,
     ) -> Self {
+        let budget = usize::try_from(limits.memory_stage_bytes)
+            .unwrap_or(usize::MAX)
+            .min(Semaphore::MAX_PERMITS);
         ObjectStore {
             meta,
             pairs,
             bad_copies: Arc::new(BadCopies::new()),
             limits,
+            stage_memory: Arc::new(Semaphore::new(budget)),
             choice_root,
         }
     }
@@ -546,11 +656,12 @@ impl ObjectStore {
         }
     }
 
-    /// Receives a body within the size limit: a body announced at up to
-    /// [`MEMORY_STAGE_BYTES_MAX`] is held in memory until its hash is known, so that a
-    /// duplicate costs no disk write at all; a larger (or unannounced) one streams to temp
-    /// files on both disks of a chosen pair. An error item in `body`, or a length that
-    /// differs from `size_bytes`, aborts and leaves nothing behind.
+    /// Receives a body within the size limit. A body announced at up to
+    /// [`MEMORY_STAGE_BODY_BYTES_MAX`] is held in memory until its hash is known, while the
+    /// memory budget has room for it, so that a duplicate costs no disk write at all; any
+    /// other streams to temp files on both disks of a chosen pair. Either way it is hashed
+    /// as it arrives. An error item in `body`, or a length that differs from `size_bytes`,
+    /// aborts and leaves nothing behind.
     pub async fn stage<S>(&self, size_bytes: Option<u64>, mut body: S) -> Result<Staged, S3Error>
     where
         S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
@@ -561,33 +672,25 @@ impl ObjectStore {
                 "Your proposed upload exceeds the maximum allowed size",
             )
         };
-        let incomplete = || {
-            S3Error::new(
-                ErrorCode::IncompleteBody,
-                "You did not provide the number of bytes specified by the Content-Length",
-            )
-        };
         if size_bytes.is_some_and(|s| s > self.limits.object_bytes_max) {
             return Err(too_large());
         }
-        if let Some(size) = size_bytes.filter(|s| *s <= MEMORY_STAGE_BYTES_MAX) {
-            let mut buf = bytes::BytesMut::with_capacity(size as usize);
-            while let Some(chunk) = body.next().await {
-                let chunk = chunk?;
-                if (buf.len() + chunk.len()) as u64 > size {
-                    return Err(incomplete());
-                }
-                buf.extend_from_slice(&chunk);
+        if let Some(size) = size_bytes.filter(|s| *s <= MEMORY_STAGE_BODY_BYTES_MAX) {
+            let permit = u32::try_from(size)
+                .ok()
+                .and_then(|n| self.stage_memory.clone().try_acquire_many_owned(n).ok());
+            if let Some(permit) = permit {
+                let probed = if size > PROBE_FIRST_BYTES_MIN {
+                    Some(
+                        write::begin_upload_unhashed(&self.pairs, size, self.choice_root)
+                            .await
+                            .map_err(write_error)?,
+                    )
+                } else {
+                    None
+                };
+                return stage_in_memory(size, body, permit, probed).await;
             }
-            if buf.len() as u64 != size {
-                return Err(incomplete());
-            }
-            let bytes = buf.freeze();
-            let digests = hash_in_memory(bytes.clone()).await?;
-            return Ok(Staged {
-                digests,
-                body: StagedBody::Memory(bytes),
-            });
         }
         let mut upload =
             write::begin_upload(&self.pairs, size_bytes.unwrap_or(0), self.choice_root)
@@ -603,7 +706,7 @@ impl ObjectStore {
             upload.write(chunk).await.map_err(write_error)?;
         }
         if size_bytes.is_some_and(|s| s != received) {
-            return Err(incomplete());
+            return Err(incomplete_body());
         }
         let staged = upload.finish().await.map_err(write_error)?;
         Ok(Staged::from(staged))
@@ -638,17 +741,26 @@ impl ObjectStore {
         }
         let on_disk = match staged.body {
             StagedBody::Disk(upload) => upload,
-            StagedBody::Memory(bytes) => {
-                let mut upload =
-                    write::begin_upload(&self.pairs, bytes.len() as u64, self.choice_root).await?;
-                upload.write(bytes).await?;
-                let upload = upload.finish().await?;
-                if upload.digests != staged.digests {
-                    // Only a hardware fault can make the same bytes hash differently twice.
-                    upload.discard().await;
-                    return Err(CommitError::Write(WriteError::Hasher));
+            StagedBody::Memory {
+                chunks,
+                probed,
+                _permit,
+            } => {
+                let mut upload = match probed {
+                    Some(upload) => upload,
+                    None => {
+                        write::begin_upload_unhashed(
+                            &self.pairs,
+                            staged.digests.size_bytes,
+                            self.choice_root,
+                        )
+                        .await?
+                    }
+                };
+                for chunk in chunks {
+                    upload.write(chunk).await?;
                 }
-                upload
+                upload.finish_hashed(staged.digests).await?
             }
         };
         let pair: PairId = on_disk.pair;
@@ -921,6 +1033,10 @@ mod tests {
     }
 
     fn store_with_two_pairs() -> (tempfile::TempDir, ObjectStore) {
+        store_with_two_pairs_and(Limits::default())
+    }
+
+    fn store_with_two_pairs_and(limits: Limits) -> (tempfile::TempDir, ObjectStore) {
         let dir = tempfile::tempdir().unwrap();
         let meta = Arc::new(MetaStore::open(&dir.path().join("meta.redb")).unwrap());
         let pairs = Arc::new(PairTable::new());
@@ -936,7 +1052,7 @@ mod tests {
             .unwrap();
             pairs.upsert(PairId(id), record).unwrap();
         }
-        (dir, ObjectStore::new(meta, pairs, Limits::default(), 2))
+        (dir, ObjectStore::new(meta, pairs, limits, 2))
     }
 
     async fn staged_on(store: &ObjectStore, pair: u32, body: &'static [u8]) -> StagedUpload {
@@ -1040,51 +1156,25 @@ mod tests {
     async fn a_small_duplicate_never_touches_a_disk() {
         let (dir, store) = store_with_two_pairs();
         let body = Bytes::from(vec![7u8; 200_000]);
-        let cmd = |sha1: Sha1| {
-            move |src| match src {
-                ContentSource::Existing => Command::Inc {
-                    sha1,
-                    magic: Magic::random(),
-                },
-                ContentSource::Stored(pair) => Command::InsertOrInc {
-                    sha1,
-                    magic: Magic::random(),
-                    pair,
-                },
-            }
-        };
         let one = || futures_util::stream::iter([Ok(body.clone())]);
         let first = store.stage(Some(body.len() as u64), one()).await.unwrap();
         let sha1 = first.digests.sha1;
-        store.commit_content(first, cmd(sha1)).await.unwrap();
-        let before: Vec<_> = files_under(dir.path())
-            .into_iter()
-            .filter(|p| !p.ends_with("meta.redb"))
-            .map(|p| {
-                (
-                    p.clone(),
-                    std::fs::metadata(&p).unwrap().modified().unwrap(),
-                )
-            })
-            .collect();
+        store
+            .commit_content(first, inc_or_insert(sha1))
+            .await
+            .unwrap();
+        let before = content_and_temp_files(dir.path());
         assert_eq!(
             before.len(),
             2,
             "one copy on each disk of one pair, no temp: {before:?}"
         );
         let second = store.stage(Some(body.len() as u64), one()).await.unwrap();
-        store.commit_content(second, cmd(sha1)).await.unwrap();
-        let after: Vec<_> = files_under(dir.path())
-            .into_iter()
-            .filter(|p| !p.ends_with("meta.redb"))
-            .map(|p| {
-                (
-                    p.clone(),
-                    std::fs::metadata(&p).unwrap().modified().unwrap(),
-                )
-            })
-            .collect();
-        assert_eq!(before, after);
+        store
+            .commit_content(second, inc_or_insert(sha1))
+            .await
+            .unwrap();
+        assert_eq!(content_and_temp_files(dir.path()), before);
         assert_eq!(store.file(sha1).await.unwrap().unwrap().refs, 2);
     }
 
@@ -1096,5 +1186,127 @@ mod tests {
         assert_eq!(short.code, ErrorCode::IncompleteBody);
         let long = store.stage(Some(4), body()).await.err().unwrap();
         assert_eq!(long.code, ErrorCode::IncompleteBody);
+    }
+
+    /// Files under the disks' temp folders.
+    fn temp_files(dir: &std::path::Path) -> usize {
+        files_under(dir)
+            .iter()
+            .filter(|p| {
+                p.strip_prefix(dir)
+                    .unwrap()
+                    .components()
+                    .any(|c| c.as_os_str() == placement::disk::TMP_DIR)
+            })
+            .count()
+    }
+
+    /// Every file under `dir` but the metadata, with its modification time.
+    fn content_and_temp_files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, SystemTime)> {
+        files_under(dir)
+            .into_iter()
+            .filter(|p| !p.ends_with("meta.redb"))
+            .map(|p| {
+                let modified = std::fs::metadata(&p).unwrap().modified().unwrap();
+                (p, modified)
+            })
+            .collect()
+    }
+
+    fn inc_or_insert(sha1: Sha1) -> impl Fn(ContentSource) -> Command {
+        move |src| match src {
+            ContentSource::Existing => Command::Inc {
+                sha1,
+                magic: Magic::random(),
+            },
+            ContentSource::Stored(pair) => Command::InsertOrInc {
+                sha1,
+                magic: Magic::random(),
+                pair,
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn a_large_duplicate_in_odd_chunks_never_touches_a_disk() {
+        let (dir, store) = store_with_two_pairs();
+        let body: Vec<u8> = (0..8 * 1024 * 1024 + 3).map(|i| (i % 239) as u8).collect();
+        // Odd and tiny chunks, as a slow client's TCP segments arrive.
+        let chunks = || {
+            let mut out = Vec::new();
+            let mut rest = Bytes::from(body.clone());
+            for n in [1usize, 7, 5000, 40_000, 1 << 20].iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                out.push(Ok(rest.split_to((*n).min(rest.len()))));
+            }
+            futures_util::stream::iter(out)
+        };
+        let size = Some(body.len() as u64);
+        let first = store.stage(size, chunks()).await.unwrap();
+        assert_eq!(first.digests, ContentHasher::digest(&body));
+        let sha1 = first.digests.sha1;
+        store
+            .commit_content(first, inc_or_insert(sha1))
+            .await
+            .unwrap();
+        let before = content_and_temp_files(dir.path());
+        assert_eq!(before.len(), 2, "one copy per disk, no temp: {before:?}");
+        for (path, _) in &before {
+            assert!(std::fs::read(path).unwrap() == body, "{path:?} differs");
+        }
+        let second = store.stage(size, chunks()).await.unwrap();
+        store
+            .commit_content(second, inc_or_insert(sha1))
+            .await
+            .unwrap();
+        assert_eq!(content_and_temp_files(dir.path()), before);
+        assert_eq!(store.file(sha1).await.unwrap().unwrap().refs, 2);
+    }
+
+    #[tokio::test]
+    async fn past_the_memory_budget_bodies_stream_to_disk() {
+        let (dir, store) = store_with_two_pairs_and(Limits {
+            memory_stage_bytes: 300_000,
+            ..Limits::default()
+        });
+        let body = |b: u8| futures_util::stream::iter([Ok(Bytes::from(vec![b; 200_000]))]);
+        let temps = || temp_files(dir.path());
+        let in_memory = store.stage(Some(200_000), body(1)).await.unwrap();
+        assert_eq!(temps(), 0);
+        // The budget holds 300 000 bytes: the second body does not fit beside the first.
+        let on_disk = store.stage(Some(200_000), body(2)).await.unwrap();
+        assert_eq!(
+            temps(),
+            2,
+            "both copies of the second body under temp names"
+        );
+        on_disk.discard().await;
+        assert_eq!(temps(), 0);
+        // Committing the first gives its share back.
+        let sha1 = in_memory.digests.sha1;
+        store
+            .commit_content(in_memory, inc_or_insert(sha1))
+            .await
+            .unwrap();
+        let again = store.stage(Some(200_000), body(3)).await.unwrap();
+        assert_eq!(temps(), 0);
+        again.discard().await;
+        // A budget of 0 sends every body to disk.
+        let (dir0, store0) = store_with_two_pairs_and(Limits {
+            memory_stage_bytes: 0,
+            ..Limits::default()
+        });
+        let staged = store0
+            .stage(
+                Some(5),
+                futures_util::stream::iter([Ok(Bytes::from_static(b"12345"))]),
+            )
+            .await
+            .unwrap();
+        let temps0 = temp_files(dir0.path());
+        assert_eq!(temps0, 2);
+        staged.discard().await;
     }
 }

@@ -4,8 +4,8 @@
 //! ```text
 //! choose pair -> open tmp/<random> on both disks (the probe: fails before any body byte
 //! is consumed, so another pair can be tried) -> chunks go to disk0, disk1 and the hasher
-//! concurrently -> fsync both -> the caller checks FileDB -> commit (rename + dir fsync)
-//! or discard (the content already exists)
+//! concurrently -> the caller checks FileDB -> commit (fsync, rename, dir fsync) or
+//! discard (the content already exists: the temp copies are removed, never fsynced)
 //! ```
 //!
 //! A crash anywhere leaves at most a temp file or an orphan content file without a
@@ -13,18 +13,14 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-
-use crate::digest::{ContentHasher, Digests};
+use crate::digest::{Digests, HasherGone, HashingThreads};
 use crate::disk::{Disk, DiskError, TempFile, TempWriter};
 use crate::pairdb::PairTable;
 use crate::vocab::PairId;
+use bytes::Bytes;
 
 /// How many pairs an upload tries before it gives up.
 pub const PROBE_ATTEMPTS_MAX: usize = 4;
-const HASH_QUEUE_DEPTH: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
@@ -32,8 +28,12 @@ pub enum WriteError {
     NoSpace { size_bytes: u64 },
     #[error(transparent)]
     Disk(#[from] DiskError),
-    #[error("hashing thread failed")]
-    Hasher,
+    #[error(transparent)]
+    Hasher(#[from] HasherGone),
+    #[error("{written} bytes written for a body hashed at {expected}")]
+    LengthMismatch { expected: u64, written: u64 },
+    #[error("digests given to an upload that hashes, or missing for one that does not")]
+    DigestsMisused,
 }
 
 /// Chooses a pair for a body of `size_bytes` and opens temp files on both its disks,
@@ -42,6 +42,26 @@ pub async fn begin_upload(
     pairs: &PairTable,
     size_bytes: u64,
     root: u32,
+) -> Result<PairUpload, WriteError> {
+    begin_on_some_pair(pairs, size_bytes, root, true).await
+}
+
+/// [`begin_upload`] for a body hashed elsewhere (it is held in memory): the chunks go to
+/// both disks without a hashing pass, and [`PairUpload::finish_hashed`] takes the digests
+/// and checks that exactly their size was written.
+pub async fn begin_upload_unhashed(
+    pairs: &PairTable,
+    size_bytes: u64,
+    root: u32,
+) -> Result<PairUpload, WriteError> {
+    begin_on_some_pair(pairs, size_bytes, root, false).await
+}
+
+async fn begin_on_some_pair(
+    pairs: &PairTable,
+    size_bytes: u64,
+    root: u32,
+    hashing: bool,
 ) -> Result<PairUpload, WriteError> {
     let mut failed = Vec::new();
     let mut last_error = None;
@@ -53,7 +73,12 @@ pub async fn begin_upload(
             failed.push(id);
             continue;
         };
-        match PairUpload::begin(id, entry.disks).await {
+        let begun = if hashing {
+            PairUpload::begin(id, entry.disks).await
+        } else {
+            PairUpload::begin_unhashed(id, entry.disks).await
+        };
+        match begun {
             Ok(upload) => return Ok(upload),
             Err(e) => {
                 tracing::warn!(pair = %id, error = %e, "probe failed, choosing another pair");
@@ -70,73 +95,119 @@ pub struct PairUpload {
     pair: PairId,
     disks: Arc<[Disk; 2]>,
     writers: [TempWriter; 2],
-    hash_tx: mpsc::Sender<Bytes>,
-    hash_join: JoinHandle<Digests>,
+    digesting: Digesting,
+}
+
+/// Where an upload's digests come from.
+enum Digesting {
+    /// Hashing threads fed with every chunk.
+    Hashing(HashingThreads),
+    /// Computed elsewhere (the body is hashed in memory) and given to
+    /// [`PairUpload::finish_hashed`]; only the length written is counted, to be checked
+    /// against them.
+    Elsewhere { written: u64 },
 }
 
 impl PairUpload {
     /// Opens temp files on both disks of `pair`.
     pub async fn begin(pair: PairId, disks: Arc<[Disk; 2]>) -> Result<Self, WriteError> {
-        let (a, b) = tokio::join!(disks[0].begin_temp(), disks[1].begin_temp());
-        let writers = [a?, b?];
-        let (hash_tx, mut rx) = mpsc::channel::<Bytes>(HASH_QUEUE_DEPTH);
-        let hash_join = tokio::task::spawn_blocking(move || {
-            let mut h = ContentHasher::new();
-            while let Some(chunk) = rx.blocking_recv() {
-                h.update(&chunk);
-            }
-            h.finish()
-        });
+        let writers = Self::open_temps(&disks).await?;
         Ok(PairUpload {
             pair,
             disks,
             writers,
-            hash_tx,
-            hash_join,
+            digesting: Digesting::Hashing(HashingThreads::start()),
         })
+    }
+
+    /// Opens temp files on both disks of `pair` for a body hashed elsewhere.
+    pub async fn begin_unhashed(pair: PairId, disks: Arc<[Disk; 2]>) -> Result<Self, WriteError> {
+        let writers = Self::open_temps(&disks).await?;
+        Ok(PairUpload {
+            pair,
+            disks,
+            writers,
+            digesting: Digesting::Elsewhere { written: 0 },
+        })
+    }
+
+    async fn open_temps(disks: &[Disk; 2]) -> Result<[TempWriter; 2], WriteError> {
+        let (a, b) = tokio::join!(disks[0].begin_temp(), disks[1].begin_temp());
+        Ok([a?, b?])
     }
 
     pub fn pair(&self) -> PairId {
         self.pair
     }
 
-    /// Sends one chunk to both disks and the hasher.
+    /// Sends one chunk to both disks (and to the hasher, if hashing).
     pub async fn write(&mut self, chunk: Bytes) -> Result<(), WriteError> {
         let [w0, w1] = &mut self.writers;
-        let (a, b, h) = tokio::join!(
-            w0.write(chunk.clone()),
-            w1.write(chunk.clone()),
-            self.hash_tx.send(chunk)
-        );
+        let hashed = async {
+            match &mut self.digesting {
+                Digesting::Hashing(h) => h.update(chunk.clone()).await.map_err(WriteError::from),
+                Digesting::Elsewhere { written } => {
+                    *written += chunk.len() as u64;
+                    Ok(())
+                }
+            }
+        };
+        let (a, b, h) = tokio::join!(w0.write(chunk.clone()), w1.write(chunk.clone()), hashed);
         a?;
         b?;
-        h.map_err(|_| WriteError::Hasher)
+        h
     }
 
-    /// Fsyncs both temp files and returns the digests of everything written.
+    /// Completes both temp files and returns the digests of everything written (the fsync
+    /// comes with [`StagedUpload::commit`]).
     pub async fn finish(self) -> Result<StagedUpload, WriteError> {
+        self.finish_with(None).await
+    }
+
+    /// [`finish`](Self::finish) for an upload begun with [`Self::begin_unhashed`]: `digests`
+    /// are the body's, computed elsewhere.
+    pub async fn finish_hashed(self, digests: Digests) -> Result<StagedUpload, WriteError> {
+        self.finish_with(Some(digests)).await
+    }
+
+    async fn finish_with(self, given: Option<Digests>) -> Result<StagedUpload, WriteError> {
         let PairUpload {
             pair,
             disks,
             writers,
-            hash_tx,
-            hash_join,
+            digesting,
         } = self;
-        drop(hash_tx);
         let [w0, w1] = writers;
-        let (a, b, h) = tokio::join!(w0.finish(), w1.finish(), hash_join);
+        let digests = async move {
+            match (digesting, given) {
+                (Digesting::Hashing(h), None) => h.finish().await.map_err(WriteError::from),
+                (Digesting::Elsewhere { written }, Some(d)) if written == d.size_bytes => Ok(d),
+                (Digesting::Elsewhere { written }, Some(d)) => Err(WriteError::LengthMismatch {
+                    expected: d.size_bytes,
+                    written,
+                }),
+                (_, _) => Err(WriteError::DigestsMisused),
+            }
+        };
+        let (a, b, h) = tokio::join!(w0.finish(), w1.finish(), digests);
         let temps = [a?, b?];
-        let digests = h.map_err(|_| WriteError::Hasher)?;
-        Ok(StagedUpload {
-            pair,
-            disks,
-            digests,
-            temps,
-        })
+        match h {
+            Ok(digests) => Ok(StagedUpload {
+                pair,
+                disks,
+                digests,
+                temps,
+            }),
+            Err(e) => {
+                let [t0, t1] = temps;
+                let _ = tokio::join!(t0.discard(), t1.discard());
+                Err(e)
+            }
+        }
     }
 }
 
-/// Both copies on disk under temp names, fsynced, with their digests known.
+/// Both copies on disk under temp names, with their digests known.
 pub struct StagedUpload {
     pub pair: PairId,
     pub disks: Arc<[Disk; 2]>,
@@ -169,6 +240,7 @@ impl StagedUpload {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::digest::ContentHasher;
     use crate::pairdb::PairRecord;
     use crate::vocab::DiskRef;
 

@@ -9,10 +9,10 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use std::sync::Arc;
+
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_util::io::ReaderStream;
 
 use super::{ByteStream, DiskError, TMP_DIR, content_path};
 use crate::vocab::{DiskRef, Sha1};
@@ -20,8 +20,8 @@ use crate::vocab::{DiskRef, Sha1};
 /// Chunks in flight per temp file; with hyper's chunks of up to 1 MiB this bounds an
 /// upload's buffered bytes per disk to a few MiB.
 const WRITE_QUEUE_DEPTH: usize = 4;
-/// Read buffer for streaming a file out.
-const READ_CHUNK_BYTES: usize = 256 * 1024;
+/// Chunk of a streamed read; a stream holds at most two (one sent, one read ahead).
+const READ_CHUNK_BYTES: u64 = 256 * 1024;
 
 #[derive(Debug, Clone)]
 pub struct LocalDisk {
@@ -94,24 +94,22 @@ impl LocalDisk {
             .map_err(self.err("read"))
     }
 
+    /// Streams `len` bytes from `offset`. Each chunk is read by its own blocking task
+    /// straight into the buffer that is sent (no intermediate copy), and the next chunk is
+    /// read while the previous one is being sent; no thread waits on a slow client.
     pub async fn read_range(
         &self,
         sha1: &Sha1,
         offset: u64,
         len: u64,
     ) -> Result<ByteStream, DiskError> {
-        let mut file = tokio::fs::File::open(self.content_file(sha1))
+        let path = self.content_file(sha1);
+        let file = tokio::task::spawn_blocking(move || File::open(path))
             .await
+            .map_err(io::Error::other)
+            .and_then(|r| r)
             .map_err(self.err("open"))?;
-        if offset > 0 {
-            file.seek(io::SeekFrom::Start(offset))
-                .await
-                .map_err(self.err("seek"))?;
-        }
-        Ok(Box::pin(ReaderStream::with_capacity(
-            file.take(len),
-            READ_CHUNK_BYTES,
-        )))
+        Ok(read_ahead_stream(Arc::new(file), offset, len))
     }
 
     pub async fn space(&self) -> Result<(u64, u64), DiskError> {
@@ -131,12 +129,16 @@ enum WriteMsg {
     Finish,
 }
 
-fn write_loop(mut file: File, path: &Path, mut rx: mpsc::Receiver<WriteMsg>) -> io::Result<()> {
+/// Writes the chunks it is sent; on `Finish` hands the file back unsynced: the fsync waits
+/// for the dedup decision, so a duplicate's temp copy is removed without ever being forced
+/// to the device.
+fn write_loop(file: File, path: &Path, mut rx: mpsc::Receiver<WriteMsg>) -> io::Result<File> {
     let result = (|| {
+        let mut file = file;
         while let Some(msg) = rx.blocking_recv() {
             match msg {
                 WriteMsg::Data(chunk) => file.write_all(&chunk)?,
-                WriteMsg::Finish => return file.sync_all(),
+                WriteMsg::Finish => return Ok(file),
             }
         }
         Err(io::Error::new(
@@ -145,7 +147,6 @@ fn write_loop(mut file: File, path: &Path, mut rx: mpsc::Receiver<WriteMsg>) -> 
         ))
     })();
     if result.is_err() {
-        drop(file);
         let _ = fs::remove_file(path);
     }
     result
@@ -156,7 +157,7 @@ pub struct LocalTempWriter {
     disk: LocalDisk,
     path: PathBuf,
     tx: Option<mpsc::Sender<WriteMsg>>,
-    join: Option<JoinHandle<io::Result<()>>>,
+    join: Option<JoinHandle<io::Result<File>>>,
 }
 
 impl LocalTempWriter {
@@ -179,7 +180,7 @@ impl LocalTempWriter {
         }))
     }
 
-    async fn join_writer(&mut self) -> Result<(), DiskError> {
+    async fn join_writer(&mut self) -> Result<File, DiskError> {
         match self.join.take() {
             Some(join) => join
                 .await
@@ -199,19 +200,21 @@ impl LocalTempWriter {
             // A failed send means the writer already stopped; joining reports why.
             let _ = tx.send(WriteMsg::Finish).await;
         }
-        self.join_writer().await?;
+        let file = self.join_writer().await?;
         Ok(LocalTempFile {
             disk: self.disk.clone(),
             path: Some(std::mem::take(&mut self.path)),
+            file: Some(file),
         })
     }
 }
 
-/// A complete, fsynced temp file. Dropped without [`commit`](Self::commit) or
-/// [`discard`](Self::discard), it removes itself.
+/// A complete temp file, written but not yet fsynced. Dropped without
+/// [`commit`](Self::commit) or [`discard`](Self::discard), it removes itself.
 pub struct LocalTempFile {
     disk: LocalDisk,
     path: Option<PathBuf>,
+    file: Option<File>,
 }
 
 impl LocalTempFile {
@@ -221,8 +224,12 @@ impl LocalTempFile {
         };
         let root = self.disk.root.clone();
         let target = self.disk.content_file(sha1);
+        let file = self.file.take();
         tokio::task::spawn_blocking(move || {
-            let result = rename_durably(&root, &tmp, &target);
+            // The data reaches the device before the name does.
+            let result = file
+                .map_or(Ok(()), |f| f.sync_all())
+                .and_then(|()| rename_durably(&root, &tmp, &target));
             if result.is_err() {
                 let _ = fs::remove_file(&tmp);
             }
@@ -238,6 +245,7 @@ impl LocalTempFile {
         let Some(tmp) = self.path.take() else {
             return Ok(());
         };
+        self.file = None;
         tokio::fs::remove_file(&tmp)
             .await
             .map_err(|e| DiskError::io(&self.disk.disk_ref, "remove temp", e))
@@ -286,6 +294,70 @@ fn statvfs_bytes(path: &Path) -> io::Result<(u64, u64)> {
     }
     let frsize = st.f_frsize as u64;
     Ok((st.f_bavail as u64 * frsize, st.f_blocks as u64 * frsize))
+}
+
+struct ReadAhead {
+    file: Arc<File>,
+    offset: u64,
+    left: u64,
+    next: Option<JoinHandle<io::Result<Bytes>>>,
+}
+
+impl ReadAhead {
+    /// Starts reading the next chunk, if any is left.
+    fn start_next(&mut self) {
+        if self.left == 0 {
+            self.next = None;
+            return;
+        }
+        let want = self.left.min(READ_CHUNK_BYTES);
+        let (file, offset) = (self.file.clone(), self.offset);
+        self.offset += want;
+        self.left -= want;
+        self.next = Some(tokio::task::spawn_blocking(move || {
+            read_chunk(&file, offset, want as usize)
+        }));
+    }
+}
+
+fn read_ahead_stream(file: Arc<File>, offset: u64, len: u64) -> ByteStream {
+    let mut state = ReadAhead {
+        file,
+        offset,
+        left: len,
+        next: None,
+    };
+    state.start_next();
+    Box::pin(futures_util::stream::unfold(state, |mut st| async move {
+        let pending = st.next.take()?;
+        let chunk = match pending.await {
+            Ok(Ok(chunk)) => chunk,
+            Ok(Err(e)) => return Some((Err(e), st)),
+            Err(e) => return Some((Err(io::Error::other(e)), st)),
+        };
+        st.start_next();
+        Some((Ok(chunk), st))
+    }))
+}
+
+/// Reads exactly `want` bytes at `offset` into a fresh buffer; a file shorter than that is
+/// an error (the caller asked for bytes the size check said were there).
+fn read_chunk(file: &File, offset: u64, want: usize) -> io::Result<Bytes> {
+    let mut buf = Vec::with_capacity(want);
+    while buf.len() < want {
+        let at = offset + buf.len() as u64;
+        // Reads into the spare capacity and extends the length by what was read.
+        let n = rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "content file shorter than expected",
+            ));
+        }
+    }
+    // The allocator may have given more capacity than asked for: drop what lies beyond.
+    buf.truncate(want);
+    Ok(Bytes::from(buf))
 }
 
 #[cfg(test)]
@@ -345,5 +417,50 @@ mod tests {
         assert!(d.read_all(&sha1).await.unwrap_err().is_not_found());
         let (free, total) = d.space().await.unwrap();
         assert!(total >= free && total > 0);
+    }
+
+    async fn collect(mut s: ByteStream) -> io::Result<Vec<u8>> {
+        use futures_util::StreamExt as _;
+        let mut out = Vec::new();
+        while let Some(chunk) = s.next().await {
+            out.extend_from_slice(&chunk?);
+        }
+        Ok(out)
+    }
+
+    #[tokio::test]
+    async fn ranges_across_chunk_boundaries_and_a_short_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = disk(dir.path());
+        let chunk = READ_CHUNK_BYTES as usize;
+        let body: Vec<u8> = (0..3 * chunk + 17).map(|i| (i % 251) as u8).collect();
+        let sha1 = ContentHasher::digest(&body).sha1;
+        let mut w = d.begin_temp().await.unwrap();
+        w.write(Bytes::from(body.clone())).await.unwrap();
+        w.finish().await.unwrap().commit(&sha1).await.unwrap();
+        let len = body.len() as u64;
+        for (offset, n) in [
+            (0, len),
+            (0, 0),
+            (1, READ_CHUNK_BYTES),
+            (READ_CHUNK_BYTES - 1, 2),
+            (2 * READ_CHUNK_BYTES, len - 2 * READ_CHUNK_BYTES),
+            (len - 1, 1),
+        ] {
+            let got = collect(d.read_range(&sha1, offset, n).await.unwrap())
+                .await
+                .unwrap();
+            assert_eq!(
+                got,
+                body[offset as usize..(offset + n) as usize],
+                "{offset}+{n}"
+            );
+        }
+        // Asking past the end (a file cut short behind the metadata's back) is an error,
+        // never a quietly short body.
+        let err = collect(d.read_range(&sha1, 0, len + 1).await.unwrap())
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
     }
 }

@@ -206,7 +206,7 @@ impl TempWriter {
     }
 }
 
-/// A complete, fsynced temp file waiting to be named or discarded.
+/// A complete temp file waiting to be named (fsync, then rename) or discarded.
 pub enum TempFile {
     Local(local::LocalTempFile),
     WebDav(webdav::WebDavTempFile),
