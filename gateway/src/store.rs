@@ -283,7 +283,7 @@ async fn stage_in_memory<S>(
 where
     S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
 {
-    let hasher = (size > INLINE_HASH_BYTES_MAX).then(HashingThreads::start);
+    let mut hasher = (size > INLINE_HASH_BYTES_MAX).then(HashingThreads::start);
     let mut chunks = ChunkList::default();
     let mut received: u64 = 0;
     while let Some(chunk) = body.next().await {
@@ -292,7 +292,7 @@ where
         if received > size {
             return Err(incomplete_body());
         }
-        if let Some(h) = &hasher {
+        if let Some(h) = &mut hasher {
             h.update(chunk.clone()).await.map_err(S3Error::internal)?;
         }
         chunks.push(chunk);
@@ -757,9 +757,7 @@ impl ObjectStore {
                         .await?
                     }
                 };
-                for chunk in chunks {
-                    upload.write(chunk).await?;
-                }
+                upload.write_all(chunks).await?;
                 upload.finish_hashed(staged.digests).await?
             }
         };

@@ -7,6 +7,8 @@
 //! blocking thread, SHA-1 + CRC32 on another, so one upload is bounded by MD5 alone and
 //! both cores work on it while the async threads receive the next chunks.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use md5::Digest as _;
 use tokio::sync::mpsc;
@@ -14,8 +16,11 @@ use tokio::task::JoinHandle;
 
 use crate::vocab::Sha1;
 
-/// Chunks queued per hashing thread: bounds the memory a slow hasher can hold back.
-const HASH_QUEUE_DEPTH: usize = 8;
+/// Batches queued per hashing thread: bounds the memory a slow hasher can hold back.
+const HASH_QUEUE_DEPTH: usize = 4;
+/// Chunks are handed to the threads in batches of at least this many bytes: one wake-up
+/// per batch instead of one per (often small) received chunk.
+const HASH_BATCH_BYTES: usize = 512 * 1024;
 
 /// What one pass over a body yields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,8 +72,10 @@ impl ContentHasher {
 /// The digests of a body fed chunk by chunk, computed on two blocking threads (MD5;
 /// SHA-1 + CRC32 + size) while the caller goes on receiving.
 pub struct HashingThreads {
-    md5_tx: mpsc::Sender<Bytes>,
-    sha1_tx: mpsc::Sender<Bytes>,
+    md5_tx: mpsc::Sender<Arc<[Bytes]>>,
+    sha1_tx: mpsc::Sender<Arc<[Bytes]>>,
+    batch: Vec<Bytes>,
+    batch_bytes: usize,
     md5: JoinHandle<[u8; 16]>,
     sha1: JoinHandle<(Sha1, u32, u64)>,
 }
@@ -80,45 +87,66 @@ pub struct HasherGone;
 
 impl HashingThreads {
     pub fn start() -> Self {
-        let (md5_tx, mut md5_rx) = mpsc::channel::<Bytes>(HASH_QUEUE_DEPTH);
-        let (sha1_tx, mut sha1_rx) = mpsc::channel::<Bytes>(HASH_QUEUE_DEPTH);
+        let (md5_tx, mut md5_rx) = mpsc::channel::<Arc<[Bytes]>>(HASH_QUEUE_DEPTH);
+        let (sha1_tx, mut sha1_rx) = mpsc::channel::<Arc<[Bytes]>>(HASH_QUEUE_DEPTH);
         let md5 = tokio::task::spawn_blocking(move || {
             let mut h = md5::Md5::new();
-            while let Some(chunk) = md5_rx.blocking_recv() {
-                h.update(&chunk);
+            while let Some(batch) = md5_rx.blocking_recv() {
+                batch.iter().for_each(|c| h.update(c));
             }
             h.finalize().into()
         });
         let sha1 = tokio::task::spawn_blocking(move || {
             let (mut h, mut crc, mut size) = (sha1::Sha1::new(), crc32fast::Hasher::new(), 0u64);
-            while let Some(chunk) = sha1_rx.blocking_recv() {
-                h.update(&chunk);
-                crc.update(&chunk);
-                size += chunk.len() as u64;
+            while let Some(batch) = sha1_rx.blocking_recv() {
+                for chunk in batch.iter() {
+                    h.update(chunk);
+                    crc.update(chunk);
+                    size += chunk.len() as u64;
+                }
             }
             (Sha1(h.finalize().into()), crc.finalize(), size)
         });
         HashingThreads {
             md5_tx,
             sha1_tx,
+            batch: Vec::new(),
+            batch_bytes: 0,
             md5,
             sha1,
         }
     }
 
-    /// Queues one chunk for both threads (waits while their queues are full).
-    pub async fn update(&self, chunk: Bytes) -> Result<(), HasherGone> {
-        let (a, b) = tokio::join!(self.md5_tx.send(chunk.clone()), self.sha1_tx.send(chunk));
+    /// Adds one chunk; a full batch goes to both threads (waiting while their queues are
+    /// full).
+    pub async fn update(&mut self, chunk: Bytes) -> Result<(), HasherGone> {
+        self.batch_bytes += chunk.len();
+        self.batch.push(chunk);
+        if self.batch_bytes >= HASH_BATCH_BYTES {
+            self.send_batch().await?;
+        }
+        Ok(())
+    }
+
+    async fn send_batch(&mut self) -> Result<(), HasherGone> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch: Arc<[Bytes]> = std::mem::take(&mut self.batch).into();
+        self.batch_bytes = 0;
+        let (a, b) = tokio::join!(self.md5_tx.send(batch.clone()), self.sha1_tx.send(batch));
         a.and(b).map_err(|_| HasherGone)
     }
 
-    /// The digests of everything queued.
-    pub async fn finish(self) -> Result<Digests, HasherGone> {
+    /// The digests of everything added.
+    pub async fn finish(mut self) -> Result<Digests, HasherGone> {
+        self.send_batch().await?;
         let HashingThreads {
             md5_tx,
             sha1_tx,
             md5,
             sha1,
+            ..
         } = self;
         drop((md5_tx, sha1_tx));
         let (md5, sha1) = tokio::join!(md5, sha1);
@@ -159,7 +187,7 @@ mod tests {
     #[tokio::test]
     async fn hashing_threads_match_one_pass() {
         let body: Vec<u8> = (0..3_000_001u32).map(|i| (i * 7 % 251) as u8).collect();
-        let h = HashingThreads::start();
+        let mut h = HashingThreads::start();
         for chunk in body.chunks(65_537) {
             h.update(Bytes::copy_from_slice(chunk)).await.unwrap();
         }

@@ -158,6 +158,20 @@ impl PairUpload {
         h
     }
 
+    /// Sends a whole body held in memory to both disks at once (one `writev` per local
+    /// disk); only for an upload begun with [`Self::begin_unhashed`].
+    pub async fn write_all(&mut self, chunks: Vec<Bytes>) -> Result<(), WriteError> {
+        let Digesting::Elsewhere { written } = &mut self.digesting else {
+            return Err(WriteError::DigestsMisused);
+        };
+        *written += chunks.iter().map(|c| c.len() as u64).sum::<u64>();
+        let [w0, w1] = &mut self.writers;
+        let (a, b) = tokio::join!(w0.write_many(chunks.clone()), w1.write_many(chunks));
+        a?;
+        b?;
+        Ok(())
+    }
+
     /// Completes both temp files and returns the digests of everything written (the fsync
     /// comes with [`StagedUpload::commit`]).
     pub async fn finish(self) -> Result<StagedUpload, WriteError> {

@@ -65,6 +65,36 @@ async fn same_body_under_two_keys_is_one_file_per_disk() {
     assert_same_body(&get_bytes(&s3, "bkt", "second").await, &body, "second");
 }
 
+/// Held in memory until hashed (the default, bodies up to 16 MiB) or streamed to temp files
+/// (`--memory-stage-bytes 0`): the same contents, references and bytes either way, and no
+/// temp file left behind.
+#[tokio::test]
+async fn duplicates_dedup_whether_held_in_memory_or_streamed() {
+    for args in [&[][..], &["--memory-stage-bytes", "0"][..]] {
+        let gw = Gateway::start_with(args, &[]);
+        let s3 = gw.client();
+        create_bucket(&s3, "bkt").await;
+        let big = random_body(110, 3 * 1024 * 1024 + 5);
+        let small = random_body(111, 64 * 1024);
+        for body in [&big, &small] {
+            put_bytes(&s3, "bkt", &format!("a{}", body.len()), body).await;
+            put_bytes(&s3, "bkt", &format!("b{}", body.len()), body).await;
+            assert_eq!(live(&gw, &sha1_hex(body)).refs, Some(2), "{args:?}");
+            for key in ["a", "b"] {
+                let got = get_bytes(&s3, "bkt", &format!("{key}{}", body.len())).await;
+                assert_same_body(&got, body, &format!("{args:?} {key}"));
+            }
+        }
+        assert_exactly_these_contents(&gw, &[&big, &small]);
+        assert!(
+            poll_until(Duration::from_secs(5), || {
+                gw.temp_files(0).is_empty() && gw.temp_files(1).is_empty()
+            }),
+            "temp files left behind with {args:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn same_body_in_two_buckets_is_one_file_per_disk() {
     let gw = Gateway::start();

@@ -196,6 +196,20 @@ impl TempWriter {
         }
     }
 
+    /// Writes a whole body held in memory: a local disk takes it in one message (written
+    /// with one `writev`), a WebDAV disk streams it chunk by chunk.
+    pub async fn write_many(&mut self, chunks: Vec<Bytes>) -> Result<(), DiskError> {
+        match self {
+            TempWriter::Local(w) => w.write_many(chunks).await,
+            TempWriter::WebDav(w) => {
+                for chunk in chunks {
+                    w.write(chunk).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Flushes and fsyncs the temp file (a WebDAV disk: ends the PUT and waits for the
     /// node to acknowledge the whole body).
     pub async fn finish(self) -> Result<TempFile, DiskError> {
