@@ -6,9 +6,10 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, StatusCode, header};
+use http::request::Parts;
+use http::{StatusCode, header};
 use placement::{Disk, DiskRef, PairFlags, PairId, PairRecord, Sha1};
 
 use crate::meta::Command;
@@ -17,8 +18,24 @@ use crate::server::AppState;
 
 pub const ADMIN_TOKEN_ENV: &str = "GATEWAY_ADMIN_TOKEN";
 
-fn authorized(app: &AppState, headers: &HeaderMap) -> bool {
-    crate::bearer::bearer_ok(app.admin_token.as_deref(), headers)
+/// Proof that a request carried the admin token: taking it as an argument is how a handler
+/// is restricted to operators (a request without the token is answered 403 before the
+/// handler runs).
+pub struct Admin;
+
+impl FromRequestParts<Arc<AppState>> for Admin {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        app: &Arc<AppState>,
+    ) -> Result<Self, Self::Rejection> {
+        if crate::bearer::bearer_ok(app.admin_token.as_deref(), &parts.headers) {
+            Ok(Admin)
+        } else {
+            Err(error_json(StatusCode::FORBIDDEN, "admin token required"))
+        }
+    }
 }
 
 fn json(status: StatusCode, body: String) -> Response {
@@ -27,16 +44,10 @@ fn json(status: StatusCode, body: String) -> Response {
 
 /// `GET /_admin/files/{sha1}`: the FileDB record or the `deleting` entry of a content.
 pub async fn file(
+    _: Admin,
     State(app): State<Arc<AppState>>,
     Path(sha1): Path<String>,
-    headers: HeaderMap,
 ) -> Response {
-    if !authorized(&app, &headers) {
-        return json(
-            StatusCode::FORBIDDEN,
-            r#"{"error":"admin token required"}"#.into(),
-        );
-    }
     let Ok(sha1) = sha1.parse::<Sha1>() else {
         return json(StatusCode::BAD_REQUEST, r#"{"error":"not a sha1"}"#.into());
     };
@@ -61,14 +72,8 @@ pub async fn file(
             ),
         ),
         Ok(Ok((None, None))) => json(StatusCode::NOT_FOUND, r#"{"error":"not found"}"#.into()),
-        Ok(Err(e)) => json(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!(r#"{{"error":{:?}}}"#, e.to_string()),
-        ),
-        Err(e) => json(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!(r#"{{"error":{:?}}}"#, e.to_string()),
-        ),
+        Ok(Err(e)) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
@@ -95,13 +100,6 @@ pub fn pair_json(id: PairId, r: &PairRecord) -> serde_json::Value {
     })
 }
 
-fn forbidden() -> Response {
-    json(
-        StatusCode::FORBIDDEN,
-        r#"{"error":"admin token required"}"#.into(),
-    )
-}
-
 fn error_json(status: StatusCode, message: impl std::fmt::Display) -> Response {
     json(
         status,
@@ -110,10 +108,7 @@ fn error_json(status: StatusCode, message: impl std::fmt::Display) -> Response {
 }
 
 /// `GET /_admin/pairs`: every pair with its flags and the fill of each disk.
-pub async fn list_pairs(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if !authorized(&app, &headers) {
-        return forbidden();
-    }
+pub async fn list_pairs(_: Admin, State(app): State<Arc<AppState>>) -> Response {
     let table = app.store.pair_table();
     let pairs: Vec<_> = table
         .ids()
@@ -133,13 +128,10 @@ pub struct NewPair {
 
 /// `POST /_admin/pairs` with `{"disks": [DISK0, DISK1]}`: adds a writable pair.
 pub async fn add_pair(
+    _: Admin,
     State(app): State<Arc<AppState>>,
-    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if !authorized(&app, &headers) {
-        return forbidden();
-    }
     let Ok(new) = serde_json::from_slice::<NewPair>(&body) else {
         return error_json(
             StatusCode::BAD_REQUEST,
@@ -186,13 +178,10 @@ pub async fn add_pair(
 
 /// `POST /_admin/pairs/{id}/{lock|unlock|read-only|read-write}`.
 pub async fn pair_action(
+    _: Admin,
     State(app): State<Arc<AppState>>,
     Path((id, action)): Path<(u32, String)>,
-    headers: HeaderMap,
 ) -> Response {
-    if !authorized(&app, &headers) {
-        return forbidden();
-    }
     let none = PairFlags::default();
     let (set, clear) = match action.as_str() {
         "lock" => (PairFlags::LOCKED, none),
@@ -216,10 +205,7 @@ pub async fn pair_action(
 }
 
 /// `GET /_admin/scrub`: each in-process Valkyrie worker's counters and scrub progress.
-pub async fn scrub_status(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if !authorized(&app, &headers) {
-        return forbidden();
-    }
+pub async fn scrub_status(_: Admin, State(app): State<Arc<AppState>>) -> Response {
     let workers: Vec<_> = app
         .workers
         .workers()
@@ -257,10 +243,7 @@ pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
 }
 
 /// `GET /_admin/unmove`: progress of the drains of failed disks.
-pub async fn unmove_status(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    if !authorized(&app, &headers) {
-        return forbidden();
-    }
+pub async fn unmove_status(_: Admin, State(app): State<Arc<AppState>>) -> Response {
     let drains = serde_json::to_value(app.workers.drains()).unwrap_or_default();
     json(
         StatusCode::OK,
@@ -276,13 +259,10 @@ pub struct FailDisk {
 /// `POST /_admin/disks/fail` with `{"disk": DISK}`: the disk's pair goes READ_ONLY and
 /// UNMOVE copies the surviving disk's files to other pairs.
 pub async fn fail_disk(
+    _: Admin,
     State(app): State<Arc<AppState>>,
-    headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if !authorized(&app, &headers) {
-        return forbidden();
-    }
     let Ok(req) = serde_json::from_slice::<FailDisk>(&body) else {
         return error_json(StatusCode::BAD_REQUEST, r#"expected {"disk": "DISK"}"#);
     };

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use e2e::{Gateway, create_bucket, get_bytes, poll_until, s3_error, sha1_hex};
+use e2e::{Gateway, create_bucket, get_bytes, poll_until, put_bytes, s3_error, sha1_hex};
 
 /// Asserts that nothing of `body` reached the store.
 #[track_caller]
@@ -291,4 +291,34 @@ async fn admin_requires_the_admin_token() {
         "admin with the S3 secret: {}",
         resp.status
     );
+    // Every admin endpoint, reading or changing: refused before it acts.
+    let disk0 = format!("local:{}", gw.disk_dir(0).display());
+    let fail = format!(r#"{{"disk":"{disk0}"}}"#);
+    for (method, path, body) in [
+        ("GET", "/_admin/pairs", ""),
+        (
+            "POST",
+            "/_admin/pairs",
+            r#"{"disks":["local:/tmp/x0","local:/tmp/x1"]}"#,
+        ),
+        ("POST", "/_admin/pairs/0/lock", ""),
+        ("POST", "/_admin/pairs/not-a-number/lock", ""),
+        ("GET", "/_admin/scrub", ""),
+        ("GET", "/_admin/unmove", ""),
+        ("POST", "/_admin/disks/fail", fail.as_str()),
+    ] {
+        let resp = gw
+            .raw(
+                method,
+                path,
+                &[("authorization", "Bearer wrong-token")],
+                body.as_bytes(),
+            )
+            .expect("raw request");
+        assert_eq!(resp.status, 403, "{method} {path}: {}", resp.text());
+    }
+    // Nothing changed: the embedded pair is still the only one, writable.
+    let s3 = gw.client();
+    create_bucket(&s3, "still-writable").await;
+    put_bytes(&s3, "still-writable", "k", b"body").await;
 }
