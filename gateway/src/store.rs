@@ -16,7 +16,7 @@ use placement::digest::HashingThreads;
 use placement::disk::ByteStream;
 use placement::pairdb::PairTable;
 use placement::read::{self, BadCopies, Expect, VERIFY_BEFORE_SEND_BYTES_MAX};
-use placement::write::{self, PairUpload, StagedUpload, WriteError};
+use placement::write::{self, StagedUpload, WriteError};
 use placement::{ContentHasher, Digests, Disk, Magic, PairId, PairRecord, Sha1};
 use sha1::Digest as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -179,9 +179,11 @@ impl ContentReader {
 /// Bodies announced at up to this size are held in memory until their hash is known, while
 /// [`Limits::memory_stage_bytes`] has room for them.
 pub const MEMORY_STAGE_BODY_BYTES_MAX: u64 = 16 * 1024 * 1024;
-/// Bodies held in memory above this size still probe a pair (open its temp files) before
-/// the first body byte is read, as streamed bodies do: a client does not send megabytes
-/// to learn that no disk would take them. A duplicate then costs two empty temp files.
+/// Bodies held in memory above this size still probe a pair (create and remove an empty
+/// temp file on both its disks) before the first body byte is read, as streamed bodies do:
+/// a client does not send megabytes to learn that no disk would take them. The probe's
+/// temp files are not kept open while the body arrives: a storage node would time out an
+/// idle PUT from a slow client.
 const PROBE_FIRST_BYTES_MIN: u64 = 1024 * 1024;
 /// Bodies held in memory up to this size are hashed in one call once received; larger
 /// ones by [`HashingThreads`] while they arrive.
@@ -197,11 +199,9 @@ pub struct Staged {
 }
 
 enum StagedBody {
-    /// Held in memory, no body byte written yet; the permit is its share of the memory
-    /// budget, `probed` the empty temp files opened before the body was read.
+    /// Held in memory, nothing written yet; the permit is its share of the memory budget.
     Memory {
         chunks: Vec<Bytes>,
-        probed: Option<PairUpload>,
         _permit: OwnedSemaphorePermit,
     },
     /// Both copies under temp names on a pair.
@@ -220,16 +220,8 @@ impl From<StagedUpload> for Staged {
 impl Staged {
     /// Drops the staged body (temp files removed).
     pub async fn discard(self) {
-        match self.body {
-            StagedBody::Disk(upload) => upload.discard().await,
-            StagedBody::Memory {
-                probed: Some(upload),
-                ..
-            } => match upload.finish_hashed(ContentHasher::digest(b"")).await {
-                Ok(empty) => empty.discard().await,
-                Err(e) => tracing::warn!(error = %e, "could not remove probe temp files"),
-            },
-            StagedBody::Memory { probed: None, .. } => {}
+        if let StagedBody::Disk(upload) = self.body {
+            upload.discard().await;
         }
     }
 }
@@ -278,7 +270,6 @@ async fn stage_in_memory<S>(
     size: u64,
     mut body: S,
     permit: OwnedSemaphorePermit,
-    probed: Option<PairUpload>,
 ) -> Result<Staged, S3Error>
 where
     S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
@@ -313,7 +304,6 @@ where
         digests,
         body: StagedBody::Memory {
             chunks,
-            probed,
             _permit: permit,
         },
     })
@@ -680,16 +670,10 @@ impl ObjectStore {
                 .ok()
                 .and_then(|n| self.stage_memory.clone().try_acquire_many_owned(n).ok());
             if let Some(permit) = permit {
-                let probed = if size > PROBE_FIRST_BYTES_MIN {
-                    Some(
-                        write::begin_upload_unhashed(&self.pairs, size, self.choice_root)
-                            .await
-                            .map_err(write_error)?,
-                    )
-                } else {
-                    None
-                };
-                return stage_in_memory(size, body, permit, probed).await;
+                if size > PROBE_FIRST_BYTES_MIN {
+                    self.probe(size).await?;
+                }
+                return stage_in_memory(size, body, permit).await;
             }
         }
         let mut upload =
@@ -710,6 +694,19 @@ impl ObjectStore {
         }
         let staged = upload.finish().await.map_err(write_error)?;
         Ok(Staged::from(staged))
+    }
+
+    /// Checks that some pair takes a body of `size_bytes` now: an empty temp file is
+    /// created on both disks of a chosen pair (trying others, as an upload does) and removed.
+    async fn probe(&self, size_bytes: u64) -> Result<(), S3Error> {
+        let upload = write::begin_upload_unhashed(&self.pairs, size_bytes, self.choice_root)
+            .await
+            .map_err(write_error)?;
+        match upload.finish_hashed(ContentHasher::digest(b"")).await {
+            Ok(empty) => empty.discard().await,
+            Err(e) => tracing::warn!(error = %e, "could not remove probe temp files"),
+        }
+        Ok(())
     }
 
     /// The dedup decision and the metadata commit of staged content.
@@ -741,22 +738,13 @@ impl ObjectStore {
         }
         let on_disk = match staged.body {
             StagedBody::Disk(upload) => upload,
-            StagedBody::Memory {
-                chunks,
-                probed,
-                _permit,
-            } => {
-                let mut upload = match probed {
-                    Some(upload) => upload,
-                    None => {
-                        write::begin_upload_unhashed(
-                            &self.pairs,
-                            staged.digests.size_bytes,
-                            self.choice_root,
-                        )
-                        .await?
-                    }
-                };
+            StagedBody::Memory { chunks, _permit } => {
+                let mut upload = write::begin_upload_unhashed(
+                    &self.pairs,
+                    staged.digests.size_bytes,
+                    self.choice_root,
+                )
+                .await?;
                 upload.write_all(chunks).await?;
                 upload.finish_hashed(staged.digests).await?
             }

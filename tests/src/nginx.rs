@@ -195,6 +195,8 @@ http {{
 {ext_methods}            create_full_put_path on;
             dav_access user:rw group:rw all:r;
             client_max_body_size 0;
+            # Short, so that a test catches a PUT the gateway leaves idle (nginx: 60 s).
+            client_body_timeout 5s;
         }}
     }}
 }}

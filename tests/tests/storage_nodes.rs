@@ -175,6 +175,18 @@ fn send_head_only(
     target: &str,
     headers: &[(String, String)],
 ) -> (u16, String) {
+    send_in_parts(port, method, target, headers, &[], Duration::ZERO)
+}
+
+/// Sends the head, then each body part with `pause` before it, and reads the answer.
+fn send_in_parts(
+    port: u16,
+    method: &str,
+    target: &str,
+    headers: &[(String, String)],
+    parts: &[&[u8]],
+    pause: Duration,
+) -> (u16, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
@@ -185,11 +197,15 @@ fn send_head_only(
     }
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).expect("write head");
+    for part in parts {
+        std::thread::sleep(pause);
+        stream.write_all(part).expect("write body part");
+    }
     let mut reader = BufReader::new(stream);
     let mut status_line = String::new();
-    reader.read_line(&mut status_line).unwrap_or_else(|e| {
-        panic!("{method} {target}: no answer while the body was held back: {e}")
-    });
+    reader
+        .read_line(&mut status_line)
+        .unwrap_or_else(|e| panic!("{method} {target}: no answer: {e}"));
     let status: u16 = status_line
         .split_whitespace()
         .nth(1)
@@ -210,6 +226,43 @@ fn send_head_only(
     let mut body = vec![0u8; length.min(64 * KIB)];
     let _ = reader.read_exact(&mut body);
     (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// A body held in memory until hashed (here 3 MiB) arrives from a slow client: the
+/// storage nodes must not be kept waiting on an idle PUT meanwhile (the test nginx gives up
+/// on a request body idle for 5 s; the client pauses 6.5 s halfway).
+#[tokio::test]
+async fn a_slow_client_does_not_leave_a_storage_node_waiting() {
+    let n0 = Nginx::start(&["d0"]);
+    let n1 = Nginx::start(&["d1"]);
+    let cfg = tempfile::tempdir().expect("temp dir");
+    let config = write_config(cfg.path(), &[(0, [&n0.url("d0"), &n1.url("d1")])]);
+    let gw = start_gateway(&config, &[]);
+    let s3 = gw.client();
+    create_bucket(&s3, "mail").await;
+    let body = random_body(3100, 3 * MIB);
+    let length = body.len().to_string();
+    let headers = signed_headers(&gw, "PUT", "/mail/slow", &[("content-length", &length)]);
+    let (first, second) = body.split_at(body.len() / 2);
+    let (status, text) = tokio::task::spawn_blocking({
+        let port = gw.port();
+        let (first, second) = (first.to_vec(), second.to_vec());
+        move || {
+            send_in_parts(
+                port,
+                "PUT",
+                "/mail/slow",
+                &headers,
+                &[&first, &second],
+                Duration::from_millis(6500),
+            )
+        }
+    })
+    .await
+    .expect("slow client");
+    assert_eq!(status, 200, "{text}");
+    assert_same_body(&get_bytes(&s3, "mail", "slow").await, &body, "slow upload");
+    assert_nodes_hold(&[(&n0, "d0"), (&n1, "d1")], &[&body]);
 }
 
 /// The done criterion: an S3 PUT lands on two nginx storage nodes through the
