@@ -70,6 +70,32 @@ async fn upload_part(
     etag
 }
 
+/// UploadPartCopy of `source` ("bucket/key", URL-encoded), whole or `bytes=FIRST-LAST`;
+/// returns the part's ETag.
+async fn upload_part_copy(
+    s3: &Client,
+    (bucket, key, id): (&str, &str, &str),
+    n: i32,
+    source: &str,
+    range: Option<(usize, usize)>,
+) -> String {
+    let out = s3
+        .upload_part_copy()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(id)
+        .part_number(n)
+        .copy_source(source)
+        .set_copy_source_range(range.map(|(first, last)| format!("bytes={first}-{last}")))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("UploadPartCopy {n} of {source} {range:?}: {e:?}"));
+    out.copy_part_result()
+        .and_then(|r| r.e_tag())
+        .unwrap_or_else(|| panic!("UploadPartCopy {n} of {source}: no ETag"))
+        .to_string()
+}
+
 fn completed(parts: &[(i32, &str)]) -> CompletedMultipartUpload {
     CompletedMultipartUpload::builder()
         .set_parts(Some(
@@ -647,21 +673,14 @@ async fn upload_part_copy_of_a_whole_object_and_of_a_range() {
     put_bytes(&s3, "src", "source object", &source).await;
 
     let id = create_upload(&s3, "dst", "assembled").await;
-    let whole = s3
-        .upload_part_copy()
-        .bucket("dst")
-        .key("assembled")
-        .upload_id(&id)
-        .part_number(1)
-        .copy_source("src/source%20object")
-        .send()
-        .await
-        .expect("UploadPartCopy of a whole object");
-    let whole_etag = whole
-        .copy_part_result()
-        .and_then(|r| r.e_tag())
-        .expect("CopyPartResult ETag")
-        .to_string();
+    let whole_etag = upload_part_copy(
+        &s3,
+        ("dst", "assembled", &id),
+        1,
+        "src/source%20object",
+        None,
+    )
+    .await;
     assert_eq!(
         whole_etag,
         etag_of(&source),
@@ -669,22 +688,14 @@ async fn upload_part_copy_of_a_whole_object_and_of_a_range() {
     );
 
     let range = 100..1100;
-    let ranged = s3
-        .upload_part_copy()
-        .bucket("dst")
-        .key("assembled")
-        .upload_id(&id)
-        .part_number(2)
-        .copy_source("src/source%20object")
-        .copy_source_range(format!("bytes={}-{}", range.start, range.end - 1))
-        .send()
-        .await
-        .expect("UploadPartCopy of a range");
-    let ranged_etag = ranged
-        .copy_part_result()
-        .and_then(|r| r.e_tag())
-        .expect("CopyPartResult ETag")
-        .to_string();
+    let ranged_etag = upload_part_copy(
+        &s3,
+        ("dst", "assembled", &id),
+        2,
+        "src/source%20object",
+        Some((range.start, range.end - 1)),
+    )
+    .await;
     assert_eq!(
         ranged_etag,
         etag_of(&source[range.clone()]),
@@ -841,42 +852,20 @@ async fn upload_part_copy_of_a_multipart_source() {
     source.extend_from_slice(&p2);
 
     let id = create_upload(&s3, "bkt", "copy").await;
-    let whole = s3
-        .upload_part_copy()
-        .bucket("bkt")
-        .key("copy")
-        .upload_id(&id)
-        .part_number(1)
-        .copy_source("bkt/mp-source")
-        .send()
-        .await
-        .expect("UploadPartCopy of a multipart source");
-    let whole_etag = whole
-        .copy_part_result()
-        .and_then(|r| r.e_tag())
-        .expect("ETag")
-        .to_string();
+    let whole_etag = upload_part_copy(&s3, ("bkt", "copy", &id), 1, "bkt/mp-source", None).await;
     assert_eq!(
         whole_etag,
         etag_of(&source),
         "the part's ETag is the MD5 of its bytes"
     );
-    let tail = s3
-        .upload_part_copy()
-        .bucket("bkt")
-        .key("copy")
-        .upload_id(&id)
-        .part_number(2)
-        .copy_source("bkt/mp-source")
-        .copy_source_range(format!("bytes={}-{}", 5 * MIB - 10, 5 * MIB + 9))
-        .send()
-        .await
-        .expect("UploadPartCopy of a range across the source's parts");
-    let tail_etag = tail
-        .copy_part_result()
-        .and_then(|r| r.e_tag())
-        .expect("ETag")
-        .to_string();
+    let tail_etag = upload_part_copy(
+        &s3,
+        ("bkt", "copy", &id),
+        2,
+        "bkt/mp-source",
+        Some((5 * MIB - 10, 5 * MIB + 9)),
+    )
+    .await;
     let tail_bytes = &source[5 * MIB - 10..5 * MIB + 10];
     assert_eq!(tail_etag, etag_of(tail_bytes));
     complete(
