@@ -497,6 +497,28 @@ fn write_cost_row(section: &str, figure: &str, c: &WriteCost, logical: u64) -> R
 }
 
 /// The dedup-hit rows: rate against the unique PUT, and what reached the disk.
+/// The bodies the unique PUT stored, again under new keys (`prefix`): the dedup-hit PUT,
+/// and what it wrote.
+async fn dedup_hit_put(
+    gw: &Gw,
+    sec: &str,
+    bodies: &[Bytes],
+    unique: &Outcome,
+    (prefix, concurrency): (&str, usize),
+    plan: &Plan,
+    report: &mut Report,
+) -> Result<(), String> {
+    let dup_bodies = Arc::new(bodies[..unique.ops as usize].to_vec());
+    let (dup, cost) = gw
+        .measure_writes(|| {
+            workloads::put_all(&gw.s3, BUCKET, prefix, &dup_bodies, concurrency, plan.limit)
+        })
+        .await?;
+    dup.check(&format!("{sec}: dedup-hit PUT"))?;
+    dedup_rows(report, sec, unique, &dup, &cost, dup_bodies.len());
+    Ok(())
+}
+
 fn dedup_rows(
     report: &mut Report,
     section: &str,
@@ -652,14 +674,7 @@ async fn big_objects(
         ratio >= 0.8,
         cpu_us(&get),
     );
-    let dup_bodies = Arc::new(bodies[..put.ops as usize].to_vec());
-    let (dup, cost) = gw
-        .measure_writes(|| {
-            workloads::put_all(&gw.s3, BUCKET, "d8m", &dup_bodies, BIG_CONC, plan.limit)
-        })
-        .await?;
-    dup.check("8 MiB dedup-hit PUT")?;
-    dedup_rows(report, sec, &put, &dup, &cost, dup_bodies.len());
+    dedup_hit_put(&gw, sec, &bodies, &put, ("d8m", BIG_CONC), plan, report).await?;
     m.put8 = Some(put);
     m.get8 = Some(get);
     Ok(())
@@ -726,14 +741,7 @@ async fn small_objects(
         client_cpu: cpu_us(&get),
         ..Row::default()
     });
-    let dup_bodies = Arc::new(bodies[..put.ops as usize].to_vec());
-    let (dup, cost) = gw
-        .measure_writes(|| {
-            workloads::put_all(&gw.s3, BUCKET, "d64k", &dup_bodies, SMALL_CONC, plan.limit)
-        })
-        .await?;
-    dup.check("64 KiB dedup-hit PUT")?;
-    dedup_rows(report, sec, &put, &dup, &cost, dup_bodies.len());
+    dedup_hit_put(&gw, sec, &bodies, &put, ("d64k", SMALL_CONC), plan, report).await?;
     m.put64 = Some(put);
     m.get64 = Some(get);
     Ok(())
