@@ -161,6 +161,9 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
     })
 }
 
+/// Blocking threads the runtime may start (they are started on demand and end when idle).
+const BLOCKING_THREADS_MAX: usize = 4096;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -170,7 +173,11 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    // Every upload in flight holds up to four blocking threads for its whole length (two
+    // disk writers, the MD5 and the SHA-1 hasher), fed through bounded queues; tokio's
+    // default pool of 512 would stall past about 128 concurrent large uploads.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .max_blocking_threads(BLOCKING_THREADS_MAX)
         .enable_all()
         .build()
     {
