@@ -173,9 +173,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    // Every upload in flight holds up to four blocking threads for its whole length (two
-    // disk writers, the MD5 and the SHA-1 hasher), fed through bounded queues; tokio's
-    // default pool of 512 would stall past about 128 concurrent large uploads.
+    // An upload streamed to local disks holds two blocking threads (its disk writers, fed
+    // through bounded queues) for its whole length; tokio's default pool of 512 would stall
+    // past about 256 such uploads at once. Hashing and reads use short blocking tasks.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .max_blocking_threads(BLOCKING_THREADS_MAX)
         .enable_all()

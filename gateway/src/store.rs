@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt as _};
-use placement::digest::HashingThreads;
+use placement::digest::ParallelHasher;
 use placement::disk::ByteStream;
 use placement::pairdb::PairTable;
 use placement::read::{self, BadCopies, Expect, VERIFY_BEFORE_SEND_BYTES_MAX};
@@ -186,7 +186,7 @@ pub const MEMORY_STAGE_BODY_BYTES_MAX: u64 = 16 * 1024 * 1024;
 /// idle PUT from a slow client.
 const PROBE_FIRST_BYTES_MIN: u64 = 1024 * 1024;
 /// Bodies held in memory up to this size are hashed in one call once received; larger
-/// ones by [`HashingThreads`] while they arrive.
+/// ones by [`ParallelHasher`] while they arrive.
 const INLINE_HASH_BYTES_MAX: u64 = 64 * 1024;
 /// Received chunks shorter than this are copied together (a client trickling tiny TCP
 /// segments must not cost a list entry per segment); longer ones are kept as they came.
@@ -274,7 +274,7 @@ async fn stage_in_memory<S>(
 where
     S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
 {
-    let mut hasher = (size > INLINE_HASH_BYTES_MAX).then(HashingThreads::start);
+    let mut hasher = (size > INLINE_HASH_BYTES_MAX).then(ParallelHasher::new);
     let mut chunks = ChunkList::default();
     let mut received: u64 = 0;
     while let Some(chunk) = body.next().await {

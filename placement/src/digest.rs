@@ -3,23 +3,22 @@
 //! SHA-1 names the content, MD5 is the S3 ETag, CRC32 and the size guard reads (and a
 //! SHA-1 collision, as the article's native `GET /sha1` does). Cost on this class of CPU,
 //! per core: SHA-1 ~1.9 GB/s, MD5 ~0.64 GB/s, CRC32 ~24 GB/s, so MD5 bounds one pass at
-//! ~0.45 GB/s. A streamed body is therefore hashed by [`HashingThreads`]: MD5 on one
-//! blocking thread, SHA-1 + CRC32 on another, so one upload is bounded by MD5 alone and
-//! both cores work on it while the async threads receive the next chunks.
+//! ~0.45 GB/s. A body that arrives in chunks is therefore hashed by [`ParallelHasher`]:
+//! MD5 on one blocking task, SHA-1 + CRC32 on another, batch by batch, so one upload is
+//! bounded by MD5 alone and both cores work on it while the async threads receive the next
+//! batch. Each task hashes one batch and ends: no blocking thread waits on a client, so no
+//! number of slow uploads can take the whole blocking pool.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use md5::Digest as _;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::vocab::Sha1;
 
-/// Batches queued per hashing thread: bounds the memory a slow hasher can hold back.
-const HASH_QUEUE_DEPTH: usize = 4;
-/// Chunks are handed to the threads in batches of at least this many bytes: one wake-up
-/// per batch instead of one per (often small) received chunk.
+/// Chunks are hashed in batches of at least this many bytes: one blocking task per batch
+/// and part instead of one per (often small) received chunk.
 const HASH_BATCH_BYTES: usize = 512 * 1024;
 
 /// What one pass over a body yields.
@@ -69,56 +68,77 @@ impl ContentHasher {
     }
 }
 
-/// The digests of a body fed chunk by chunk, computed on two blocking threads (MD5;
-/// SHA-1 + CRC32 + size) while the caller goes on receiving.
-pub struct HashingThreads {
-    md5_tx: mpsc::Sender<Arc<[Bytes]>>,
-    sha1_tx: mpsc::Sender<Arc<[Bytes]>>,
+/// The digests of a body fed chunk by chunk, computed batch by batch on two blocking tasks
+/// at a time (MD5; SHA-1 + CRC32 + size) while the caller goes on receiving.
+pub struct ParallelHasher {
+    md5: Part<md5::Md5>,
+    sha1: Part<Sha1Crc>,
     batch: Vec<Bytes>,
     batch_bytes: usize,
-    md5: JoinHandle<[u8; 16]>,
-    sha1: JoinHandle<(Sha1, u32, u64)>,
 }
 
-/// A hashing thread went away (it panicked, or the runtime is shutting down).
+/// A hashing task failed (it panicked, or the runtime is shutting down).
 #[derive(Debug, thiserror::Error)]
-#[error("hashing thread failed")]
+#[error("hashing task failed")]
 pub struct HasherGone;
 
-impl HashingThreads {
-    pub fn start() -> Self {
-        let (md5_tx, mut md5_rx) = mpsc::channel::<Arc<[Bytes]>>(HASH_QUEUE_DEPTH);
-        let (sha1_tx, mut sha1_rx) = mpsc::channel::<Arc<[Bytes]>>(HASH_QUEUE_DEPTH);
-        let md5 = tokio::task::spawn_blocking(move || {
-            let mut h = md5::Md5::new();
-            while let Some(batch) = md5_rx.blocking_recv() {
-                batch.iter().for_each(|c| h.update(c));
-            }
-            h.finalize().into()
-        });
-        let sha1 = tokio::task::spawn_blocking(move || {
-            let (mut h, mut crc, mut size) = (sha1::Sha1::new(), crc32fast::Hasher::new(), 0u64);
-            while let Some(batch) = sha1_rx.blocking_recv() {
-                for chunk in batch.iter() {
-                    h.update(chunk);
-                    crc.update(chunk);
-                    size += chunk.len() as u64;
-                }
-            }
-            (Sha1(h.finalize().into()), crc.finalize(), size)
-        });
-        HashingThreads {
-            md5_tx,
-            sha1_tx,
-            batch: Vec::new(),
-            batch_bytes: 0,
-            md5,
-            sha1,
+#[derive(Default)]
+struct Sha1Crc {
+    sha1: sha1::Sha1,
+    crc32: crc32fast::Hasher,
+    size_bytes: u64,
+}
+
+/// One half of the hashing: idle with its state, or hashing a batch on a blocking task.
+enum Part<T> {
+    Idle(T),
+    Busy(JoinHandle<T>),
+    Failed,
+}
+
+impl<T: Send + 'static> Part<T> {
+    /// The state, once the batch in progress (if any) is done.
+    async fn settle(&mut self) -> Result<T, HasherGone> {
+        match std::mem::replace(self, Part::Failed) {
+            Part::Idle(state) => Ok(state),
+            Part::Busy(task) => task.await.map_err(|_| HasherGone),
+            Part::Failed => Err(HasherGone),
         }
     }
 
-    /// Adds one chunk; a full batch goes to both threads (waiting while their queues are
-    /// full).
+    /// Starts hashing `batch` once the previous batch is done.
+    async fn hash(
+        &mut self,
+        batch: Arc<[Bytes]>,
+        update: fn(&mut T, &[u8]),
+    ) -> Result<(), HasherGone> {
+        let mut state = self.settle().await?;
+        *self = Part::Busy(tokio::task::spawn_blocking(move || {
+            batch.iter().for_each(|chunk| update(&mut state, chunk));
+            state
+        }));
+        Ok(())
+    }
+}
+
+impl Default for ParallelHasher {
+    fn default() -> Self {
+        ParallelHasher {
+            md5: Part::Idle(md5::Md5::new()),
+            sha1: Part::Idle(Sha1Crc::default()),
+            batch: Vec::new(),
+            batch_bytes: 0,
+        }
+    }
+}
+
+impl ParallelHasher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds one chunk; a full batch goes to the hashing tasks (waiting for the previous
+    /// batch to be done: at most one batch per part is in flight).
     pub async fn update(&mut self, chunk: Bytes) -> Result<(), HasherGone> {
         self.batch_bytes += chunk.len();
         self.batch.push(chunk);
@@ -134,29 +154,27 @@ impl HashingThreads {
         }
         let batch: Arc<[Bytes]> = std::mem::take(&mut self.batch).into();
         self.batch_bytes = 0;
-        let (a, b) = tokio::join!(self.md5_tx.send(batch.clone()), self.sha1_tx.send(batch));
-        a.and(b).map_err(|_| HasherGone)
+        let (a, b) = tokio::join!(
+            self.md5.hash(batch.clone(), |h, c| h.update(c)),
+            self.sha1.hash(batch, |h, c| {
+                h.sha1.update(c);
+                h.crc32.update(c);
+                h.size_bytes += c.len() as u64;
+            })
+        );
+        a.and(b)
     }
 
     /// The digests of everything added.
     pub async fn finish(mut self) -> Result<Digests, HasherGone> {
         self.send_batch().await?;
-        let HashingThreads {
-            md5_tx,
-            sha1_tx,
-            md5,
-            sha1,
-            ..
-        } = self;
-        drop((md5_tx, sha1_tx));
-        let (md5, sha1) = tokio::join!(md5, sha1);
-        let (md5, (sha1, crc32, size_bytes)) =
-            (md5.map_err(|_| HasherGone)?, sha1.map_err(|_| HasherGone)?);
+        let (md5, sha1) = tokio::join!(self.md5.settle(), self.sha1.settle());
+        let (md5, sha1) = (md5?, sha1?);
         Ok(Digests {
-            sha1,
-            md5,
-            crc32,
-            size_bytes,
+            sha1: Sha1(sha1.sha1.finalize().into()),
+            md5: md5.finalize().into(),
+            crc32: sha1.crc32.finalize(),
+            size_bytes: sha1.size_bytes,
         })
     }
 }
@@ -185,14 +203,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn hashing_threads_match_one_pass() {
+    async fn the_parallel_hasher_matches_one_pass() {
         let body: Vec<u8> = (0..3_000_001u32).map(|i| (i * 7 % 251) as u8).collect();
-        let mut h = HashingThreads::start();
+        let mut h = ParallelHasher::new();
         for chunk in body.chunks(65_537) {
             h.update(Bytes::copy_from_slice(chunk)).await.unwrap();
         }
         assert_eq!(h.finish().await.unwrap(), ContentHasher::digest(&body));
-        let empty = HashingThreads::start().finish().await.unwrap();
+        let empty = ParallelHasher::new().finish().await.unwrap();
         assert_eq!(empty, ContentHasher::digest(b""));
     }
 }

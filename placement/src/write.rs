@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use crate::digest::{Digests, HasherGone, HashingThreads};
+use crate::digest::{Digests, HasherGone, ParallelHasher};
 use crate::disk::{Disk, DiskError, TempFile, TempWriter};
 use crate::pairdb::PairTable;
 use crate::vocab::PairId;
@@ -100,8 +100,8 @@ pub struct PairUpload {
 
 /// Where an upload's digests come from.
 enum Digesting {
-    /// Hashing threads fed with every chunk.
-    Hashing(HashingThreads),
+    /// Hashed as it is written.
+    Hashing(Box<ParallelHasher>),
     /// Computed elsewhere (the body is hashed in memory) and given to
     /// [`PairUpload::finish_hashed`]; only the length written is counted, to be checked
     /// against them.
@@ -116,7 +116,7 @@ impl PairUpload {
             pair,
             disks,
             writers,
-            digesting: Digesting::Hashing(HashingThreads::start()),
+            digesting: Digesting::Hashing(Box::default()),
         })
     }
 
