@@ -161,8 +161,9 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
     })
 }
 
-/// Blocking threads the runtime may start (they are started on demand and end when idle).
-const BLOCKING_THREADS_MAX: usize = 4096;
+/// Blocking threads the runtime may start (on demand; idle ones end). More than tokio's
+/// 512: the blocking tasks of many concurrent uploads and reads wait on disks.
+const BLOCKING_THREADS_MAX: usize = 2048;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -173,9 +174,8 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    // An upload streamed to local disks holds two blocking threads (its disk writers, fed
-    // through bounded queues) for its whole length; tokio's default pool of 512 would stall
-    // past about 256 such uploads at once. Hashing and reads use short blocking tasks.
+    // Disk writes, reads and hashing are short blocking tasks (a batch each), so the pool
+    // fills only with work in progress; metadata calls queue behind them when it is full.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .max_blocking_threads(BLOCKING_THREADS_MAX)
         .enable_all()

@@ -1,27 +1,24 @@
 //! A disk that is a local directory.
 //!
-//! Writes go through one blocking thread per temp file fed by a bounded channel: the
-//! async side never blocks on `write(2)`, both copies of a pair are written concurrently,
-//! and memory per upload is bounded by the channel depth times the chunk size.
+//! Writes and reads go through short blocking tasks, a batch or a chunk each: the async
+//! side never blocks on `write(2)` or `pread(2)`, no thread waits on a slow client, both
+//! copies of a pair are written concurrently, and memory per upload and per read stream
+//! is bounded by two batches or chunks.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-
-use bytes::Bytes;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
+use bytes::Bytes;
 use tokio::task::JoinHandle;
 
 use super::{ByteStream, DiskError, TMP_DIR, content_path};
 use crate::vocab::{DiskRef, Sha1};
 
-/// Chunks in flight per temp file; with hyper's chunks of up to 1 MiB this bounds an
-/// upload's buffered bytes per disk to a few MiB.
-const WRITE_QUEUE_DEPTH: usize = 4;
-/// Most bytes one `writev` of queued chunks gathers.
-const GATHER_BYTES_MAX: usize = 8 * 1024 * 1024;
+/// Bytes gathered before they are written with one `writev`: with one batch in flight,
+/// an upload buffers at most about two of these per disk.
+const WRITE_BATCH_BYTES: usize = 1024 * 1024;
 /// Most buffers one `writev` call is given (Linux's IOV_MAX).
 const IOV_MAX: usize = 1024;
 /// Chunk of a streamed read; a stream holds at most two (one sent, one read ahead).
@@ -59,7 +56,6 @@ impl LocalDisk {
         let dir = self.root.join(TMP_DIR);
         let name = format!("{:032x}", rand::random::<u128>());
         let path = dir.join(name);
-        let (tx, rx) = mpsc::channel(WRITE_QUEUE_DEPTH);
         let file = {
             let path = path.clone();
             tokio::task::spawn_blocking(move || {
@@ -71,15 +67,12 @@ impl LocalDisk {
             .and_then(|r| r)
             .map_err(self.err("create temp"))?
         };
-        let join = {
-            let path = path.clone();
-            tokio::task::spawn_blocking(move || write_loop(file, &path, rx))
-        };
         Ok(LocalTempWriter {
             disk: self.clone(),
-            path,
-            tx: Some(tx),
-            join: Some(join),
+            path: Some(path),
+            file: FileSlot::Idle(file),
+            batch: Vec::new(),
+            batch_bytes: 0,
         })
     }
 
@@ -126,64 +119,28 @@ impl LocalDisk {
     }
 }
 
-enum WriteMsg {
-    Data(Vec<Bytes>),
-    /// The sender is done: keep the file. A channel closed without it means the
-    /// upload was abandoned and the temp file is removed.
-    Finish,
-}
-
-/// Writes the chunks it is sent; on `Finish` hands the file back unsynced: the fsync waits
-/// for the dedup decision, so a duplicate's temp copy is removed without ever being forced
-/// to the device.
+/// A temp file being written batch by batch: received chunks are gathered up to
+/// [`WRITE_BATCH_BYTES`] and each batch is written with one `writev(2)` by a short blocking
+/// task, while the next batch gathers. No thread waits on a slow client, and the page cache
+/// takes large folios for large writes, a fraction of the cost per byte of many small ones.
 ///
-/// Chunks already queued are gathered into one `writev(2)` of up to [`GATHER_BYTES_MAX`]:
-/// the page cache then takes large folios, which costs a fraction per byte of many small
-/// writes.
-fn write_loop(file: File, path: &Path, mut rx: mpsc::Receiver<WriteMsg>) -> io::Result<File> {
-    let result = (|| {
-        let mut file = file;
-        while let Some(msg) = rx.blocking_recv() {
-            let WriteMsg::Data(mut gathered) = msg else {
-                return Ok(file);
-            };
-            let mut finished = false;
-            let mut bytes: usize = gathered.iter().map(Bytes::len).sum();
-            while bytes < GATHER_BYTES_MAX {
-                match rx.try_recv() {
-                    Ok(WriteMsg::Data(more)) => {
-                        bytes += more.iter().map(Bytes::len).sum::<usize>();
-                        gathered.extend(more);
-                    }
-                    Ok(WriteMsg::Finish) => {
-                        finished = true;
-                        break;
-                    }
-                    Err(_) => break,
-                }
-            }
-            write_all_vectored(&mut file, &gathered)?;
-            if finished {
-                return Ok(file);
-            }
-        }
-        Err(io::Error::new(
-            io::ErrorKind::Interrupted,
-            "upload abandoned",
-        ))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(path);
-    }
-    result
-}
-
-/// A temp file being written by its blocking writer thread.
+/// The file is not fsynced here: that waits for the dedup decision, so a duplicate's temp
+/// copy is removed without ever being forced to the device. Dropped before
+/// [`finish`](Self::finish), the writer removes its file.
 pub struct LocalTempWriter {
     disk: LocalDisk,
-    path: PathBuf,
-    tx: Option<mpsc::Sender<WriteMsg>>,
-    join: Option<JoinHandle<io::Result<File>>>,
+    /// `None` once the file has been handed on.
+    path: Option<PathBuf>,
+    file: FileSlot,
+    batch: Vec<Bytes>,
+    batch_bytes: usize,
+}
+
+/// The temp file: idle between batches, or being written by a blocking task.
+enum FileSlot {
+    Idle(File),
+    Writing(JoinHandle<io::Result<File>>),
+    Failed,
 }
 
 impl LocalTempWriter {
@@ -191,52 +148,68 @@ impl LocalTempWriter {
         self.write_many(vec![chunk]).await
     }
 
-    /// Queues several chunks as one message: the writer writes them with one `writev`.
+    /// Adds chunks to the batch; a full batch goes to the disk (waiting for the previous
+    /// one to be written first: one batch in flight at most).
     pub async fn write_many(&mut self, chunks: Vec<Bytes>) -> Result<(), DiskError> {
-        let sent = match &self.tx {
-            Some(tx) => tx.send(WriteMsg::Data(chunks)).await.is_ok(),
-            None => false,
-        };
-        if sent {
-            return Ok(());
+        for chunk in chunks {
+            self.batch_bytes += chunk.len();
+            self.batch.push(chunk);
         }
-        // The writer thread stopped: its result says why.
-        self.tx = None;
-        Err(self.join_writer().await.err().unwrap_or_else(|| {
-            DiskError::io(
-                &self.disk.disk_ref,
-                "write temp",
-                io::Error::other("writer gone"),
-            )
-        }))
+        if self.batch_bytes >= WRITE_BATCH_BYTES {
+            self.send_batch().await?;
+        }
+        Ok(())
     }
 
-    async fn join_writer(&mut self) -> Result<File, DiskError> {
-        match self.join.take() {
-            Some(join) => join
+    fn write_error(&self, e: io::Error) -> DiskError {
+        DiskError::io(&self.disk.disk_ref, "write temp", e)
+    }
+
+    /// The file, once the batch being written (if any) is on it.
+    async fn settle(&mut self) -> Result<File, DiskError> {
+        match std::mem::replace(&mut self.file, FileSlot::Failed) {
+            FileSlot::Idle(file) => Ok(file),
+            FileSlot::Writing(task) => task
                 .await
                 .map_err(io::Error::other)
                 .and_then(|r| r)
-                .map_err(|e| DiskError::io(&self.disk.disk_ref, "write temp", e)),
-            None => Err(DiskError::io(
-                &self.disk.disk_ref,
-                "write temp",
-                io::Error::other("writer already joined"),
-            )),
+                .map_err(|e| self.write_error(e)),
+            FileSlot::Failed => Err(self.write_error(io::Error::other("an earlier write failed"))),
         }
     }
 
-    pub async fn finish(mut self) -> Result<LocalTempFile, DiskError> {
-        if let Some(tx) = self.tx.take() {
-            // A failed send means the writer already stopped; joining reports why.
-            let _ = tx.send(WriteMsg::Finish).await;
+    async fn send_batch(&mut self) -> Result<(), DiskError> {
+        if self.batch.is_empty() {
+            return Ok(());
         }
-        let file = self.join_writer().await?;
+        let mut file = self.settle().await?;
+        let batch = std::mem::take(&mut self.batch);
+        self.batch_bytes = 0;
+        self.file = FileSlot::Writing(tokio::task::spawn_blocking(move || {
+            write_all_vectored(&mut file, &batch)?;
+            Ok(file)
+        }));
+        Ok(())
+    }
+
+    /// Writes what is left and hands the complete (unsynced) file on.
+    pub async fn finish(mut self) -> Result<LocalTempFile, DiskError> {
+        self.send_batch().await?;
+        let file = self.settle().await?;
         Ok(LocalTempFile {
             disk: self.disk.clone(),
-            path: Some(std::mem::take(&mut self.path)),
+            path: self.path.take(),
             file: Some(file),
         })
+    }
+}
+
+impl Drop for LocalTempWriter {
+    fn drop(&mut self) {
+        // An abandoned upload; a batch still being written goes to an unlinked file.
+        if let Some(path) = self.path.take() {
+            let _ = fs::remove_file(path);
+        }
     }
 }
 
