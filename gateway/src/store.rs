@@ -702,10 +702,7 @@ impl ObjectStore {
         let upload = write::begin_upload_unhashed(&self.pairs, size_bytes, self.choice_root)
             .await
             .map_err(write_error)?;
-        match upload.finish_hashed(ContentHasher::digest(b"")).await {
-            Ok(empty) => empty.discard().await,
-            Err(e) => tracing::warn!(error = %e, "could not remove probe temp files"),
-        }
+        upload.abandon().await;
         Ok(())
     }
 

@@ -13,11 +13,12 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::digest::{Digests, HasherGone, ParallelHasher};
 use crate::disk::{Disk, DiskError, TempFile, TempWriter};
 use crate::pairdb::PairTable;
 use crate::vocab::PairId;
-use bytes::Bytes;
 
 /// How many pairs an upload tries before it gives up.
 pub const PROBE_ATTEMPTS_MAX: usize = 4;
@@ -213,11 +214,36 @@ impl PairUpload {
                 temps,
             }),
             Err(e) => {
-                let [t0, t1] = temps;
-                let _ = tokio::join!(t0.discard(), t1.discard());
+                discard_temps(temps).await;
                 Err(e)
             }
         }
+    }
+
+    /// Ends the upload without keeping anything: both temp files are completed and removed
+    /// (a probe, or a body that will not be stored).
+    pub async fn abandon(self) {
+        let [w0, w1] = self.writers;
+        let (a, b) = tokio::join!(w0.finish(), w1.finish());
+        match (a, b) {
+            (Ok(t0), Ok(t1)) => discard_temps([t0, t1]).await,
+            // A writer that failed removes its file when dropped; so does a completed temp
+            // file left without a name.
+            (a, b) => {
+                for e in [a.err(), b.err()].into_iter().flatten() {
+                    tracing::warn!(error = %e, "abandoned upload: temp file not completed");
+                }
+            }
+        }
+    }
+}
+
+/// Removes both temp files, logging (not failing on) what could not be removed: Valkyrie
+/// removes old temp files.
+async fn discard_temps([t0, t1]: [TempFile; 2]) {
+    let (a, b) = tokio::join!(t0.discard(), t1.discard());
+    for e in [a.err(), b.err()].into_iter().flatten() {
+        tracing::warn!(error = %e, "could not remove temp file; Valkyrie will");
     }
 }
 
@@ -243,11 +269,7 @@ impl StagedUpload {
 
     /// Removes both temp files: the content was already stored.
     pub async fn discard(self) {
-        let [t0, t1] = self.temps;
-        let (a, b) = tokio::join!(t0.discard(), t1.discard());
-        for e in [a.err(), b.err()].into_iter().flatten() {
-            tracing::warn!(error = %e, "could not remove temp file; Valkyrie will");
-        }
+        discard_temps(self.temps).await;
     }
 }
 
