@@ -3,6 +3,9 @@
 //! Deterministic by construction: no clock, no randomness, no I/O besides the transaction.
 //! A command either applies whole or returns an error, in which case the caller aborts the
 //! transaction, so a half-applied command is never committed.
+//!
+//! The reference arithmetic is not here: [`super::tables::filedb`] says what an `inc` or a
+//! `dec` makes of a record, and this module only moves records in and out of the tables.
 
 use placement::{Magic, PairId, PairRecord, Sha1};
 use redb::{ReadableTable, Table, WriteTransaction};
@@ -10,8 +13,8 @@ use redb::{ReadableTable, Table, WriteTransaction};
 use super::MetaError;
 use super::command::{Command, ContentSource, DecOutcome, NewObject, Response, WritePrecondition};
 use super::tables::{
-    self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FLAG_DO_NOT_DELETE,
-    FileRecord, OBJECT_SEQ, OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord,
+    self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FileRecord, OBJECT_SEQ,
+    OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord, filedb,
 };
 
 type Files<'t> = Table<'t, [u8; 20], [u8; 16]>;
@@ -246,7 +249,7 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             match read_file(&files, sha1)? {
                 Some(mut rec) if rec.pair == *from => {
                     rec.pair = *to;
-                    files.insert(sha1.0, rec.encode())?;
+                    write_file(&mut files, sha1, &rec)?;
                     Ok(Response::Relocated(true))
                 }
                 _ => Ok(Response::Relocated(false)),
@@ -425,14 +428,21 @@ fn release(
 }
 
 fn read_file(files: &Files<'_>, sha1: &Sha1) -> Result<Option<FileRecord>, MetaError> {
-    Ok(files.get(sha1.0)?.map(|v| FileRecord::decode(&v.value())))
+    files
+        .get(sha1.0)?
+        .map(|v| FileRecord::decode_checked(sha1, &v.value()))
+        .transpose()
+}
+
+fn write_file(files: &mut Files<'_>, sha1: &Sha1, rec: &FileRecord) -> Result<(), MetaError> {
+    files.insert(sha1.0, rec.encode_checked(sha1)?)?;
+    Ok(())
 }
 
 fn inc(files: &mut Files<'_>, sha1: &Sha1, magic: Magic) -> Result<FileRecord, MetaError> {
     let mut rec = read_file(files, sha1)?.ok_or(MetaError::NotFound)?;
-    rec.refs = rec.refs.checked_add(1).ok_or(MetaError::RefsOverflow)?;
-    rec.magic = rec.magic.wrapping_add(magic.get());
-    files.insert(sha1.0, rec.encode())?;
+    rec.inc(magic)?;
+    write_file(files, sha1, &rec)?;
     Ok(rec)
 }
 
@@ -442,23 +452,13 @@ fn insert_or_inc(
     magic: Magic,
     pair: PairId,
 ) -> Result<FileRecord, MetaError> {
-    match inc(files, sha1, magic) {
-        Err(MetaError::NotFound) => {
-            let rec = FileRecord {
-                refs: 1,
-                magic: magic.get(),
-                flags: 0,
-                pair,
-            };
-            files.insert(sha1.0, rec.encode())?;
-            Ok(rec)
-        }
-        other => other,
-    }
+    let rec = filedb::insert_or_inc(read_file(files, sha1)?, magic, pair)?;
+    write_file(files, sha1, &rec)?;
+    Ok(rec)
 }
 
-/// The article's `dec`, with its safety rule: a record whose refs reach zero while its
-/// magic does not (or that is decremented below zero) is flagged DO_NOT_DELETE for good.
+/// The article's `dec` (see [`FileRecord::dec`]): a deletable record moves from `files`
+/// to `deleting`, stamped with `now_secs`; any other stays in `files` as `dec` left it.
 fn dec(
     files: &mut Files<'_>,
     deleting: &mut Deleting<'_>,
@@ -467,36 +467,18 @@ fn dec(
     now_secs: u64,
 ) -> Result<DecOutcome, MetaError> {
     let mut rec = read_file(files, sha1)?.ok_or(MetaError::NotFound)?;
-    rec.magic = rec.magic.wrapping_sub(magic.get());
-    if rec.refs == 0 {
-        // A dec below zero: some reference was removed twice.
-        rec.flags |= FLAG_DO_NOT_DELETE;
-        files.insert(sha1.0, rec.encode())?;
-        return Ok(DecOutcome::DoNotDelete {
-            refs: 0,
-            magic: rec.magic,
-        });
-    }
-    rec.refs -= 1;
-    if rec.refs > 0 {
-        files.insert(sha1.0, rec.encode())?;
-        return Ok(DecOutcome::Live { refs: rec.refs });
-    }
-    if rec.magic == 0 && !rec.do_not_delete() {
+    let outcome = rec.dec(magic);
+    if outcome == DecOutcome::Deleting {
         files.remove(sha1.0)?;
         let entry = DeletingRecord {
             pair: rec.pair,
             since_secs: now_secs,
         };
         deleting.insert(sha1.0, entry.encode())?;
-        return Ok(DecOutcome::Deleting);
+    } else {
+        write_file(files, sha1, &rec)?;
     }
-    rec.flags |= FLAG_DO_NOT_DELETE;
-    files.insert(sha1.0, rec.encode())?;
-    Ok(DecOutcome::DoNotDelete {
-        refs: 0,
-        magic: rec.magic,
-    })
+    Ok(outcome)
 }
 
 #[cfg(test)]
@@ -530,71 +512,76 @@ mod tests {
     }
 
     #[test]
-    fn the_articles_worked_example() {
+    fn a_do_not_delete_record_stays_in_files_and_never_reaches_deleting() {
         let (_d, s) = store();
-        let f = sha(2);
+        let g = sha(12);
         s.execute(&Command::InsertOrInc {
-            sha1: f,
-            magic: m(345),
+            sha1: g,
+            magic: m(10),
             pair: PairId(0),
         })
         .unwrap();
         let r = s
-            .execute(&Command::Inc {
-                sha1: f,
-                magic: m(123),
-            })
-            .unwrap();
-        assert_eq!(
-            r,
-            Response::File(FileRecord {
-                refs: 2,
-                magic: 468,
-                flags: 0,
-                pair: PairId(0)
-            })
-        );
-        // The second email is deleted twice.
-        let r = s
             .execute(&Command::Dec {
-                sha1: f,
-                magic: m(123),
-                now_secs: 10,
-            })
-            .unwrap();
-        assert_eq!(r, Response::Dec(DecOutcome::Live { refs: 1 }));
-        let r = s
-            .execute(&Command::Dec {
-                sha1: f,
-                magic: m(123),
-                now_secs: 11,
-            })
-            .unwrap();
-        assert_eq!(
-            r,
-            Response::Dec(DecOutcome::DoNotDelete {
-                refs: 0,
-                magic: 222
-            })
-        );
-        // Then the first: magic -123, still flagged, still kept.
-        let r = s
-            .execute(&Command::Dec {
-                sha1: f,
-                magic: m(345),
+                sha1: g,
+                magic: m(7),
                 now_secs: 12,
             })
             .unwrap();
         assert_eq!(
             r,
-            Response::Dec(DecOutcome::DoNotDelete {
-                refs: 0,
-                magic: 123u32.wrapping_neg()
-            })
+            Response::Dec(DecOutcome::DoNotDelete { refs: 0, magic: 3 })
         );
-        let rec = s.file(&f).unwrap().unwrap();
+        let rec = s.file(&g).unwrap().unwrap();
         assert!(rec.do_not_delete());
-        assert_eq!(s.deleting(&f).unwrap(), None);
+        assert_eq!(s.deleting(&g).unwrap(), None);
+    }
+
+    #[test]
+    fn a_corrupt_record_is_an_error_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = redb::Database::create(dir.path().join("meta.redb")).unwrap();
+        let f = sha(13);
+        // refs 0 and magic 0 without DO_NOT_DELETE: no rule leaves this in `files`.
+        let bad = [0u8; 16];
+        let txn = db.begin_write().unwrap();
+        txn.open_table(FILES).unwrap().insert(f.0, bad).unwrap();
+        txn.commit().unwrap();
+        let commands = [
+            Command::Inc {
+                sha1: f,
+                magic: m(1),
+            },
+            Command::InsertOrInc {
+                sha1: f,
+                magic: m(1),
+                pair: PairId(0),
+            },
+            Command::Dec {
+                sha1: f,
+                magic: m(1),
+                now_secs: 1,
+            },
+            Command::Relocate {
+                sha1: f,
+                from: PairId(0),
+                to: PairId(1),
+            },
+        ];
+        for cmd in &commands {
+            let txn = db.begin_write().unwrap();
+            let r = apply(&txn, cmd);
+            assert!(matches!(r, Err(MetaError::Corrupt(_))), "{cmd:?}: {r:?}");
+            txn.abort().unwrap();
+        }
+        let stored = redb::ReadableDatabase::begin_read(&db)
+            .unwrap()
+            .open_table(FILES)
+            .unwrap()
+            .get(f.0)
+            .unwrap()
+            .map(|v| v.value());
+        assert_eq!(stored, Some(bad));
     }
 
     #[test]
@@ -634,96 +621,6 @@ mod tests {
                 since_secs: 6
             })
         );
-    }
-
-    #[test]
-    fn do_not_delete_is_sticky_even_when_the_sums_recover() {
-        let (_d, s) = store();
-        let f = sha(4);
-        s.execute(&Command::InsertOrInc {
-            sha1: f,
-            magic: m(10),
-            pair: PairId(0),
-        })
-        .unwrap();
-        // A wrong magic: refs 0, magic 10 - 7 = 3.
-        s.execute(&Command::Dec {
-            sha1: f,
-            magic: m(7),
-            now_secs: 1,
-        })
-        .unwrap();
-        // A new reference whose magic happens to cancel, then its exact removal.
-        s.execute(&Command::Inc {
-            sha1: f,
-            magic: m(u32::MAX - 2),
-        })
-        .unwrap();
-        let r = s.execute(&Command::Dec {
-            sha1: f,
-            magic: m(u32::MAX - 2),
-            now_secs: 2,
-        });
-        assert_eq!(
-            r.unwrap(),
-            Response::Dec(DecOutcome::DoNotDelete { refs: 0, magic: 3 })
-        );
-        s.execute(&Command::Inc {
-            sha1: f,
-            magic: m(4),
-        })
-        .unwrap();
-        s.execute(&Command::Dec {
-            sha1: f,
-            magic: m(7),
-            now_secs: 3,
-        })
-        .unwrap();
-        let rec = s.file(&f).unwrap().unwrap();
-        assert_eq!((rec.refs, rec.magic), (0, 0));
-        assert!(rec.do_not_delete());
-        assert_eq!(s.deleting(&f).unwrap(), None);
-    }
-
-    #[test]
-    fn magic_arithmetic_wraps() {
-        let (_d, s) = store();
-        let f = sha(5);
-        s.execute(&Command::InsertOrInc {
-            sha1: f,
-            magic: m(u32::MAX),
-            pair: PairId(0),
-        })
-        .unwrap();
-        let r = s
-            .execute(&Command::Inc {
-                sha1: f,
-                magic: m(2),
-            })
-            .unwrap();
-        assert_eq!(
-            r,
-            Response::File(FileRecord {
-                refs: 2,
-                magic: 1,
-                flags: 0,
-                pair: PairId(0)
-            })
-        );
-        s.execute(&Command::Dec {
-            sha1: f,
-            magic: m(2),
-            now_secs: 1,
-        })
-        .unwrap();
-        let r = s
-            .execute(&Command::Dec {
-                sha1: f,
-                magic: m(u32::MAX),
-                now_secs: 1,
-            })
-            .unwrap();
-        assert_eq!(r, Response::Dec(DecOutcome::Deleting));
     }
 
     #[test]

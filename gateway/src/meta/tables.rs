@@ -1,9 +1,7 @@
 //! The redb tables and the byte format of their records.
 //!
-//! Back of the envelope for `files` (FileDB, the table that grows with every distinct
-//! attachment): key 20 bytes + value 16 bytes = 36 bytes of payload, as in the article's
-//! Tarantool space0. redb's B-tree leaf adds a few bytes of offsets per entry and pages are
-//! not full after random inserts, so the target is at most 64 bytes per file on disk.
+//! FileDB's record and its reference rules have their own file, [`filedb`], with the
+//! back of the envelope for the table that grows with every distinct attachment.
 //! Hot tables (`files`, `deleting`) use fixed-size little-endian records with no serde;
 //! cold or variable ones (`objects`, `buckets`, `pairs`) use postcard behind a version byte.
 
@@ -12,6 +10,11 @@ use redb::TableDefinition;
 use serde::{Deserialize, Serialize};
 
 use super::MetaError;
+
+// A sibling file (`meta/filedb.rs`): the rules are FileDB's, not the table layout's.
+#[path = "filedb.rs"]
+pub mod filedb;
+pub use filedb::{FLAG_DO_NOT_DELETE, FileRecord};
 
 /// FileDB (the article's space0): sha1 -> refs, magic, flags, pair.
 pub const FILES: TableDefinition<[u8; 20], [u8; 16]> = TableDefinition::new("files");
@@ -36,44 +39,6 @@ pub const OBJECT_SEQ: &str = "object_seq";
 
 /// Record format version prefixed to every postcard value.
 const FORMAT_V1: u8 = 1;
-
-/// A file's reference arithmetic went wrong: never delete it automatically.
-pub const FLAG_DO_NOT_DELETE: u32 = 1;
-
-/// One FileDB record. On disk: refs, magic, flags, pair as little-endian u32s.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileRecord {
-    pub refs: u32,
-    /// Wrapping sum of the magics of the live references.
-    pub magic: u32,
-    pub flags: u32,
-    pub pair: PairId,
-}
-
-impl FileRecord {
-    pub fn encode(&self) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        out[0..4].copy_from_slice(&self.refs.to_le_bytes());
-        out[4..8].copy_from_slice(&self.magic.to_le_bytes());
-        out[8..12].copy_from_slice(&self.flags.to_le_bytes());
-        out[12..16].copy_from_slice(&self.pair.0.to_le_bytes());
-        out
-    }
-
-    pub fn decode(b: &[u8; 16]) -> Self {
-        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        FileRecord {
-            refs: word(0),
-            magic: word(4),
-            flags: word(8),
-            pair: PairId(word(12)),
-        }
-    }
-
-    pub fn do_not_delete(&self) -> bool {
-        self.flags & FLAG_DO_NOT_DELETE != 0
-    }
-}
 
 /// One `deleting` entry: the pair that held the content and since when it is unreferenced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -247,14 +212,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn file_records_round_trip_in_16_bytes() {
-        let r = FileRecord {
-            refs: 2,
-            magic: 468,
-            flags: FLAG_DO_NOT_DELETE,
-            pair: PairId(7),
-        };
-        assert_eq!(FileRecord::decode(&r.encode()), r);
+    fn deleting_records_round_trip_in_12_bytes() {
         let d = DeletingRecord {
             pair: PairId(3),
             since_secs: 1_700_000_000,
