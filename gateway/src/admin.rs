@@ -13,6 +13,7 @@ use http::{StatusCode, header};
 use placement::{Disk, DiskRef, PairFlags, PairId, PairRecord, Sha1};
 
 use crate::meta::Command;
+use crate::store::StoreError;
 
 use crate::server::AppState;
 
@@ -107,6 +108,22 @@ fn error_json(status: StatusCode, message: impl std::fmt::Display) -> Response {
     )
 }
 
+/// A change of pair `id` (None: a new pair) the store refused: an unknown pair is 404,
+/// anything else is the gateway's failure, told to the operator as it is.
+fn pair_error_json(e: StoreError, id: Option<u32>) -> Response {
+    match (e, id) {
+        (StoreError::NoSuchPair, Some(id)) => {
+            error_json(StatusCode::NOT_FOUND, format!("no pair {id}"))
+        }
+        // Every pair id is taken (AddPair found none after the highest).
+        (StoreError::NoSuchPair, None) => error_json(StatusCode::BAD_REQUEST, "no pair id left"),
+        (e, _) => {
+            tracing::error!(error = %e, "admin: pair change failed");
+            error_json(StatusCode::INTERNAL_SERVER_ERROR, e)
+        }
+    }
+}
+
 /// `GET /_admin/pairs`: every pair with its flags and the fill of each disk.
 pub async fn list_pairs(_: Admin, State(app): State<Arc<AppState>>) -> Response {
     let table = app.store.pair_table();
@@ -172,7 +189,7 @@ pub async fn add_pair(
             app.workers.ensure(&app);
             json(StatusCode::OK, pair_json(id, &r).to_string())
         }
-        Err(e) => error_json(e.code.status(), e.message),
+        Err(e) => pair_error_json(e, None),
     }
 }
 
@@ -197,10 +214,7 @@ pub async fn pair_action(
     };
     match app.store.change_pair(cmd).await {
         Ok((id, r)) => json(StatusCode::OK, pair_json(id, &r).to_string()),
-        Err(e) if e.code == crate::s3::error::ErrorCode::InvalidArgument => {
-            error_json(StatusCode::NOT_FOUND, format!("no pair {id}"))
-        }
-        Err(e) => error_json(e.code.status(), e.message),
+        Err(e) => pair_error_json(e, Some(id)),
     }
 }
 

@@ -19,21 +19,13 @@ use placement::{Magic, Sha1};
 use crate::meta::{
     Command, MetaError, NewObject, ObjectRecord, PartRecord, Response, UploadRecord,
 };
-use crate::s3::error::{ErrorCode, S3Error};
 use crate::store::{
-    CommitError, ObjectAttrs, ObjectStore, ReadBody, meta_error, now_ms, write_error,
+    ObjectAttrs, ObjectStore, ReadBody, StoreError, UploadError, now_ms, unexpected,
 };
 
 /// S3's bounds on parts.
 pub const PART_NUMBER_MAX: u32 = 10_000;
 pub const PART_BYTES_MIN: u64 = 5 * 1024 * 1024;
-
-fn no_such_upload() -> S3Error {
-    S3Error::new(
-        ErrorCode::NoSuchUpload,
-        "The specified multipart upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
-    )
-}
 
 fn now_secs() -> u64 {
     now_ms() / 1000
@@ -56,11 +48,11 @@ pub struct PartRef {
 }
 
 impl ObjectStore {
-    async fn upload_record(&self, upload_id: &str) -> Result<UploadRecord, S3Error> {
+    async fn upload_record(&self, upload_id: &str) -> Result<UploadRecord, StoreError> {
         let id = upload_id.to_string();
-        self.meta_call(move |m| m.upload(&id))
+        self.meta_read(move |m| m.upload(&id))
             .await?
-            .ok_or_else(no_such_upload)
+            .ok_or(StoreError::NoSuchUpload)
     }
 
     pub async fn create_upload(
@@ -68,7 +60,7 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
         attrs: ObjectAttrs,
-    ) -> Result<String, S3Error> {
+    ) -> Result<String, StoreError> {
         self.check_key(key)?;
         self.check_attrs(&attrs)?;
         let upload_id = format!("{:032x}", rand::random::<u128>());
@@ -84,7 +76,9 @@ impl ObjectStore {
             upload_id: upload_id.clone(),
             upload,
         };
-        self.execute(cmd).await.map_err(|e| meta_error(e, bucket))?;
+        self.execute(cmd)
+            .await
+            .map_err(|e| StoreError::meta(e, bucket))?;
         Ok(upload_id)
     }
 
@@ -94,35 +88,33 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
         upload_id: &str,
-    ) -> Result<UploadRecord, S3Error> {
+    ) -> Result<UploadRecord, StoreError> {
         let upload = self.upload_record(upload_id).await?;
         if upload.bucket != bucket || upload.key != key {
-            return Err(no_such_upload());
+            return Err(StoreError::NoSuchUpload);
         }
         Ok(upload)
     }
 
-    fn check_part_number(n: u32) -> Result<(), S3Error> {
+    fn check_part_number(n: u32) -> Result<(), StoreError> {
         if (1..=PART_NUMBER_MAX).contains(&n) {
             Ok(())
         } else {
-            Err(S3Error::new(
-                ErrorCode::InvalidArgument,
-                "Part number must be an integer between 1 and 10000, inclusive",
-            ))
+            Err(StoreError::PartNumberOutOfRange(n))
         }
     }
 
-    /// Stores one part from a body.
-    pub async fn put_part<S>(
+    /// Stores one part from a body; an error item in `body` aborts it as
+    /// [`UploadError::Body`].
+    pub async fn put_part<S, E>(
         &self,
         target: PartTarget<'_>,
         size_bytes: Option<u64>,
         content_md5: Option<[u8; 16]>,
         body: S,
-    ) -> Result<PartRecord, S3Error>
+    ) -> Result<PartRecord, UploadError<E>>
     where
-        S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
     {
         let PartTarget {
             bucket,
@@ -135,10 +127,7 @@ impl ObjectStore {
         let staged = self.stage(size_bytes, body).await?;
         if content_md5.is_some_and(|m| m != staged.digests.md5) {
             staged.discard().await;
-            return Err(S3Error::new(
-                ErrorCode::BadDigest,
-                "The Content-MD5 you specified did not match what we received.",
-            ));
+            return Err(StoreError::Md5Mismatch.into());
         }
         let d = staged.digests;
         let part = PartRecord {
@@ -158,9 +147,8 @@ impl ObjectStore {
         };
         match self.commit_content(staged, command).await {
             Ok(Response::PartPut) => Ok(part),
-            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
-            Err(CommitError::Meta(e)) => Err(meta_error(e, bucket)),
-            Err(CommitError::Write(e)) => Err(write_error(e)),
+            Ok(other) => Err(unexpected(other).into()),
+            Err(e) => Err(e.in_bucket(bucket).into()),
         }
     }
 
@@ -175,7 +163,7 @@ impl ObjectStore {
         number: u32,
         source: ObjectRecord,
         range: Option<(u64, u64)>,
-    ) -> Result<PartRecord, S3Error> {
+    ) -> Result<PartRecord, StoreError> {
         Self::check_part_number(number)?;
         self.check_upload(bucket, key, upload_id).await?;
         let whole = range.is_none_or(|(first, last)| first == 0 && last + 1 == source.size_bytes);
@@ -197,9 +185,9 @@ impl ObjectStore {
             };
             return match self.execute(cmd).await {
                 Ok(Response::PartPut) => Ok(part),
-                Ok(Response::ContentGone) => Err(S3Error::no_such_key("copy source")),
-                Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
-                Err(e) => Err(meta_error(e, bucket)),
+                Ok(Response::ContentGone) => Err(StoreError::NoSuchKey("copy source".into())),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(StoreError::meta(e, bucket)),
             };
         }
         let (first, last) = range.unwrap_or((0, source.size_bytes.saturating_sub(1)));
@@ -215,20 +203,22 @@ impl ObjectStore {
         let body = self
             .read_content(source.sha1, expect, range)
             .await
-            .map_err(S3Error::internal)?;
+            .map_err(StoreError::Read)?;
         let target = PartTarget {
             bucket,
             key,
             upload_id,
             number,
         };
+        // The body is stored content: its failure is the store's own.
         self.put_part(target, Some(len), None, read_body_stream(body))
             .await
+            .map_err(StoreError::from)
     }
 
-    pub async fn parts(&self, upload_id: &str) -> Result<BTreeMap<u32, PartRecord>, S3Error> {
+    pub async fn parts(&self, upload_id: &str) -> Result<BTreeMap<u32, PartRecord>, StoreError> {
         let id = upload_id.to_string();
-        self.meta_call(move |m| m.parts(&id)).await
+        self.meta_read(move |m| m.parts(&id)).await
     }
 
     /// Concatenates the named parts into one content file and makes it bucket/key.
@@ -238,36 +228,23 @@ impl ObjectStore {
         key: &str,
         upload_id: &str,
         requested: Vec<PartRef>,
-    ) -> Result<ObjectRecord, S3Error> {
+    ) -> Result<ObjectRecord, StoreError> {
         let upload = self.check_upload(bucket, key, upload_id).await?;
         if requested.is_empty() {
-            return Err(S3Error::new(
-                ErrorCode::MalformedXML,
-                "You must specify at least one part",
-            ));
+            return Err(StoreError::NoPartsNamed);
         }
         let stored = self.parts(upload_id).await?;
         let mut chosen: Vec<(u32, PartRecord)> = Vec::with_capacity(requested.len());
         for (i, r) in requested.iter().enumerate() {
             if i > 0 && r.number <= requested[i - 1].number {
-                return Err(S3Error::new(
-                    ErrorCode::InvalidPartOrder,
-                    "The list of parts was not in ascending order. The parts list must be specified in order by part number.",
-                ));
+                return Err(StoreError::PartsOutOfOrder);
             }
-            let invalid = || {
-                S3Error::new(
-                    ErrorCode::InvalidPart,
-                    format!(
-                        "One or more of the specified parts could not be found (part {}). The part might not have been uploaded, or the specified entity tag might not have matched the part's entity tag.",
-                        r.number
-                    ),
-                )
-            };
-            let part = stored.get(&r.number).ok_or_else(invalid)?;
+            let part = stored
+                .get(&r.number)
+                .ok_or(StoreError::InvalidPart(r.number))?;
             let given = r.etag.trim().trim_matches('"');
             if given != hex::encode(part.md5) {
-                return Err(invalid());
+                return Err(StoreError::InvalidPart(r.number));
             }
             chosen.push((r.number, part.clone()));
         }
@@ -278,19 +255,13 @@ impl ObjectStore {
             .find(|(i, (_, p))| *i < last && p.size_bytes < PART_BYTES_MIN)
             .map(|(_, p)| p)
         {
-            return Err(S3Error::new(
-                ErrorCode::EntityTooSmall,
-                format!(
-                    "Your proposed upload is smaller than the minimum allowed object size (part {n})."
-                ),
-            ));
+            return Err(StoreError::PartTooSmall(*n));
         }
         let size_bytes: u64 = chosen.iter().map(|(_, p)| p.size_bytes).sum();
         if size_bytes > self.limits().object_bytes_max {
-            return Err(S3Error::new(
-                ErrorCode::EntityTooLarge,
-                "Your proposed upload exceeds the maximum allowed size",
-            ));
+            return Err(StoreError::EntityTooLarge {
+                max_bytes: self.limits().object_bytes_max,
+            });
         }
         // Stream the parts, verified, into one new upload.
         let mut readers = Vec::with_capacity(chosen.len());
@@ -302,17 +273,21 @@ impl ObjectStore {
             readers.push(
                 self.content_reader(p.sha1, expect)
                     .await
-                    .map_err(S3Error::internal)?,
+                    .map_err(StoreError::Read)?,
             );
         }
         let body = futures_util::stream::iter(readers)
             .then(|reader| reader.open())
             .map(|r| match r {
                 Ok(body) => read_body_stream(body).left_stream(),
-                Err(e) => futures_util::stream::iter([Err(S3Error::internal(e))]).right_stream(),
+                Err(e) => futures_util::stream::iter([Err(StoreError::Read(e))]).right_stream(),
             })
             .flatten();
-        let staged = self.stage(Some(size_bytes), Box::pin(body)).await?;
+        // The body is stored content: its failure is the store's own.
+        let staged = self
+            .stage(Some(size_bytes), Box::pin(body))
+            .await
+            .map_err(StoreError::from)?;
         let mut md5s = md5::Md5::new();
         for (_, p) in &chosen {
             md5s.update(p.md5);
@@ -340,9 +315,8 @@ impl ObjectStore {
         };
         match self.commit_content(staged, command).await {
             Ok(Response::ObjectPut { seq, .. }) => Ok(object.into_record(seq)),
-            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
-            Err(CommitError::Meta(e)) => Err(meta_error(e, bucket)),
-            Err(CommitError::Write(e)) => Err(write_error(e)),
+            Ok(other) => Err(unexpected(other)),
+            Err(e) => Err(e.in_bucket(bucket)),
         }
     }
 
@@ -351,7 +325,7 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
         upload_id: &str,
-    ) -> Result<(), S3Error> {
+    ) -> Result<(), StoreError> {
         self.check_upload(bucket, key, upload_id).await?;
         let cmd = Command::AbortUpload {
             upload_id: upload_id.to_string(),
@@ -359,8 +333,8 @@ impl ObjectStore {
         };
         match self.execute(cmd).await {
             Ok(_) => Ok(()),
-            Err(MetaError::NoSuchUpload) => Err(no_such_upload()),
-            Err(e) => Err(meta_error(e, bucket)),
+            Err(MetaError::NoSuchUpload) => Err(StoreError::NoSuchUpload),
+            Err(e) => Err(StoreError::meta(e, bucket)),
         }
     }
 
@@ -371,10 +345,10 @@ impl ObjectStore {
         prefix: &str,
         after: Option<(String, String)>,
         max: usize,
-    ) -> Result<(Vec<(String, UploadRecord)>, bool), S3Error> {
+    ) -> Result<(Vec<(String, UploadRecord)>, bool), StoreError> {
         self.bucket(bucket).await?;
         let (b, p) = (bucket.to_string(), prefix.to_string());
-        self.meta_call(move |m| m.uploads(&b, &p, after.as_ref(), max))
+        self.meta_read(move |m| m.uploads(&b, &p, after.as_ref(), max))
             .await
     }
 }
@@ -382,11 +356,11 @@ impl ObjectStore {
 /// A read body as a stream of bytes, for feeding it into another upload.
 pub fn read_body_stream(
     body: ReadBody,
-) -> impl Stream<Item = Result<Bytes, S3Error>> + Unpin + Send {
+) -> impl Stream<Item = Result<Bytes, StoreError>> + Unpin + Send {
     match body {
         ReadBody::Buffered(b) => futures_util::stream::iter([Ok(b)]).left_stream(),
         ReadBody::Stream(s) => s
-            .map(|r| r.map_err(|e| S3Error::internal(format!("reading a stored copy: {e}"))))
+            .map(|r| r.map_err(|e| StoreError::Internal(format!("reading a stored copy: {e}"))))
             .right_stream(),
     }
 }

@@ -29,9 +29,8 @@ use placement::read::Expect;
 use placement::{Magic, Sha1};
 
 use crate::meta::{Command, ContentSource, DecOutcome, MetaError, Response as MetaResponse};
-use crate::s3::auth::body_stream;
 use crate::server::AppState;
-use crate::store::{CommitError, ContentReadError, ReadBody, now_ms, write_error};
+use crate::store::{CommitError, ContentReadError, ReadBody, StoreError, UploadError, now_ms};
 
 pub const NATIVE_TOKEN_ENV: &str = "GATEWAY_NATIVE_TOKEN";
 
@@ -54,6 +53,22 @@ impl NativeError {
     fn internal(e: impl std::fmt::Display) -> Self {
         tracing::error!(error = %e, "native API internal error");
         NativeError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+    }
+}
+
+/// The native API's answer to a store failure: a body the store refused is the client's
+/// mistake (400), no writable pair is 503 (to be retried), anything else is internal.
+impl From<StoreError> for NativeError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::EntityTooLarge { .. } | StoreError::IncompleteBody => {
+                NativeError::new(StatusCode::BAD_REQUEST, e.to_string())
+            }
+            StoreError::NoWritablePair => {
+                NativeError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
+            other => NativeError::internal(other),
+        }
     }
 }
 
@@ -177,9 +192,16 @@ async fn upload(
         .and_then(|v| v.parse::<u64>().ok());
     let staged = app
         .store
-        .stage(size_bytes, body_stream(req.into_body()))
+        .stage(size_bytes, req.into_body().into_data_stream())
         .await
-        .map_err(|e| NativeError::new(e.code.status(), e.message.to_string()))?;
+        .map_err(|e| match e {
+            UploadError::Store(e) => NativeError::from(e),
+            // The connection broke or the client stopped sending.
+            UploadError::Body(_) => NativeError::new(
+                StatusCode::BAD_REQUEST,
+                "the request body ended before it was complete",
+            ),
+        })?;
     // The sha1 is checked as the body streams by; a mismatch stores nothing.
     if staged.digests.sha1 != sha1 {
         let got = staged.digests.sha1;
@@ -199,10 +221,7 @@ async fn upload(
         Err(CommitError::Meta(e)) => Err(NativeError::internal(e)),
         // A body held in memory meets the pair choice only now: no writable pair is 503
         // here as it is for a streamed body.
-        Err(CommitError::Write(e)) => {
-            let e = write_error(e);
-            Err(NativeError::new(e.code.status(), e.message.to_string()))
-        }
+        Err(CommitError::Write(e)) => Err(StoreError::from(e).into()),
     }
 }
 
@@ -262,4 +281,27 @@ async fn read(
         HeaderValue::from_static("application/octet-stream"),
     );
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_become_native_statuses() {
+        let status = |e: StoreError| NativeError::from(e).status;
+        assert_eq!(
+            status(StoreError::EntityTooLarge { max_bytes: 1 }),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(status(StoreError::IncompleteBody), StatusCode::BAD_REQUEST);
+        assert_eq!(
+            status(StoreError::NoWritablePair),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            status(StoreError::Meta(MetaError::RefsOverflow)),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
 }

@@ -6,6 +6,11 @@
 //! (the newsletter PDF costs one file however many inboxes get it); if not, the copies
 //! are renamed to their content address before the metadata command commits, so a record
 //! never points at a file that is not there.
+//!
+//! Failures are [`StoreError`]s, in the store's own terms; the front ends (S3, native,
+//! admin) each turn them into their own answers.
+
+mod error;
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -25,7 +30,9 @@ use crate::meta::{
     BucketRecord, Checksum, Command, ContentSource, FileRecord, ListPage, ListQuery, MetaError,
     MetaStore, NewObject, ObjectRecord, Response, WritePrecondition,
 };
-use crate::s3::error::{ErrorCode, S3Error};
+use crate::s3::error::S3Error;
+
+pub use error::{StoreError, UploadError};
 
 /// Free and total bytes assumed for a disk that cannot report them (a WebDAV node).
 pub const UNKNOWN_DISK_BYTES: u64 = 1 << 40;
@@ -258,42 +265,35 @@ impl ChunkList {
     }
 }
 
-fn incomplete_body() -> S3Error {
-    S3Error::new(
-        ErrorCode::IncompleteBody,
-        "You did not provide the number of bytes specified by the Content-Length",
-    )
-}
-
 /// Receives a body of exactly `size` bytes into memory, hashing it as it arrives.
-async fn stage_in_memory<S>(
+async fn stage_in_memory<S, E>(
     size: u64,
     mut body: S,
     permit: OwnedSemaphorePermit,
-) -> Result<Staged, S3Error>
+) -> Result<Staged, UploadError<E>>
 where
-    S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
 {
     let mut hasher = (size > INLINE_HASH_BYTES_MAX).then(ParallelHasher::new);
     let mut chunks = ChunkList::default();
     let mut received: u64 = 0;
     while let Some(chunk) = body.next().await {
-        let chunk = chunk?;
+        let chunk = chunk.map_err(UploadError::Body)?;
         received += chunk.len() as u64;
         if received > size {
-            return Err(incomplete_body());
+            return Err(StoreError::IncompleteBody.into());
         }
         if let Some(h) = &mut hasher {
-            h.update(chunk.clone()).await.map_err(S3Error::internal)?;
+            h.update(chunk.clone()).await.map_err(hasher_gone)?;
         }
         chunks.push(chunk);
     }
     if received != size {
-        return Err(incomplete_body());
+        return Err(StoreError::IncompleteBody.into());
     }
     let chunks = chunks.into_chunks();
     let digests = match hasher {
-        Some(h) => h.finish().await.map_err(S3Error::internal)?,
+        Some(h) => h.finish().await.map_err(hasher_gone)?,
         None => {
             let mut h = ContentHasher::new();
             chunks.iter().for_each(|c| h.update(c));
@@ -309,6 +309,10 @@ where
     })
 }
 
+fn hasher_gone(e: placement::digest::HasherGone) -> StoreError {
+    StoreError::Internal(format!("hashing a body: {e}"))
+}
+
 /// Why stored content could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ContentReadError {
@@ -322,13 +326,6 @@ pub enum ContentReadError {
     Meta(#[from] MetaError),
 }
 
-pub fn precondition_failed() -> S3Error {
-    S3Error::new(
-        ErrorCode::PreconditionFailed,
-        "At least one of the pre-conditions you specified did not hold",
-    )
-}
-
 /// Why staged content could not be committed.
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
@@ -336,6 +333,16 @@ pub enum CommitError {
     Meta(#[from] MetaError),
     #[error(transparent)]
     Write(#[from] WriteError),
+}
+
+impl CommitError {
+    /// The failure of a commit into `bucket`, as the store reports it.
+    pub fn in_bucket(self, bucket: &str) -> StoreError {
+        match self {
+            CommitError::Meta(e) => StoreError::meta(e, bucket),
+            CommitError::Write(e) => e.into(),
+        }
+    }
 }
 
 pub struct ObjectStore {
@@ -358,31 +365,9 @@ fn now_secs() -> u64 {
     now_ms() / 1000
 }
 
-pub(crate) fn meta_error(e: MetaError, bucket: &str) -> S3Error {
-    match e {
-        MetaError::NoSuchBucket => S3Error::no_such_bucket(bucket),
-        MetaError::BucketExists => S3Error::new(
-            ErrorCode::BucketAlreadyOwnedByYou,
-            "Your previous request to create the named bucket succeeded and you already own it.",
-        )
-        .with_resource(bucket),
-        MetaError::BucketNotEmpty => S3Error::new(
-            ErrorCode::BucketNotEmpty,
-            "The bucket you tried to delete is not empty",
-        )
-        .with_resource(bucket),
-        other => S3Error::internal(other),
-    }
-}
-
-pub(crate) fn write_error(e: WriteError) -> S3Error {
-    match e {
-        WriteError::NoSpace { .. } => S3Error::new(
-            ErrorCode::ServiceUnavailable,
-            "No disk pair has room for this object",
-        ),
-        other => S3Error::internal(other),
-    }
+/// A command answered with a response of another command: a bug, reported as the store's.
+pub(crate) fn unexpected(response: Response) -> StoreError {
+    StoreError::Internal(format!("unexpected {response:?}"))
 }
 
 impl ObjectStore {
@@ -432,59 +417,70 @@ impl ObjectStore {
         self.meta(move |m| m.execute(&cmd)).await
     }
 
-    pub async fn create_bucket(&self, bucket: &str) -> Result<(), S3Error> {
+    /// A metadata read on the blocking pool, for the store's own calls: its failure is
+    /// the store's ([`StoreError::Meta`]) unless the caller maps it with a bucket.
+    pub(crate) async fn meta_read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.meta(f).await.map_err(StoreError::Meta)
+    }
+
+    /// Runs a command on `bucket` whose only answer is success.
+    async fn execute_in(&self, bucket: &str, cmd: Command) -> Result<(), StoreError> {
+        self.execute(cmd)
+            .await
+            .map(drop)
+            .map_err(|e| StoreError::meta(e, bucket))
+    }
+
+    pub async fn create_bucket(&self, bucket: &str) -> Result<(), StoreError> {
         let cmd = Command::CreateBucket {
             bucket: bucket.to_string(),
             created_ms: now_ms(),
         };
-        self.execute(cmd)
-            .await
-            .map(drop)
-            .map_err(|e| meta_error(e, bucket))
+        self.execute_in(bucket, cmd).await
     }
 
-    pub async fn delete_bucket(&self, bucket: &str) -> Result<(), S3Error> {
+    pub async fn delete_bucket(&self, bucket: &str) -> Result<(), StoreError> {
         let cmd = Command::DeleteBucket {
             bucket: bucket.to_string(),
         };
-        self.execute(cmd)
-            .await
-            .map(drop)
-            .map_err(|e| meta_error(e, bucket))
+        self.execute_in(bucket, cmd).await
     }
 
-    pub async fn bucket(&self, bucket: &str) -> Result<BucketRecord, S3Error> {
+    pub async fn bucket(&self, bucket: &str) -> Result<BucketRecord, StoreError> {
         let name = bucket.to_string();
         self.meta(move |m| m.bucket(&name))
             .await
-            .map_err(|e| meta_error(e, bucket))?
-            .ok_or_else(|| S3Error::no_such_bucket(bucket))
+            .map_err(|e| StoreError::meta(e, bucket))?
+            .ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))
     }
 
-    pub async fn buckets(&self) -> Result<Vec<(String, BucketRecord)>, S3Error> {
-        self.meta(|m| m.buckets()).await.map_err(S3Error::internal)
+    pub async fn buckets(&self) -> Result<Vec<(String, BucketRecord)>, StoreError> {
+        self.meta_read(|m| m.buckets()).await
     }
 
-    pub async fn list(&self, bucket: &str, query: ListQuery) -> Result<ListPage, S3Error> {
+    pub async fn list(&self, bucket: &str, query: ListQuery) -> Result<ListPage, StoreError> {
         self.bucket(bucket).await?;
         let name = bucket.to_string();
         self.meta(move |m| m.list_objects(&name, &query))
             .await
-            .map_err(|e| meta_error(e, bucket))
+            .map_err(|e| StoreError::meta(e, bucket))
     }
 
     /// The object's record, or NoSuchBucket / NoSuchKey.
-    pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectRecord, S3Error> {
+    pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectRecord, StoreError> {
         let (b, k) = (bucket.to_string(), key.to_string());
         let found = self
             .meta(move |m| m.object(&b, &k))
             .await
-            .map_err(|e| meta_error(e, bucket))?;
+            .map_err(|e| StoreError::meta(e, bucket))?;
         match found {
             Some(record) => Ok(record),
             None => {
                 self.bucket(bucket).await?;
-                Err(S3Error::no_such_key(key))
+                Err(StoreError::NoSuchKey(key.to_string()))
             }
         }
     }
@@ -497,27 +493,24 @@ impl ObjectStore {
         &self.meta
     }
 
-    pub fn check_key(&self, key: &str) -> Result<(), S3Error> {
+    pub fn check_key(&self, key: &str) -> Result<(), StoreError> {
         if key.is_empty() {
-            return Err(S3Error::new(
-                ErrorCode::InvalidArgument,
-                "Object key must not be empty",
-            ));
+            return Err(StoreError::EmptyKey);
         }
         if key.len() > self.limits.key_bytes_max {
-            return Err(S3Error::new(
-                ErrorCode::KeyTooLongError,
-                "Your key is too long",
-            ));
+            return Err(StoreError::KeyTooLong {
+                max_bytes: self.limits.key_bytes_max,
+            });
         }
         Ok(())
     }
 
     /// Stores a body under bucket/key. `body` yields the decoded bytes; an error item
-    /// aborts the upload and nothing is stored.
-    pub async fn put<S>(&self, req: PutRequest, body: S) -> Result<ObjectRecord, S3Error>
+    /// aborts the upload, nothing is stored, and the item's error is returned as
+    /// [`UploadError::Body`].
+    pub async fn put<S, E>(&self, req: PutRequest, body: S) -> Result<ObjectRecord, UploadError<E>>
     where
-        S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
     {
         self.check_key(&req.key)?;
         self.check_attrs(&req.attrs)?;
@@ -533,10 +526,7 @@ impl ObjectStore {
             && md5 != staged.digests.md5
         {
             staged.discard().await;
-            return Err(S3Error::new(
-                ErrorCode::BadDigest,
-                "The Content-MD5 you specified did not match what we received.",
-            ));
+            return Err(StoreError::Md5Mismatch.into());
         }
         let d = staged.digests;
         let mut object = NewObject::new(d.sha1, Magic::random(), d.size_bytes, d.crc32, d.md5);
@@ -557,19 +547,17 @@ impl ObjectStore {
         };
         match self.commit_content(staged, command).await {
             Ok(Response::ObjectPut { seq, .. }) => Ok(object.into_record(seq)),
-            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
-            Err(CommitError::Meta(e)) => Err(meta_error(e, &bucket)),
-            Err(CommitError::Write(e)) => Err(write_error(e)),
+            Ok(other) => Err(unexpected(other).into()),
+            Err(e) => Err(e.in_bucket(&bucket).into()),
         }
     }
 
-    pub fn check_attrs(&self, attrs: &ObjectAttrs) -> Result<(), S3Error> {
+    pub fn check_attrs(&self, attrs: &ObjectAttrs) -> Result<(), StoreError> {
         let meta_bytes: usize = attrs.user_meta.iter().map(|(k, v)| k.len() + v.len()).sum();
         if meta_bytes > self.limits.user_meta_bytes_max {
-            return Err(S3Error::new(
-                ErrorCode::MetadataTooLarge,
-                "Your metadata headers exceed the maximum allowed metadata size",
-            ));
+            return Err(StoreError::MetadataTooLarge {
+                max_bytes: self.limits.user_meta_bytes_max,
+            });
         }
         Ok(())
     }
@@ -579,22 +567,24 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
         pre: &WritePrecondition,
-    ) -> Result<(), S3Error> {
+    ) -> Result<(), StoreError> {
         let (b, k) = (bucket.to_string(), key.to_string());
         let current = self
             .meta(move |m| m.object(&b, &k))
             .await
-            .map_err(|e| meta_error(e, bucket))?;
+            .map_err(|e| StoreError::meta(e, bucket))?;
         let ok = match (pre, &current) {
             (WritePrecondition::NoneMatchAny, None) => true,
             (WritePrecondition::NoneMatchAny, Some(_)) => false,
             (WritePrecondition::Match(etag), Some(o)) => o.etag() == *etag,
-            (WritePrecondition::Match(_), None) => return Err(S3Error::no_such_key(key)),
+            (WritePrecondition::Match(_), None) => {
+                return Err(StoreError::NoSuchKey(key.to_string()));
+            }
         };
         if ok {
             Ok(())
         } else {
-            Err(precondition_failed())
+            Err(StoreError::PreconditionFailed)
         }
     }
 
@@ -606,7 +596,7 @@ impl ObjectStore {
         from: (&str, &str),
         to: (&str, &str),
         attrs: Option<ObjectAttrs>,
-    ) -> Result<ObjectRecord, S3Error> {
+    ) -> Result<ObjectRecord, StoreError> {
         self.check_key(to.1)?;
         let mut object = source.clone();
         object.magic = Magic::random();
@@ -626,14 +616,18 @@ impl ObjectStore {
         };
         match self.execute(cmd).await {
             Ok(Response::ObjectPut { seq, .. }) => Ok(object.into_record(seq)),
-            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
-            Err(MetaError::NoSuchKey) => Err(S3Error::no_such_key(from.1)),
-            Err(e) => Err(meta_error(e, to.0)),
+            Ok(other) => Err(unexpected(other)),
+            Err(MetaError::NoSuchKey) => Err(StoreError::NoSuchKey(from.1.to_string())),
+            Err(e) => Err(StoreError::meta(e, to.0)),
         }
     }
 
     /// Deletes up to 1000 keys in one transaction; returns whether each existed.
-    pub async fn delete_many(&self, bucket: &str, keys: Vec<String>) -> Result<Vec<bool>, S3Error> {
+    pub async fn delete_many(
+        &self,
+        bucket: &str,
+        keys: Vec<String>,
+    ) -> Result<Vec<bool>, StoreError> {
         let cmd = Command::DeleteObjects {
             bucket: bucket.to_string(),
             keys,
@@ -641,8 +635,8 @@ impl ObjectStore {
         };
         match self.execute(cmd).await {
             Ok(Response::ObjectsDeleted(existed)) => Ok(existed),
-            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
-            Err(e) => Err(meta_error(e, bucket)),
+            Ok(other) => Err(unexpected(other)),
+            Err(e) => Err(StoreError::meta(e, bucket)),
         }
     }
 
@@ -650,20 +644,21 @@ impl ObjectStore {
     /// [`MEMORY_STAGE_BODY_BYTES_MAX`] is held in memory until its hash is known, while the
     /// memory budget has room for it, so that a duplicate costs no disk write at all; any
     /// other streams to temp files on both disks of a chosen pair. Either way it is hashed
-    /// as it arrives. An error item in `body`, or a length that differs from `size_bytes`,
-    /// aborts and leaves nothing behind.
-    pub async fn stage<S>(&self, size_bytes: Option<u64>, mut body: S) -> Result<Staged, S3Error>
+    /// as it arrives. An error item in `body` (returned as [`UploadError::Body`]), or a
+    /// length that differs from `size_bytes`, aborts and leaves nothing behind.
+    pub async fn stage<S, E>(
+        &self,
+        size_bytes: Option<u64>,
+        mut body: S,
+    ) -> Result<Staged, UploadError<E>>
     where
-        S: Stream<Item = Result<Bytes, S3Error>> + Unpin,
+        S: Stream<Item = Result<Bytes, E>> + Unpin,
     {
-        let too_large = || {
-            S3Error::new(
-                ErrorCode::EntityTooLarge,
-                "Your proposed upload exceeds the maximum allowed size",
-            )
+        let too_large = || StoreError::EntityTooLarge {
+            max_bytes: self.limits.object_bytes_max,
         };
         if size_bytes.is_some_and(|s| s > self.limits.object_bytes_max) {
-            return Err(too_large());
+            return Err(too_large().into());
         }
         if let Some(size) = size_bytes.filter(|s| *s <= MEMORY_STAGE_BODY_BYTES_MAX) {
             let permit = u32::try_from(size)
@@ -679,29 +674,28 @@ impl ObjectStore {
         let mut upload =
             write::begin_upload(&self.pairs, size_bytes.unwrap_or(0), self.choice_root)
                 .await
-                .map_err(write_error)?;
+                .map_err(StoreError::from)?;
         let mut received: u64 = 0;
         while let Some(chunk) = body.next().await {
-            let chunk = chunk?;
+            let chunk = chunk.map_err(UploadError::Body)?;
             received += chunk.len() as u64;
             if received > self.limits.object_bytes_max {
-                return Err(too_large());
+                return Err(too_large().into());
             }
-            upload.write(chunk).await.map_err(write_error)?;
+            upload.write(chunk).await.map_err(StoreError::from)?;
         }
         if size_bytes.is_some_and(|s| s != received) {
-            return Err(incomplete_body());
+            return Err(StoreError::IncompleteBody.into());
         }
-        let staged = upload.finish().await.map_err(write_error)?;
+        let staged = upload.finish().await.map_err(StoreError::from)?;
         Ok(Staged::from(staged))
     }
 
     /// Checks that some pair takes a body of `size_bytes` now: an empty temp file is
     /// created on both disks of a chosen pair (trying others, as an upload does) and removed.
-    async fn probe(&self, size_bytes: u64) -> Result<(), S3Error> {
-        let upload = write::begin_upload_unhashed(&self.pairs, size_bytes, self.choice_root)
-            .await
-            .map_err(write_error)?;
+    async fn probe(&self, size_bytes: u64) -> Result<(), StoreError> {
+        let upload =
+            write::begin_upload_unhashed(&self.pairs, size_bytes, self.choice_root).await?;
         upload.abandon().await;
         Ok(())
     }
@@ -762,15 +756,12 @@ impl ObjectStore {
         key: &str,
         record: ObjectRecord,
         range: Option<RangeSpec>,
-    ) -> Result<ObjectRead, S3Error> {
+    ) -> Result<ObjectRead, StoreError> {
         let range = match range {
-            Some(spec) => Some(spec.resolve(record.size_bytes).ok_or_else(|| {
-                S3Error::new(
-                    ErrorCode::InvalidRange,
-                    "The requested range is not satisfiable",
-                )
-                .with_resource(key)
-            })?),
+            Some(spec) => Some(
+                spec.resolve(record.size_bytes)
+                    .ok_or_else(|| StoreError::InvalidRange(key.to_string()))?,
+            ),
             None => None,
         };
         let expect = Expect {
@@ -781,8 +772,8 @@ impl ObjectStore {
             .read_content(record.sha1, expect, range)
             .await
             .map_err(|e| match e {
-                ContentReadError::Meta(e) => S3Error::internal(e),
-                other => S3Error::internal(format!("object {bucket}/{key}: {other}")),
+                ContentReadError::Meta(e) => StoreError::Meta(e),
+                other => StoreError::Internal(format!("object {bucket}/{key}: {other}")),
             })?;
         Ok(ObjectRead {
             record,
@@ -840,13 +831,13 @@ impl ObjectStore {
 
     /// Runs a pair command (`AddPair`, `SetPairFlags`) and brings the in-memory PairDB
     /// up to date with its result.
-    pub async fn change_pair(&self, cmd: Command) -> Result<(PairId, PairRecord), S3Error> {
+    pub async fn change_pair(&self, cmd: Command) -> Result<(PairId, PairRecord), StoreError> {
         match self.execute(cmd).await {
             Ok(Response::Pair(id, record)) => {
                 let known = self.pairs.get(id).map(|e| e.record);
                 self.pairs
                     .upsert(id, record.clone())
-                    .map_err(S3Error::internal)?;
+                    .map_err(|e| StoreError::Internal(e.to_string()))?;
                 match known {
                     Some(old) => self.pairs.set_space(id, old.free_bytes, old.capacity_bytes),
                     None => self.refresh_pair_space(id).await,
@@ -854,9 +845,9 @@ impl ObjectStore {
                 let current = self.pairs.get(id).map_or(record, |e| e.record);
                 Ok((id, current))
             }
-            Ok(other) => Err(S3Error::internal(format!("unexpected {other:?}"))),
-            Err(MetaError::NoPair) => Err(S3Error::new(ErrorCode::InvalidArgument, "no such pair")),
-            Err(e) => Err(S3Error::internal(e)),
+            Ok(other) => Err(unexpected(other)),
+            Err(MetaError::NoPair) => Err(StoreError::NoSuchPair),
+            Err(e) => Err(StoreError::Meta(e)),
         }
     }
 
@@ -985,21 +976,20 @@ impl ObjectStore {
         }))
     }
 
-    pub async fn delete(&self, bucket: &str, key: &str) -> Result<(), S3Error> {
+    pub async fn delete(&self, bucket: &str, key: &str) -> Result<(), StoreError> {
         let cmd = Command::DeleteObject {
             bucket: bucket.to_string(),
             key: key.to_string(),
             now_secs: now_secs(),
         };
-        self.execute(cmd)
-            .await
-            .map(drop)
-            .map_err(|e| meta_error(e, bucket))
+        self.execute_in(bucket, cmd).await
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::convert::Infallible;
+
     use super::*;
 
     #[test]
@@ -1138,11 +1128,18 @@ mod tests {
     #[tokio::test]
     async fn a_small_body_shorter_or_longer_than_announced_is_refused() {
         let (_dir, store) = store_with_two_pairs();
-        let body = || futures_util::stream::iter([Ok(Bytes::from_static(b"12345"))]);
+        let body =
+            || futures_util::stream::iter([Ok::<_, Infallible>(Bytes::from_static(b"12345"))]);
         let short = store.stage(Some(6), body()).await.err().unwrap();
-        assert_eq!(short.code, ErrorCode::IncompleteBody);
+        assert!(matches!(
+            short,
+            UploadError::Store(StoreError::IncompleteBody)
+        ));
         let long = store.stage(Some(4), body()).await.err().unwrap();
-        assert_eq!(long.code, ErrorCode::IncompleteBody);
+        assert!(matches!(
+            long,
+            UploadError::Store(StoreError::IncompleteBody)
+        ));
     }
 
     /// Files under the disks' temp folders.
@@ -1195,7 +1192,7 @@ mod tests {
                 if rest.is_empty() {
                     break;
                 }
-                out.push(Ok(rest.split_to((*n).min(rest.len()))));
+                out.push(Ok::<_, Infallible>(rest.split_to((*n).min(rest.len()))));
             }
             futures_util::stream::iter(out)
         };
@@ -1240,7 +1237,9 @@ mod tests {
             memory_stage_bytes: 300_000,
             ..Limits::default()
         });
-        let body = |b: u8| futures_util::stream::iter([Ok(Bytes::from(vec![b; 200_000]))]);
+        let body = |b: u8| {
+            futures_util::stream::iter([Ok::<_, Infallible>(Bytes::from(vec![b; 200_000]))])
+        };
         let temps = || temp_files(dir.path());
         let in_memory = store.stage(Some(200_000), body(1)).await.unwrap();
         assert_eq!(temps(), 0);
@@ -1270,7 +1269,7 @@ mod tests {
         let staged = store0
             .stage(
                 Some(5),
-                futures_util::stream::iter([Ok(Bytes::from_static(b"12345"))]),
+                futures_util::stream::iter([Ok::<_, Infallible>(Bytes::from_static(b"12345"))]),
             )
             .await
             .unwrap();

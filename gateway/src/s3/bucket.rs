@@ -272,11 +272,10 @@ pub async fn delete_objects(
         }
     }
     for key in &invalid {
-        let e = app
-            .store
-            .check_key(key)
-            .err()
-            .unwrap_or_else(|| S3Error::internal("key check"));
+        let e = match app.store.check_key(key) {
+            Err(e) => S3Error::from(e),
+            Ok(()) => S3Error::internal("key check"),
+        };
         w.open("Error");
         w.leaf("Key", key);
         w.leaf("Code", e.code.as_str());

@@ -18,6 +18,7 @@ use super::request::Target;
 use super::xml::XmlWriter;
 use crate::meta::{Command, CorsRule};
 use crate::server::AppState;
+use crate::store::StoreError;
 
 const CORS_BODY_BYTES_MAX: usize = 64 * 1024;
 const CORS_RULES_MAX: usize = 100;
@@ -296,7 +297,7 @@ impl crate::store::ObjectStore {
         &self,
         bucket: &str,
         rules: Option<Vec<CorsRule>>,
-    ) -> Result<(), S3Error> {
+    ) -> Result<(), StoreError> {
         let cmd = Command::SetBucketCors {
             bucket: bucket.to_string(),
             rules,
@@ -304,7 +305,7 @@ impl crate::store::ObjectStore {
         self.execute(cmd)
             .await
             .map(drop)
-            .map_err(|e| crate::store::meta_error(e, bucket))
+            .map_err(|e| StoreError::meta(e, bucket))
     }
 }
 

@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 
 use super::xml::XmlWriter;
+use crate::store::{StoreError, UploadError};
 
 /// The S3 error codes this gateway answers with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,6 +192,13 @@ impl S3Error {
         S3Error::new(ErrorCode::NoSuchKey, "The specified key does not exist.").with_resource(key)
     }
 
+    pub fn precondition_failed() -> Self {
+        S3Error::new(
+            ErrorCode::PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold",
+        )
+    }
+
     pub fn not_implemented(what: &str) -> Self {
         S3Error::new(
             ErrorCode::NotImplemented,
@@ -226,5 +234,191 @@ impl IntoResponse for S3Error {
             h.insert("x-amz-request-id", v);
         }
         resp
+    }
+}
+
+/// The one place where the store's errors become S3's codes, statuses and messages.
+impl From<StoreError> for S3Error {
+    fn from(e: StoreError) -> Self {
+        use ErrorCode as C;
+        match e {
+            StoreError::NoSuchBucket(bucket) => S3Error::no_such_bucket(&bucket),
+            StoreError::BucketExists(bucket) => S3Error::new(
+                C::BucketAlreadyOwnedByYou,
+                "Your previous request to create the named bucket succeeded and you already own it.",
+            )
+            .with_resource(bucket),
+            StoreError::BucketNotEmpty(bucket) => S3Error::new(
+                C::BucketNotEmpty,
+                "The bucket you tried to delete is not empty",
+            )
+            .with_resource(bucket),
+            StoreError::NoSuchKey(key) => S3Error::no_such_key(&key),
+            StoreError::NoSuchUpload => S3Error::new(
+                C::NoSuchUpload,
+                "The specified multipart upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+            ),
+            StoreError::NoSuchPair => S3Error::new(C::InvalidArgument, "no such pair"),
+            StoreError::PreconditionFailed => S3Error::precondition_failed(),
+            StoreError::EmptyKey => {
+                S3Error::new(C::InvalidArgument, "Object key must not be empty")
+            }
+            StoreError::KeyTooLong { .. } => S3Error::new(C::KeyTooLongError, "Your key is too long"),
+            StoreError::MetadataTooLarge { .. } => S3Error::new(
+                C::MetadataTooLarge,
+                "Your metadata headers exceed the maximum allowed metadata size",
+            ),
+            StoreError::EntityTooLarge { .. } => S3Error::new(
+                C::EntityTooLarge,
+                "Your proposed upload exceeds the maximum allowed size",
+            ),
+            StoreError::IncompleteBody => S3Error::new(
+                C::IncompleteBody,
+                "You did not provide the number of bytes specified by the Content-Length",
+            ),
+            StoreError::Md5Mismatch => S3Error::new(
+                C::BadDigest,
+                "The Content-MD5 you specified did not match what we received.",
+            ),
+            StoreError::InvalidRange(key) => S3Error::new(
+                C::InvalidRange,
+                "The requested range is not satisfiable",
+            )
+            .with_resource(key),
+            StoreError::PartNumberOutOfRange(_) => S3Error::new(
+                C::InvalidArgument,
+                "Part number must be an integer between 1 and 10000, inclusive",
+            ),
+            StoreError::NoPartsNamed => {
+                S3Error::new(C::MalformedXML, "You must specify at least one part")
+            }
+            StoreError::PartsOutOfOrder => S3Error::new(
+                C::InvalidPartOrder,
+                "The list of parts was not in ascending order. The parts list must be specified in order by part number.",
+            ),
+            StoreError::InvalidPart(number) => S3Error::new(
+                C::InvalidPart,
+                format!(
+                    "One or more of the specified parts could not be found (part {number}). The part might not have been uploaded, or the specified entity tag might not have matched the part's entity tag."
+                ),
+            ),
+            StoreError::PartTooSmall(number) => S3Error::new(
+                C::EntityTooSmall,
+                format!(
+                    "Your proposed upload is smaller than the minimum allowed object size (part {number})."
+                ),
+            ),
+            StoreError::NoWritablePair => S3Error::new(
+                C::ServiceUnavailable,
+                "No disk pair has room for this object",
+            ),
+            e @ (StoreError::Meta(_)
+            | StoreError::Write(_)
+            | StoreError::Read(_)
+            | StoreError::Internal(_)) => S3Error::internal(e),
+        }
+    }
+}
+
+/// A call that read a request body: the body's own S3 error as it was, or the store's.
+impl From<UploadError<S3Error>> for S3Error {
+    fn from(e: UploadError<S3Error>) -> Self {
+        match e {
+            UploadError::Store(e) => e.into(),
+            UploadError::Body(e) => e,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The S3 answers of store errors are what clients (and their retry logic) key on.
+    #[test]
+    fn store_errors_become_the_s3_errors_clients_expect() {
+        let cases: Vec<(StoreError, ErrorCode, u16, &str, Option<&str>)> = vec![
+            (
+                StoreError::NoSuchBucket("b".into()),
+                ErrorCode::NoSuchBucket,
+                404,
+                "The specified bucket does not exist",
+                Some("b"),
+            ),
+            (
+                StoreError::BucketExists("b".into()),
+                ErrorCode::BucketAlreadyOwnedByYou,
+                409,
+                "Your previous request to create the named bucket succeeded and you already own it.",
+                Some("b"),
+            ),
+            (
+                StoreError::NoSuchKey("k".into()),
+                ErrorCode::NoSuchKey,
+                404,
+                "The specified key does not exist.",
+                Some("k"),
+            ),
+            (
+                StoreError::KeyTooLong { max_bytes: 1024 },
+                ErrorCode::KeyTooLongError,
+                400,
+                "Your key is too long",
+                None,
+            ),
+            (
+                StoreError::IncompleteBody,
+                ErrorCode::IncompleteBody,
+                400,
+                "You did not provide the number of bytes specified by the Content-Length",
+                None,
+            ),
+            (
+                StoreError::InvalidRange("k".into()),
+                ErrorCode::InvalidRange,
+                416,
+                "The requested range is not satisfiable",
+                Some("k"),
+            ),
+            (
+                StoreError::PartTooSmall(3),
+                ErrorCode::EntityTooSmall,
+                400,
+                "Your proposed upload is smaller than the minimum allowed object size (part 3).",
+                None,
+            ),
+            (
+                StoreError::NoWritablePair,
+                ErrorCode::ServiceUnavailable,
+                503,
+                "No disk pair has room for this object",
+                None,
+            ),
+            (
+                StoreError::Meta(crate::meta::MetaError::Storage("disk gone".into())),
+                ErrorCode::InternalError,
+                500,
+                "We encountered an internal error. Please try again.",
+                None,
+            ),
+        ];
+        for (store, code, status, message, resource) in cases {
+            let what = format!("{store:?}");
+            let e = S3Error::from(store);
+            assert_eq!(e.code, code, "{what}");
+            assert_eq!(e.code.status().as_u16(), status, "{what}");
+            assert_eq!(e.message, message, "{what}");
+            assert_eq!(e.resource.as_deref(), resource, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_body_error_comes_back_as_it_was() {
+        let body = S3Error::new(ErrorCode::SignatureDoesNotMatch, "chunk signature");
+        let e = S3Error::from(UploadError::Body(body));
+        assert_eq!(e.code, ErrorCode::SignatureDoesNotMatch);
+        assert_eq!(e.message, "chunk signature");
+        let e = S3Error::from(UploadError::<S3Error>::Store(StoreError::Md5Mismatch));
+        assert_eq!(e.code, ErrorCode::BadDigest);
     }
 }

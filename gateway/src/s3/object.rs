@@ -14,9 +14,7 @@ use super::xml::XmlWriter;
 use super::{http_date, iso8601};
 use crate::meta::{ObjectRecord, WritePrecondition};
 use crate::server::AppState;
-use crate::store::{
-    ChecksumSlot, ObjectAttrs, PutRequest, RangeSpec, ReadBody, precondition_failed,
-};
+use crate::store::{ChecksumSlot, ObjectAttrs, PutRequest, RangeSpec, ReadBody};
 
 const META_PREFIX: &str = "x-amz-meta-";
 /// Standard headers S3 stores with an object and returns on GET/HEAD.
@@ -218,7 +216,7 @@ pub fn copy_source(headers: &HeaderMap) -> Result<(String, String), S3Error> {
 pub fn check_copy_conditions(headers: &HeaderMap, source: &ObjectRecord) -> Result<(), S3Error> {
     match conditions(headers, "x-amz-copy-source-", source)? {
         None => Ok(()),
-        Some(_) => Err(precondition_failed()),
+        Some(_) => Err(S3Error::precondition_failed()),
     }
 }
 
@@ -372,13 +370,13 @@ fn conditions(
             .map(|d| d.as_secs()))
     };
     match header("if-match")? {
-        Some(m) if !etag_matches(m, &etag) => return Err(precondition_failed()),
+        Some(m) if !etag_matches(m, &etag) => return Err(S3Error::precondition_failed()),
         Some(_) => {}
         None => {
             if let Some(t) = date("if-unmodified-since")?
                 && modified_secs > t
             {
-                return Err(precondition_failed());
+                return Err(S3Error::precondition_failed());
             }
         }
     }

@@ -56,7 +56,7 @@ pub async fn bucket_setting(
     // The bucket must exist for any of these answers.
     Some(match app.store.bucket(bucket).await {
         Ok(_) => answer,
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     })
 }
 
@@ -80,7 +80,13 @@ pub async fn object_setting(
         }
         _ => return None,
     };
-    Some(app.store.head(bucket, key).await.map(|_| answer))
+    Some(
+        app.store
+            .head(bucket, key)
+            .await
+            .map(|_| answer)
+            .map_err(S3Error::from),
+    )
 }
 
 /// The only access policy there is: the one owner has full control.

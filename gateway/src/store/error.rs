@@ -1,0 +1,119 @@
+//! What can go wrong in the object store, in the store's own terms.
+//!
+//! The store speaks no wire format: the S3 layer turns a [`StoreError`] into S3's XML error
+//! (`impl From<StoreError> for S3Error` in `s3/error.rs`, the one place that knows the
+//! codes), the native and admin APIs into their JSON answers. Variants that a client caused
+//! name what was wrong with the request; the others (`Meta`, `Write`, `Read`, `Internal`)
+//! carry the failure for the log, and every front end answers them as its internal error.
+
+use placement::write::WriteError;
+
+use super::ContentReadError;
+use crate::meta::MetaError;
+use crate::multipart::{PART_BYTES_MIN, PART_NUMBER_MAX};
+
+/// Why an object store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("no such bucket {0}")]
+    NoSuchBucket(String),
+    #[error("bucket {0} already exists")]
+    BucketExists(String),
+    #[error("bucket {0} is not empty")]
+    BucketNotEmpty(String),
+    /// The key (or, for a copy, the source) that is not there.
+    #[error("no such key {0}")]
+    NoSuchKey(String),
+    #[error("no such multipart upload")]
+    NoSuchUpload,
+    /// No disk pair with this id (or no id left for a new one).
+    #[error("no such pair")]
+    NoSuchPair,
+    /// A conditional write's condition did not hold.
+    #[error("precondition failed")]
+    PreconditionFailed,
+    #[error("object key is empty")]
+    EmptyKey,
+    #[error("object key is longer than {max_bytes} bytes")]
+    KeyTooLong { max_bytes: usize },
+    #[error("user metadata is larger than {max_bytes} bytes")]
+    MetadataTooLarge { max_bytes: usize },
+    #[error("object is larger than {max_bytes} bytes")]
+    EntityTooLarge { max_bytes: u64 },
+    /// The body was shorter or longer than the size the client announced.
+    #[error("body length differs from the announced size")]
+    IncompleteBody,
+    /// The body does not have the MD5 the client announced (`Content-MD5`).
+    #[error("body does not match its Content-MD5")]
+    Md5Mismatch,
+    /// The byte range asked of this key lies outside the object.
+    #[error("range not satisfiable for {0}")]
+    InvalidRange(String),
+    #[error("part number {0} is outside 1..={PART_NUMBER_MAX}")]
+    PartNumberOutOfRange(u32),
+    /// A multipart upload completed with an empty list of parts.
+    #[error("no parts named")]
+    NoPartsNamed,
+    #[error("parts not in ascending order")]
+    PartsOutOfOrder,
+    /// A part named at completion was not uploaded, or has another ETag.
+    #[error("part {0} not uploaded with that ETag")]
+    InvalidPart(u32),
+    /// A part other than the last is smaller than S3's minimum.
+    #[error("part {0} is smaller than {PART_BYTES_MIN} bytes")]
+    PartTooSmall(u32),
+    /// No disk pair takes writes now: a retry may succeed.
+    #[error("no writable disk pair has room")]
+    NoWritablePair,
+    #[error(transparent)]
+    Meta(MetaError),
+    #[error(transparent)]
+    Write(WriteError),
+    #[error(transparent)]
+    Read(ContentReadError),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl StoreError {
+    /// A metadata failure of a command on `bucket`, with the bucket named where the client
+    /// is told about it. Any other metadata error is this store's own failure.
+    pub fn meta(e: MetaError, bucket: &str) -> Self {
+        match e {
+            MetaError::NoSuchBucket => StoreError::NoSuchBucket(bucket.to_string()),
+            MetaError::BucketExists => StoreError::BucketExists(bucket.to_string()),
+            MetaError::BucketNotEmpty => StoreError::BucketNotEmpty(bucket.to_string()),
+            other => StoreError::Meta(other),
+        }
+    }
+}
+
+impl From<WriteError> for StoreError {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::NoSpace { .. } => StoreError::NoWritablePair,
+            other => StoreError::Write(other),
+        }
+    }
+}
+
+/// Why a call that reads a client's body failed: the store refused it, or the body stream
+/// itself ended in an error (a bad chunk signature, a checksum that does not match, a
+/// dropped connection). The body's error is the caller's, in the caller's terms; the store
+/// only stops reading, keeps nothing, and hands it back untouched.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError<E> {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("request body: {0}")]
+    Body(E),
+}
+
+impl From<UploadError<StoreError>> for StoreError {
+    /// A body read from stored content fails as the store does.
+    fn from(e: UploadError<StoreError>) -> Self {
+        match e {
+            UploadError::Store(e) | UploadError::Body(e) => e,
+        }
+    }
+}
