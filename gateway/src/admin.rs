@@ -100,7 +100,7 @@ pub fn pair_json(id: PairId, r: &PairRecord) -> serde_json::Value {
     })
 }
 
-fn error_json(status: StatusCode, message: impl std::fmt::Display) -> Response {
+pub(crate) fn error_json(status: StatusCode, message: impl std::fmt::Display) -> Response {
     json(
         status,
         serde_json::json!({ "error": message.to_string() }).to_string(),

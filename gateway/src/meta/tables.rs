@@ -34,6 +34,11 @@ pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters"
 
 pub const OBJECT_SEQ: &str = "object_seq";
 
+/// The state machine's own Raft bookkeeping, written in the same transactions as the
+/// commands: `last_applied` (postcard `Option<LogId>`) and `membership` (postcard
+/// `StoredMembership`). See `raft/machine.rs`.
+pub const RAFT_STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_state");
+
 /// Record format version prefixed to every postcard value.
 const FORMAT_V1: u8 = 1;
 
