@@ -101,7 +101,7 @@ pub fn pair_json(id: PairId, r: &PairRecord) -> serde_json::Value {
     })
 }
 
-fn error_json(status: StatusCode, message: impl std::fmt::Display) -> Response {
+pub(crate) fn error_json(status: StatusCode, message: impl std::fmt::Display) -> Response {
     json(
         status,
         serde_json::json!({ "error": message.to_string() }).to_string(),
@@ -117,6 +117,7 @@ fn pair_error_json(e: StoreError, id: Option<u32>) -> Response {
         }
         // Every pair id is taken (AddPair found none after the highest).
         (StoreError::NoSuchPair, None) => error_json(StatusCode::BAD_REQUEST, "no pair id left"),
+        (e @ StoreError::Unavailable(_), _) => error_json(StatusCode::SERVICE_UNAVAILABLE, e),
         (e, _) => {
             tracing::error!(error = %e, "admin: pair change failed");
             error_json(StatusCode::INTERNAL_SERVER_ERROR, e)

@@ -294,3 +294,97 @@ impl AdminClient {
         }
     }
 }
+
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum ClusterCommand {
+    /// This node's view of the metadata group (JSON: node_id, leader, members, ...).
+    Status,
+    /// Add a node (started with `--node-id ID`, not listed in its own `--peers`) as a
+    /// learner; returns once it has caught up.
+    AddLearner {
+        id: u64,
+        /// The node's S3 listen address, HOST:PORT.
+        addr: String,
+    },
+    /// Make a learner a voter.
+    Promote { id: u64 },
+    /// Remove a voter or learner from the group.
+    Remove { id: u64 },
+}
+
+impl AdminClient {
+    /// Runs a cluster command and returns the JSON to print.
+    pub async fn cluster(&self, cmd: ClusterCommand) -> Result<String, String> {
+        let v = match cmd {
+            ClusterCommand::Status => self.call(Method::GET, "/_admin/cluster", None).await?,
+            ClusterCommand::AddLearner { id, addr } => {
+                let body = serde_json::json!({ "id": id, "addr": addr }).to_string();
+                self.call(Method::POST, "/_admin/cluster/learners", Some(body))
+                    .await?
+            }
+            ClusterCommand::Promote { id } => {
+                self.call(Method::POST, &format!("/_admin/cluster/promote/{id}"), None)
+                    .await?
+            }
+            ClusterCommand::Remove { id } => {
+                self.call(Method::POST, &format!("/_admin/cluster/remove/{id}"), None)
+                    .await?
+            }
+        };
+        serde_json::to_string_pretty(&v)
+            .map(|s| format!("{s}\n"))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Downloads a consistent metadata snapshot into `file` (written beside it, then
+    /// renamed, so a failed download leaves no partial backup under the name); its size.
+    pub async fn backup(&self, file: &std::path::Path) -> Result<u64, String> {
+        use tokio::io::AsyncWriteExt as _;
+        let mut req = Request::builder()
+            .method(Method::GET)
+            .uri(format!("{}/_admin/backup", self.base));
+        if let Some(t) = &self.token {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = req
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let resp = self
+            .client
+            .request(req)
+            .await
+            .map_err(|e| format!("{}: {e}", self.base))?;
+        let status = resp.status();
+        let mut body = resp.into_body();
+        if !status.is_success() {
+            let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+            return Err(format!("{status}: {}", String::from_utf8_lossy(&bytes)));
+        }
+        let tmp = file.with_extension("partial");
+        let mut out = tokio::fs::File::create(&tmp)
+            .await
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        let mut written = 0u64;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| e.to_string())?;
+            if let Ok(data) = frame.into_data() {
+                out.write_all(&data).await.map_err(|e| e.to_string())?;
+                written += data.len() as u64;
+            }
+        }
+        out.sync_all().await.map_err(|e| e.to_string())?;
+        drop(out);
+        gateway_snapshot_check(&tmp)?;
+        tokio::fs::rename(&tmp, file)
+            .await
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        Ok(written)
+    }
+}
+
+/// A downloaded backup is checked end to end (CRC32) before it takes its name.
+fn gateway_snapshot_check(path: &std::path::Path) -> Result<(), String> {
+    crate::meta::raft::snapshot::verify(path)
+        .map(drop)
+        .map_err(|e| format!("{}: {e}", path.display()))
+}

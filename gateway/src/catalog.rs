@@ -58,7 +58,7 @@ impl Catalog for LocalCatalog {
         let entries = self
             .app
             .store
-            .meta_call(move |m| m.deleting_of_pair(pair, after, limit))
+            .meta_read(move |m| m.deleting_of_pair(pair, after, limit))
             .await
             .map_err(store_error)?;
         Ok(entries

@@ -47,10 +47,53 @@ pub struct FileConfig {
     pub native_token: Option<String>,
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
+    /// The cluster secret (`GATEWAY_CLUSTER_SECRET` wins; also accepted in `[cluster]`).
+    pub cluster_secret: Option<String>,
+    /// `[cluster]`: node_id, peers, cluster_secret, snapshot_logs.
+    pub cluster: Option<ClusterSection>,
     /// Settings of the in-process Valkyrie workers (`quarantine_secs`, `slave_delay_secs`,
     /// `scrub_interval_secs`, `grace_secs`, `scrub_bytes_per_sec`, ...).
     #[serde(default)]
     pub valkyrie: Option<valkyrie::Settings>,
+}
+
+/// The `[cluster]` section: the same settings as `--node-id`, `--peers`, `--snapshot-logs`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    pub node_id: Option<u64>,
+    /// `"1=HOST:PORT,2=HOST:PORT,3=HOST:PORT"`, as `--peers`.
+    pub peers: Option<String>,
+    pub cluster_secret: Option<String>,
+    pub snapshot_logs: Option<u64>,
+}
+
+/// Parses `1=HOST:PORT,2=HOST:PORT`: ids unique, every address HOST:PORT.
+pub fn parse_peers(text: &str) -> Result<std::collections::BTreeMap<u64, String>, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, addr) = item
+            .split_once('=')
+            .ok_or_else(|| format!("peer {item:?}: expected ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("peer {item:?}: the id must be a number"))?;
+        let addr = addr.trim();
+        let port_ok = addr
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !port_ok {
+            return Err(format!("peer {item:?}: the address must be HOST:PORT"));
+        }
+        if out.insert(id, addr.to_string()).is_some() {
+            return Err(format!("peer id {id} is listed twice"));
+        }
+    }
+    if out.is_empty() {
+        return Err("--peers lists no node".into());
+    }
+    Ok(out)
 }
 
 /// One configured disk pair.
@@ -116,6 +159,26 @@ mod tests {
         let pairs = c.checked_pairs().unwrap();
         assert_eq!(pairs[0].0, PairId(4));
         assert_eq!(pairs[0].1[1].as_str(), "http://127.0.0.1:8081/b");
+    }
+
+    #[test]
+    fn peers_parse_and_mistakes_are_refused() {
+        let p = parse_peers("1=127.0.0.1:9001, 2=127.0.0.1:9002,3=h:9003").unwrap();
+        assert_eq!(p.len(), 3);
+        assert_eq!(p[&2], "127.0.0.1:9002");
+        assert!(
+            parse_peers("1=127.0.0.1:9001,1=127.0.0.1:9002")
+                .unwrap_err()
+                .contains("twice")
+        );
+        assert!(parse_peers("x=127.0.0.1:9001").is_err());
+        assert!(parse_peers("1=127.0.0.1").is_err());
+        assert!(parse_peers("").is_err());
+        let c = FileConfig::parse(
+            "[cluster]\nnode_id = 2\npeers = \"1=a:1,2=b:2\"\ncluster_secret = \"s\"",
+        )
+        .unwrap();
+        assert_eq!(c.cluster.unwrap().node_id, Some(2));
     }
 
     #[test]

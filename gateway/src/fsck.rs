@@ -119,6 +119,9 @@ fn read_copy(rt: &tokio::runtime::Runtime, disk: &Disk, sha1: &Sha1) -> Result<S
 
 pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
     let db_path = data_dir.join("meta.redb");
+    // What a restart would apply first: committed log entries past the last checkpoint.
+    crate::meta::raft::replay_offline(data_dir)
+        .map_err(|e| FsckError::Open(db_path.display().to_string(), e))?;
     let meta =
         MetaStore::open(&db_path).map_err(|e| FsckError::Open(db_path.display().to_string(), e))?;
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -14,6 +14,7 @@ pub mod admin;
 pub mod admin_client;
 pub mod bearer;
 pub mod catalog;
+pub mod cluster;
 pub mod config;
 pub mod credentials;
 pub mod fsck;

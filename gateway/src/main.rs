@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use gateway::admin_client::{AdminClient, DiskCommand, PairsCommand, ScrubCommand};
+use gateway::admin_client::{AdminClient, ClusterCommand, DiskCommand, PairsCommand, ScrubCommand};
 use gateway::config::FileConfig;
 use gateway::server::{self, Config};
 use gateway::store::Limits;
@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve the S3 API (embedded single node: metadata and one local disk pair under --data).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Check the invariants of a stopped gateway's data folder: every object's content on
     /// both disks of its pair with the right hash, every reference count exact, no file
     /// without a record outside quarantine and grace. Exit code 1 on any violation.
@@ -35,6 +35,16 @@ enum Cmd {
         /// Files without a record younger than this are uploads in flight, not orphans.
         #[arg(long, default_value_t = 86_400)]
         grace_secs: u64,
+    },
+    /// Start a node from a backup (`gateway admin backup FILE`): builds DIR's metadata
+    /// from it (DIR must hold no metadata yet); then `gateway serve --data DIR` as before.
+    Restore {
+        /// The backup file.
+        #[arg(long)]
+        from: PathBuf,
+        /// The data folder to create the node's metadata in.
+        #[arg(long, default_value = "./data")]
+        data: PathBuf,
     },
     /// Operate a running gateway through its admin API (token from GATEWAY_ADMIN_TOKEN).
     Admin {
@@ -89,6 +99,17 @@ struct ServeArgs {
     /// Valkyrie: bound on the scrubber's disk reads, bytes per second [default: 50 MiB/s]
     #[arg(long)]
     scrub_bytes_per_sec: Option<u64>,
+    /// This node's id in the metadata group (with --peers) [default: 1]
+    #[arg(long)]
+    node_id: Option<u64>,
+    /// The voters of the metadata group by S3 listen address, this node included:
+    /// `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`. Node-to-node RPCs use the same port under
+    /// /_cluster/, authenticated with GATEWAY_CLUSTER_SECRET. Without it: a single node.
+    #[arg(long)]
+    peers: Option<String>,
+    /// Log entries applied between two metadata snapshots (log compaction) [default: 20000]
+    #[arg(long)]
+    snapshot_logs: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -108,6 +129,14 @@ enum AdminCmd {
         #[command(subcommand)]
         command: DiskCommand,
     },
+    /// The metadata group: status, add-learner, promote, remove.
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+    /// Write a consistent snapshot of the metadata (every acknowledged write) to FILE,
+    /// while the gateway serves; `gateway restore --from FILE` starts a node from it.
+    Backup { file: PathBuf },
 }
 
 fn env_token(name: &str) -> Option<String> {
@@ -120,7 +149,46 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
         None => FileConfig::default(),
     };
     let defaults = Limits::default();
+    let cluster_file = file.cluster.clone().unwrap_or_default();
+    let snapshot_logs = args
+        .snapshot_logs
+        .or(cluster_file.snapshot_logs)
+        .unwrap_or(gateway::meta::raft::SNAPSHOT_LOGS_DEFAULT);
+    let peers = args.peers.clone().or(cluster_file.peers.clone());
+    let cluster = match peers {
+        None => {
+            if args.node_id.is_some() || cluster_file.node_id.is_some() {
+                return Err("--node-id needs --peers (the voters of the group)".into());
+            }
+            None
+        }
+        Some(peers) => {
+            let peers = gateway::config::parse_peers(&peers)?;
+            let node_id = args
+                .node_id
+                .or(cluster_file.node_id)
+                .ok_or("--peers needs --node-id (this node's id)")?;
+            let secret = env_token(gateway::cluster::CLUSTER_SECRET_ENV)
+                .or(cluster_file.cluster_secret.clone())
+                .or(file.cluster_secret.clone())
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| {
+                    format!(
+                        "a cluster node needs the shared secret in {} (or cluster_secret in the config file)",
+                        gateway::cluster::CLUSTER_SECRET_ENV
+                    )
+                })?;
+            Some(gateway::meta::raft::ClusterConfig {
+                node_id,
+                peers,
+                secret,
+                snapshot_logs,
+            })
+        }
+    };
     Ok(Config {
+        cluster,
+        snapshot_logs,
         data_dir: args
             .data
             .or(file.data.clone())
@@ -188,7 +256,7 @@ fn main() -> ExitCode {
         }
     };
     let result: Result<(), String> = match cli.command {
-        Cmd::Serve(args) => match serve_config(args) {
+        Cmd::Serve(args) => match serve_config(*args) {
             Ok(config) => runtime
                 .block_on(server::serve(config))
                 .map_err(|e| e.to_string()),
@@ -202,11 +270,23 @@ fn main() -> ExitCode {
                     AdminCmd::Pairs { command } => client.pairs(command).await?,
                     AdminCmd::Scrub { command } => client.scrub(command).await?,
                     AdminCmd::Disk { command } => client.disk(command).await?,
+                    AdminCmd::Cluster { command } => client.cluster(command).await?,
+                    AdminCmd::Backup { file } => {
+                        let n = client.backup(&file).await?;
+                        format!("wrote {} ({n} bytes)\n", file.display())
+                    }
                 };
                 print!("{out}");
                 Ok(())
             })
         }
+        Cmd::Restore { from, data } => match gateway::meta::raft::restore(&from, &data) {
+            Ok(report) => {
+                print!("{report}");
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        },
         Cmd::Fsck { data, grace_secs } => match gateway::fsck::run(&data, grace_secs) {
             Ok(report) => {
                 print!("{report}");

@@ -64,7 +64,7 @@ impl From<StoreError> for NativeError {
             StoreError::EntityTooLarge { .. } | StoreError::IncompleteBody => {
                 NativeError::new(StatusCode::BAD_REQUEST, e.to_string())
             }
-            StoreError::NoWritablePair => {
+            StoreError::NoWritablePair | StoreError::Unavailable(_) => {
                 NativeError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
             }
             other => NativeError::internal(other),

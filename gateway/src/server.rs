@@ -11,13 +11,16 @@ use placement::pairdb::PairTable;
 use placement::{DiskRef, PairId, PairRecord};
 
 use crate::credentials::{Credentials, CredentialsError, Origin};
-use crate::meta::{Command, MetaError, MetaStore};
+use crate::meta::raft::{self, ClusterConfig, Metadata};
+use crate::meta::{Command, MetaError};
 use crate::store::{Limits, ObjectStore};
 use crate::workers::Workers;
-use crate::{admin, catalog, native, s3};
+use crate::{admin, catalog, cluster, native, s3};
 
 /// How often disk fill is measured for the pair choice.
 const SPACE_REFRESH_SECS: u64 = 30;
+/// Bound on a single node electing itself at start (a one-voter group needs no peer).
+const SINGLE_NODE_START_SECS: u64 = 60;
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -35,6 +38,11 @@ pub struct Config {
     pub pairs: Vec<(PairId, [DiskRef; 2])>,
     /// Settings of the in-process Valkyrie workers.
     pub valkyrie: valkyrie::Settings,
+    /// `--node-id`/`--peers`: this node is a voter of a multi-node group. None: the
+    /// embedded single node (a one-voter group).
+    pub cluster: Option<ClusterConfig>,
+    /// `--snapshot-logs`: applied entries between two snapshots.
+    pub snapshot_logs: u64,
 }
 
 /// Everything a request handler needs.
@@ -48,6 +56,8 @@ pub struct AppState {
     pub domain: Option<String>,
     /// Valkyrie workers of the local disks, and UNMOVE drains.
     pub workers: Workers,
+    /// The secret node-to-node RPCs must carry (none: they are all refused).
+    pub cluster_secret: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +79,14 @@ pub enum ServeError {
     Listen(SocketAddr, std::io::Error),
     #[error("server: {0}")]
     Serve(std::io::Error),
+    #[error(
+        "a cluster node needs disk pairs every node reaches (WebDAV storage nodes or a shared \
+         local path), listed under [[pairs]] in the config file; the data folder's own disks \
+         are this machine's only"
+    )]
+    ClusterWithoutPairs,
+    #[error("pair {0}: disk {1} is not reachable from this node: {2}")]
+    Unreachable(PairId, DiskRef, String),
 }
 
 /// The default single-node layout: one pair of local disks inside the data folder.
@@ -79,21 +97,18 @@ fn default_pair(data_dir: &Path) -> PairRecord {
     ])
 }
 
-/// Opens the metadata and PairDB of a data folder.
+/// Brings PairDB in line with the configuration, through the log.
 ///
 /// Configured pairs are added to PairDB (their flags, set by operators, are kept); a
 /// configured pair whose disks differ from PairDB's is refused, since re-pointing a pair
-/// would orphan every file on it. With no pair configured or stored, the data folder's
-/// own `disk0`/`disk1` become pair 0.
-pub fn open_data(
+/// would orphan every file on it. With no pair configured or stored, a single node's own
+/// `disk0`/`disk1` become pair 0.
+pub async fn sync_pairs(
+    meta: &Metadata,
     data_dir: &Path,
     configured: &[(PairId, [DiskRef; 2])],
-) -> Result<(Arc<MetaStore>, Arc<PairTable>), ServeError> {
-    let io_err = |e| ServeError::DataDir(data_dir.to_path_buf(), e);
-    std::fs::create_dir_all(data_dir).map_err(io_err)?;
-    let data_dir = data_dir.canonicalize().map_err(io_err)?;
-    let meta = Arc::new(MetaStore::open(&data_dir.join("meta.redb"))?);
-    let stored = meta.pairs()?;
+) -> Result<(), ServeError> {
+    let stored = meta.read(|m| m.pairs()).await?;
     for (id, disks) in configured {
         match stored.iter().find(|(sid, _)| sid == id) {
             Some((_, record)) if &record.disks == disks => {}
@@ -106,26 +121,49 @@ pub fn open_data(
             }
             None => {
                 let record = PairRecord::new(disks.clone());
-                meta.execute(&Command::PutPair { id: *id, record })?;
+                meta.execute(Command::PutPair { id: *id, record }).await?;
             }
         }
     }
-    if meta.pairs()?.is_empty() {
-        meta.execute(&Command::PutPair {
+    if configured.is_empty() && stored.is_empty() {
+        meta.execute(Command::PutPair {
             id: PairId(0),
-            record: default_pair(&data_dir),
-        })?;
+            record: default_pair(data_dir),
+        })
+        .await?;
     }
-    let pairs = Arc::new(PairTable::new());
-    for (id, record) in meta.pairs()? {
-        for disk in &record.disks {
-            if let Some(path) = disk.local_path() {
-                std::fs::create_dir_all(path).map_err(io_err)?;
+    Ok(())
+}
+
+/// Checks that this node reaches every configured disk: a local path must be a folder it
+/// can write, a WebDAV node must answer. In a cluster every node writes every pair.
+async fn check_reachable(configured: &[(PairId, [DiskRef; 2])]) -> Result<(), ServeError> {
+    for (id, disks) in configured {
+        for disk in disks {
+            let unreachable = |why: String| ServeError::Unreachable(*id, disk.clone(), why);
+            if let Some(path) = disk.local_path()
+                && !path.is_dir()
+            {
+                return Err(unreachable(
+                    "no such folder here (mount the shared storage first)".into(),
+                ));
             }
+            // The probe of the write path: a temp file created and removed.
+            let backend = placement::Disk::open(disk).map_err(|e| unreachable(e.to_string()))?;
+            let temp = backend
+                .begin_temp()
+                .await
+                .map_err(|e| unreachable(e.to_string()))?;
+            let done = temp
+                .finish()
+                .await
+                .map_err(|e| unreachable(e.to_string()))?;
+            done.discard()
+                .await
+                .map_err(|e| unreachable(e.to_string()))?;
         }
-        pairs.upsert(id, record)?;
     }
-    Ok((meta, pairs))
+    Ok(())
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -158,33 +196,92 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_metrics", get(admin::metrics))
         .with_state(state.clone())
         .merge(native::router(state.clone()))
+        .merge(cluster::router(state.clone()))
         .merge(catalog::router(state))
         .fallback_service(s3_api)
 }
 
 /// Runs the gateway until SIGINT or SIGTERM.
 pub async fn serve(config: Config) -> Result<(), ServeError> {
-    let (meta, pairs) = open_data(&config.data_dir, &config.pairs)?;
-    let (credentials, origin) = Credentials::load_or_create(&config.data_dir)?;
-    if let Origin::Generated = origin {
-        println!(
-            "generated credentials (stored in {}, shown only once):\n  access key: {}\n  secret key: {}",
-            config.data_dir.join("credentials").display(),
-            credentials.access_key(),
-            credentials.secret_key()
-        );
+    let io_err = |e| ServeError::DataDir(config.data_dir.clone(), e);
+    std::fs::create_dir_all(&config.data_dir).map_err(io_err)?;
+    let data_dir = config.data_dir.canonicalize().map_err(io_err)?;
+    if config.cluster.is_some() {
+        if config.pairs.is_empty() {
+            return Err(ServeError::ClusterWithoutPairs);
+        }
+        check_reachable(&config.pairs).await?;
     }
+    let (credentials, origin) = Credentials::load_or_create(&data_dir)?;
+    // Bound first: a single node names itself by the address it really listens on.
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| ServeError::Listen(config.listen, e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| ServeError::Listen(config.listen, e))?;
+    let single = config.cluster.is_none();
+    let cluster = config.cluster.clone().unwrap_or_else(|| ClusterConfig {
+        snapshot_logs: config.snapshot_logs,
+        ..ClusterConfig::single(addr.to_string())
+    });
+    let metadata = raft::open(&data_dir, cluster).await?;
+    let pairs = Arc::new(PairTable::new());
     let state = Arc::new(AppState {
-        store: ObjectStore::new(meta, pairs, config.limits.clone(), config.choice_root),
+        store: ObjectStore::new(
+            metadata.clone(),
+            pairs,
+            config.limits.clone(),
+            config.choice_root,
+        ),
         credentials,
         admin_token: config.admin_token.clone(),
         native_token: config.native_token.clone(),
         region: config.region.clone(),
         domain: config.domain.clone(),
         workers: Workers::new(config.valkyrie.clone(), true),
+        cluster_secret: config.cluster.as_ref().map(|c| c.secret.clone()),
     });
-    state.workers.ensure(&state);
-    state.workers.resume_drains(&state);
+    if let Err(e) = state.store.reload_pairs().await {
+        tracing::warn!(error = ?e, "loading PairDB");
+    }
+    // Serving starts before the group has a leader: the peers' votes and appends arrive
+    // on this port.
+    let server = tokio::spawn(
+        axum::serve(listener, router(state.clone()))
+            .with_graceful_shutdown(shutdown_signal())
+            .into_future(),
+    );
+    if single {
+        metadata
+            .wait_leader(Duration::from_secs(SINGLE_NODE_START_SECS))
+            .await?;
+        sync_pairs(&metadata, &data_dir, &config.pairs).await?;
+        if let Err(e) = state.store.reload_pairs().await {
+            tracing::warn!(error = ?e, "loading PairDB");
+        }
+    } else {
+        let (metadata, configured, data_dir) =
+            (metadata.clone(), config.pairs.clone(), data_dir.clone());
+        tokio::spawn(async move {
+            // Bounded by the process: retried until a leader takes the configuration.
+            loop {
+                match sync_pairs(&metadata, &data_dir, &configured).await {
+                    Ok(()) => return,
+                    Err(ServeError::Meta(MetaError::Unavailable(why))) => {
+                        tracing::info!(%why, "waiting for the metadata group to sync PairDB");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "PairDB does not match the configuration");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    follow_pairs(&state);
+    follow_leadership(&state);
     state.store.refresh_space().await;
     {
         let state = state.clone();
@@ -196,21 +293,76 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             }
         });
     }
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| ServeError::Listen(config.listen, e))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| ServeError::Listen(config.listen, e))?;
+    if let Origin::Generated = origin {
+        println!(
+            "generated credentials (stored in {}, shown only once):\n  access key: {}\n  secret key: {}",
+            data_dir.join("credentials").display(),
+            credentials_of(&state).0,
+            credentials_of(&state).1,
+        );
+    }
     // Tests and scripts wait for exactly this line to learn the port.
     println!("listening on {addr}");
-    tracing::info!(%addr, data = %config.data_dir.display(), "gateway serving");
-    let served = axum::serve(listener, router(state.clone()))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(ServeError::Serve);
+    tracing::info!(%addr, data = %data_dir.display(), node = metadata.node_id(), "gateway serving");
+    let served = match server.await {
+        Ok(r) => r.map_err(ServeError::Serve),
+        Err(e) => Err(ServeError::Serve(std::io::Error::other(e))),
+    };
     state.workers.stop();
+    metadata.shutdown().await;
     served
+}
+
+fn credentials_of(state: &AppState) -> (&str, &str) {
+    (
+        state.credentials.access_key(),
+        state.credentials.secret_key(),
+    )
+}
+
+/// Reloads the in-memory PairDB whenever a pair command was applied here.
+fn follow_pairs(state: &Arc<AppState>) {
+    let mut changed = state.store.metadata().pairs_changed();
+    let state = state.clone();
+    tokio::spawn(async move {
+        while changed.changed().await.is_ok() {
+            if let Err(e) = state.store.reload_pairs().await {
+                tracing::warn!(error = ?e, "reloading PairDB");
+            }
+            if state
+                .store
+                .metadata()
+                .raft()
+                .metrics()
+                .borrow()
+                .current_leader
+                == Some(state.store.metadata().node_id())
+            {
+                state.workers.ensure(&state);
+            }
+        }
+    });
+}
+
+/// Runs the in-process Valkyrie workers only while this node leads: each disk has one
+/// active worker in the cluster at a time.
+fn follow_leadership(state: &Arc<AppState>) {
+    let mut leading = state.store.metadata().leadership();
+    let state = state.clone();
+    tokio::spawn(async move {
+        loop {
+            if *leading.borrow_and_update() {
+                tracing::info!("leading the metadata group: starting Valkyrie workers");
+                state.workers.ensure(&state);
+                state.workers.resume_drains(&state);
+            } else {
+                state.workers.stop();
+            }
+            if leading.changed().await.is_err() {
+                return;
+            }
+        }
+    });
 }
 
 async fn shutdown_signal() {

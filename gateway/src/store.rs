@@ -26,11 +26,11 @@ use placement::{ContentHasher, Digests, Disk, Magic, PairId, PairRecord, Sha1};
 use sha1::Digest as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::meta::raft::Metadata;
 use crate::meta::{
     BucketRecord, Checksum, Command, ContentSource, FileRecord, ListPage, ListQuery, MetaError,
     MetaStore, NewObject, ObjectRecord, Response, WritePrecondition,
 };
-use crate::s3::error::S3Error;
 
 pub use error::{StoreError, UploadError};
 
@@ -346,7 +346,7 @@ impl CommitError {
 }
 
 pub struct ObjectStore {
-    meta: Arc<MetaStore>,
+    meta: Arc<Metadata>,
     pairs: Arc<PairTable>,
     bad_copies: Arc<BadCopies>,
     limits: Limits,
@@ -372,7 +372,7 @@ pub(crate) fn unexpected(response: Response) -> StoreError {
 
 impl ObjectStore {
     pub fn new(
-        meta: Arc<MetaStore>,
+        meta: Arc<Metadata>,
         pairs: Arc<PairTable>,
         limits: Limits,
         choice_root: u32,
@@ -394,27 +394,23 @@ impl ObjectStore {
         &self.limits
     }
 
-    /// Runs a metadata call on the blocking pool.
+    /// A linearizable metadata read (it sees every write acknowledged before it, on any
+    /// node), run on the blocking pool.
     async fn meta<T: Send + 'static>(
         &self,
         f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
     ) -> Result<T, MetaError> {
-        let meta = self.meta.clone();
-        tokio::task::spawn_blocking(move || f(&meta))
-            .await
-            .map_err(|e| MetaError::Storage(e.to_string()))?
+        self.meta.read(f).await
     }
 
-    /// A metadata read on the blocking pool, its failure an internal error.
-    pub(crate) async fn meta_call<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
-    ) -> Result<T, S3Error> {
-        self.meta(f).await.map_err(S3Error::internal)
-    }
-
+    /// Commits one command through the replicated log.
     pub async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
-        self.meta(move |m| m.execute(&cmd)).await
+        self.meta.execute(cmd).await
+    }
+
+    /// The replicated metadata.
+    pub fn metadata(&self) -> &Arc<Metadata> {
+        &self.meta
     }
 
     /// A metadata read on the blocking pool, for the store's own calls: its failure is
@@ -423,7 +419,7 @@ impl ObjectStore {
         &self,
         f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        self.meta(f).await.map_err(StoreError::Meta)
+        self.meta(f).await.map_err(StoreError::from)
     }
 
     /// Runs a command on `bucket` whose only answer is success.
@@ -485,12 +481,21 @@ impl ObjectStore {
         }
     }
 
+    /// The content's FileDB record, linearizable (Valkyrie's "is this live?" and the
+    /// native API ask this).
     pub async fn file(&self, sha1: Sha1) -> Result<Option<FileRecord>, MetaError> {
         self.meta(move |m| m.file(&sha1)).await
     }
 
+    /// The content's record in this node's state machine, which may lag the leader: for
+    /// the dedup pre-check, whose answer the command checks again, and for reads that
+    /// follow a linearizable read of the same request.
+    async fn file_local(&self, sha1: Sha1) -> Result<Option<FileRecord>, MetaError> {
+        self.meta.read_local(move |m| m.file(&sha1)).await
+    }
+
     pub fn meta_store(&self) -> &Arc<MetaStore> {
-        &self.meta
+        self.meta.store()
     }
 
     pub fn check_key(&self, key: &str) -> Result<(), StoreError> {
@@ -712,7 +717,7 @@ impl ObjectStore {
         staged: Staged,
         command: impl Fn(ContentSource) -> Command,
     ) -> Result<Response, CommitError> {
-        let exists = self.file(staged.digests.sha1).await?.is_some();
+        let exists = self.file_local(staged.digests.sha1).await?.is_some();
         if exists {
             match self.execute(command(ContentSource::Existing)).await {
                 // The content went away between the lookup and the commit: store ours.
@@ -772,7 +777,7 @@ impl ObjectStore {
             .read_content(record.sha1, expect, range)
             .await
             .map_err(|e| match e {
-                ContentReadError::Meta(e) => StoreError::Meta(e),
+                ContentReadError::Meta(e) => e.into(),
                 other => StoreError::Internal(format!("object {bucket}/{key}: {other}")),
             })?;
         Ok(ObjectRead {
@@ -834,27 +839,52 @@ impl ObjectStore {
     pub async fn change_pair(&self, cmd: Command) -> Result<(PairId, PairRecord), StoreError> {
         match self.execute(cmd).await {
             Ok(Response::Pair(id, record)) => {
-                let known = self.pairs.get(id).map(|e| e.record);
-                self.pairs
-                    .upsert(id, record.clone())
+                self.note_pair(id, record.clone())
+                    .await
                     .map_err(|e| StoreError::Internal(e.to_string()))?;
-                match known {
-                    Some(old) => self.pairs.set_space(id, old.free_bytes, old.capacity_bytes),
-                    None => self.refresh_pair_space(id).await,
-                }
                 let current = self.pairs.get(id).map_or(record, |e| e.record);
                 Ok((id, current))
             }
             Ok(other) => Err(unexpected(other)),
             Err(MetaError::NoPair) => Err(StoreError::NoSuchPair),
-            Err(e) => Err(StoreError::Meta(e)),
+            Err(e) => Err(e.into()),
         }
+    }
+
+    /// Brings one pair of the in-memory PairDB up to date with its record, keeping the
+    /// free space measured here (a new pair is measured now).
+    async fn note_pair(&self, id: PairId, record: PairRecord) -> Result<(), placement::DiskError> {
+        let known = self.pairs.get(id).map(|e| e.record);
+        for disk in &record.disks {
+            if let Some(path) = disk.local_path() {
+                std::fs::create_dir_all(path)
+                    .map_err(|e| placement::DiskError::io(disk, "create the disk folder", e))?;
+            }
+        }
+        self.pairs.upsert(id, record)?;
+        match known {
+            Some(old) => self.pairs.set_space(id, old.free_bytes, old.capacity_bytes),
+            None => self.refresh_pair_space(id).await,
+        }
+        Ok(())
+    }
+
+    /// Reloads the in-memory PairDB from this node's state machine (after a pair command
+    /// applied here, whichever node proposed it, or a snapshot installed).
+    pub async fn reload_pairs(&self) -> Result<(), StoreError> {
+        let pairs = self.meta.read_local(|m| m.pairs()).await?;
+        for (id, record) in pairs {
+            self.note_pair(id, record)
+                .await
+                .map_err(|e| StoreError::Internal(e.to_string()))?;
+        }
+        Ok(())
     }
 
     /// The disks of the pair that holds `sha1`.
     async fn content_disks(&self, sha1: Sha1) -> Result<Arc<[Disk; 2]>, ContentReadError> {
         let file = self
-            .file(sha1)
+            .file_local(sha1)
             .await?
             .ok_or(ContentReadError::NoRecord(sha1))?;
         self.pairs
@@ -865,6 +895,8 @@ impl ObjectStore {
 
     /// The size of the stored content as its first readable copy reports it.
     pub async fn content_size(&self, sha1: Sha1) -> Result<Option<u64>, ContentReadError> {
+        // The native API reads by sha1 with no index lookup before: linearize here.
+        self.meta.linearize().await?;
         let disks = self.content_disks(sha1).await?;
         for disk in disks.iter() {
             if let Ok(Some(size)) = disk.size_of(&sha1).await {
@@ -1005,13 +1037,16 @@ mod tests {
         assert_eq!(from(0, None).resolve(0), None);
     }
 
-    fn store_with_two_pairs() -> (tempfile::TempDir, ObjectStore) {
-        store_with_two_pairs_and(Limits::default())
+    async fn store_with_two_pairs() -> (tempfile::TempDir, ObjectStore) {
+        store_with_two_pairs_and(Limits::default()).await
     }
 
-    fn store_with_two_pairs_and(limits: Limits) -> (tempfile::TempDir, ObjectStore) {
+    /// A single node (one-voter group) on a temp folder with two pairs of local disks.
+    async fn store_with_two_pairs_and(limits: Limits) -> (tempfile::TempDir, ObjectStore) {
         let dir = tempfile::tempdir().unwrap();
-        let meta = Arc::new(MetaStore::open(&dir.path().join("meta.redb")).unwrap());
+        let meta_dir = dir.path().join("meta");
+        std::fs::create_dir(&meta_dir).unwrap();
+        let meta = MetaStore::open(&meta_dir.join("meta.redb")).unwrap();
         let pairs = Arc::new(PairTable::new());
         for id in 0..2u32 {
             let disks =
@@ -1025,6 +1060,9 @@ mod tests {
             .unwrap();
             pairs.upsert(PairId(id), record).unwrap();
         }
+        drop(meta);
+        let cluster = crate::meta::raft::ClusterConfig::single("127.0.0.1:1".into());
+        let meta = crate::meta::raft::open(&meta_dir, cluster).await.unwrap();
         (dir, ObjectStore::new(meta, pairs, limits, 2))
     }
 
@@ -1039,7 +1077,7 @@ mod tests {
 
     #[tokio::test]
     async fn racing_loaders_on_two_pairs_both_succeed_and_leave_junk_on_one() {
-        let (dir, store) = store_with_two_pairs();
+        let (dir, store) = store_with_two_pairs().await;
         let body = b"the same newsletter attachment";
         // Both loaders found the content absent and stored it, each on its own pair.
         let a = staged_on(&store, 0, body).await;
@@ -1080,7 +1118,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_loader_that_finds_the_content_stored_writes_nothing() {
-        let (dir, store) = store_with_two_pairs();
+        let (dir, store) = store_with_two_pairs().await;
         let body = b"dedup hit";
         let first = staged_on(&store, 0, body).await;
         let sha1 = first.digests.sha1;
@@ -1127,7 +1165,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_small_body_shorter_or_longer_than_announced_is_refused() {
-        let (_dir, store) = store_with_two_pairs();
+        let (_dir, store) = store_with_two_pairs().await;
         let body =
             || futures_util::stream::iter([Ok::<_, Infallible>(Bytes::from_static(b"12345"))]);
         let short = store.stage(Some(6), body()).await.err().unwrap();
@@ -1159,7 +1197,7 @@ mod tests {
     fn content_and_temp_files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, SystemTime)> {
         files_under(dir)
             .into_iter()
-            .filter(|p| !p.ends_with("meta.redb"))
+            .filter(|p| !p.starts_with(dir.join("meta")))
             .map(|p| {
                 let modified = std::fs::metadata(&p).unwrap().modified().unwrap();
                 (p, modified)
@@ -1184,7 +1222,7 @@ mod tests {
     /// Stores `body` (sent in chunks of the sizes given, cycling), then sends it again: the
     /// second time no file on any disk is created, removed or touched.
     async fn assert_duplicate_touches_no_disk(body: Vec<u8>, chunk_sizes: &[usize]) {
-        let (dir, store) = store_with_two_pairs();
+        let (dir, store) = store_with_two_pairs().await;
         let chunks = || {
             let mut out = Vec::new();
             let mut rest = Bytes::from(body.clone());
@@ -1236,7 +1274,8 @@ mod tests {
         let (dir, store) = store_with_two_pairs_and(Limits {
             memory_stage_bytes: 300_000,
             ..Limits::default()
-        });
+        })
+        .await;
         let body = |b: u8| {
             futures_util::stream::iter([Ok::<_, Infallible>(Bytes::from(vec![b; 200_000]))])
         };
@@ -1265,7 +1304,8 @@ mod tests {
         let (dir0, store0) = store_with_two_pairs_and(Limits {
             memory_stage_bytes: 0,
             ..Limits::default()
-        });
+        })
+        .await;
         let staged = store0
             .stage(
                 Some(5),

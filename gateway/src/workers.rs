@@ -42,11 +42,15 @@ pub struct WorkerInfo {
 }
 
 /// The workers and drains of this process.
+///
+/// In a cluster they run only on the leader, so that each disk has exactly one active
+/// worker: [`Workers::stop`] ends them when this node stops leading, and `ensure` /
+/// `resume_drains` start them again (with a fresh shutdown signal) when it leads again.
 pub struct Workers {
     settings: Settings,
     enabled: bool,
-    shutdown: Shutdown,
-    stop: tokio::sync::watch::Sender<bool>,
+    /// The trigger and signal of the workers started since the last stop.
+    signal: Mutex<(tokio::sync::watch::Sender<bool>, Shutdown)>,
     running: Mutex<BTreeMap<(PairId, usize), WorkerInfo>>,
     drains: Mutex<BTreeMap<PairId, Arc<UnmoveTracker>>>,
 }
@@ -67,12 +71,11 @@ pub enum DrainError {
 
 impl Workers {
     pub fn new(settings: Settings, enabled: bool) -> Self {
-        let (stop, shutdown) = Shutdown::channel();
+        let signal = Shutdown::channel();
         Workers {
             settings,
             enabled,
-            shutdown,
-            stop,
+            signal: Mutex::new(signal),
             running: Mutex::new(BTreeMap::new()),
             drains: Mutex::new(BTreeMap::new()),
         }
@@ -114,7 +117,7 @@ impl Workers {
                                 metrics: worker.metrics(),
                             },
                         );
-                        let shutdown = self.shutdown.clone();
+                        let shutdown = self.shutdown();
                         tokio::spawn(async move { worker.run(shutdown).await });
                     }
                     Err(e) => {
@@ -133,9 +136,18 @@ impl Workers {
         lock(&self.drains).values().map(|t| t.snapshot()).collect()
     }
 
-    /// Stops every worker and drain at their next batch boundary.
+    /// The signal that workers and drains started now stop on.
+    fn shutdown(&self) -> Shutdown {
+        lock(&self.signal).1.clone()
+    }
+
+    /// Stops every worker and drain (they finish their current step); later `ensure`
+    /// and `resume_drains` calls start new ones.
     pub fn stop(&self) {
-        let _ = self.stop.send(true);
+        let old = std::mem::replace(&mut *lock(&self.signal), Shutdown::channel());
+        let _ = old.0.send(true);
+        lock(&self.running).clear();
+        lock(&self.drains).clear();
     }
 
     /// Marks the pair of `disk` READ_ONLY and DRAINING and starts UNMOVE from its other
@@ -206,7 +218,7 @@ impl Workers {
         }
         let tracker = Arc::new(UnmoveTracker::new());
         drains.insert(pair, tracker.clone());
-        let (app, shutdown) = (app.clone(), self.shutdown.clone());
+        let (app, shutdown) = (app.clone(), self.shutdown());
         let options = UnmoveOptions {
             pair_choice_root: app.store.choice_root(),
             ..UnmoveOptions::default()

@@ -4,18 +4,18 @@
 //! A command either applies whole or returns an error, in which case the caller aborts the
 //! transaction, so a half-applied command is never committed.
 //!
-//! The reference arithmetic is not here: [`super::tables::filedb`] says what an `inc` or a
+//! The reference arithmetic is not here: [`super::filedb`] says what an `inc` or a
 //! `dec` makes of a record, and this module only moves records in and out of the tables.
 
 use placement::{Magic, PairId, PairRecord, Sha1};
 use redb::{ReadableTable, Table, WriteTransaction};
 
-use super::MetaError;
 use super::command::{Command, ContentSource, DecOutcome, NewObject, Response, WritePrecondition};
 use super::tables::{
     self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FileRecord, OBJECT_SEQ,
-    OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord, filedb,
+    OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord,
 };
+use super::{MetaError, filedb};
 
 type Files<'t> = Table<'t, [u8; 20], [u8; 16]>;
 type Deleting<'t> = Table<'t, [u8; 20], [u8; 12]>;

@@ -1,16 +1,21 @@
 //! The metadata store: FileDB, PairDB and the S3 index in one embedded redb file.
 //!
-//! Writes happen only through [`MetaStore::execute`], which applies one [`Command`] in one
-//! write transaction and commits it durably (fsync) before returning: an acknowledged S3
-//! write survives `kill -9`. Reads use read transactions and never block writers.
-//! All calls block; async callers go through `tokio::task::spawn_blocking`.
+//! A serving node changes it only through the Raft log ([`raft::Metadata::execute`]): a
+//! [`Command`] is made durable in the log on a majority, then every node's state machine
+//! applies it with [`apply::apply`]. [`MetaStore::execute`] applies a command directly and
+//! durably, for offline tools only (the benchmark's FileDB loader). Reads use read
+//! transactions and never block writers. All calls block; async callers go through
+//! `tokio::task::spawn_blocking`.
 
 pub mod apply;
 pub mod command;
+pub mod filedb;
 pub mod list;
+pub mod raft;
 pub mod tables;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 use placement::{PairId, PairRecord, Sha1};
 use redb::{Database, ReadableDatabase, ReadableTable};
@@ -22,9 +27,11 @@ pub use tables::{
     UploadRecord,
 };
 
-use tables::{BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, UPLOADS};
+use tables::{BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS};
 
-#[derive(Debug, thiserror::Error)]
+/// Serializable: a command's error travels back from the leader to the node that
+/// forwarded it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum MetaError {
     #[error("no such bucket")]
     NoSuchBucket,
@@ -50,6 +57,10 @@ pub enum MetaError {
     Corrupt(String),
     #[error("metadata storage: {0}")]
     Storage(String),
+    /// The cluster cannot decide now (no leader, no quorum, leader unreachable): retry
+    /// later. The command may or may not be applied later; it was not acknowledged.
+    #[error("metadata unavailable: {0}")]
+    Unavailable(String),
 }
 
 macro_rules! storage_error {
@@ -67,18 +78,31 @@ storage_error!(
     redb::TransactionError,
     redb::TableError,
     redb::StorageError,
-    redb::CommitError
+    redb::CommitError,
+    redb::SetDurabilityError
 );
 
 /// The embedded metadata database.
+///
+/// The handle can be swapped whole (a Raft snapshot installed from the leader replaces the
+/// file): every call takes the current handle once and works on it.
 pub struct MetaStore {
-    db: Database,
+    path: PathBuf,
+    db: RwLock<Arc<Database>>,
 }
 
 impl MetaStore {
     /// Opens (or creates) the database and makes sure every table exists, so that read
     /// transactions never meet a missing table.
     pub fn open(path: &Path) -> Result<Self, MetaError> {
+        let db = Self::open_db(path)?;
+        Ok(MetaStore {
+            path: path.to_path_buf(),
+            db: RwLock::new(Arc::new(db)),
+        })
+    }
+
+    fn open_db(path: &Path) -> Result<Database, MetaError> {
         let db = Database::create(path)?;
         let txn = db.begin_write()?;
         txn.open_table(FILES)?;
@@ -89,13 +113,45 @@ impl MetaStore {
         txn.open_table(COUNTERS)?;
         txn.open_table(UPLOADS)?;
         txn.open_table(PARTS)?;
+        txn.open_table(RAFT_STATE)?;
         txn.commit()?;
-        Ok(MetaStore { db })
+        Ok(db)
     }
 
-    /// Applies one command in its own durable transaction.
+    /// The current database handle.
+    pub(crate) fn db(&self) -> Arc<Database> {
+        match self.db.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Replaces the database with the complete file at `new` (renamed over this store's
+    /// path). Calls in progress finish on the old handle; the old file is gone once they
+    /// have.
+    pub(crate) fn replace_with(&self, new: &Path) -> Result<(), MetaError> {
+        let mut guard = match self.db.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        std::fs::rename(new, &self.path).map_err(|e| MetaError::Storage(e.to_string()))?;
+        if let Some(dir) = self.path.parent() {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| MetaError::Storage(e.to_string()))?;
+        }
+        *guard = Arc::new(Self::open_db(&self.path)?);
+        Ok(())
+    }
+
+    /// Applies one command in its own durable transaction, outside any Raft log: for
+    /// offline tools only (a serving node goes through [`raft::Metadata::execute`]).
     pub fn execute(&self, cmd: &Command) -> Result<Response, MetaError> {
-        let txn = self.db.begin_write()?;
+        let txn = self.db().begin_write()?;
         match apply::apply(&txn, cmd) {
             Ok(resp) => {
                 txn.commit()?;
@@ -108,14 +164,22 @@ impl MetaStore {
         }
     }
 
+    /// A digest of every table (see [`raft::snapshot::digest`]).
+    pub fn digest(&self) -> Result<raft::snapshot::Digest, MetaError> {
+        raft::snapshot::digest(&self.db()).map_err(|e| MetaError::Storage(e.to_string()))
+    }
+
     pub fn file(&self, sha1: &Sha1) -> Result<Option<FileRecord>, MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(FILES)?;
-        Ok(table.get(sha1.0)?.map(|v| FileRecord::decode(&v.value())))
+        table
+            .get(sha1.0)?
+            .map(|v| FileRecord::decode_checked(sha1, &v.value()))
+            .transpose()
     }
 
     pub fn deleting(&self, sha1: &Sha1) -> Result<Option<DeletingRecord>, MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(DELETING)?;
         Ok(table
             .get(sha1.0)?
@@ -132,7 +196,7 @@ impl MetaStore {
         limit: usize,
     ) -> Result<Vec<(Sha1, DeletingRecord)>, MetaError> {
         use std::ops::Bound;
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(DELETING)?;
         let start = match after {
             Some(a) => Bound::Excluded(a.0),
@@ -153,7 +217,7 @@ impl MetaStore {
     }
 
     pub fn bucket(&self, name: &str) -> Result<Option<BucketRecord>, MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(BUCKETS)?;
         match table.get(name)? {
             Some(v) => Ok(Some(tables::decode_versioned("buckets", v.value())?)),
@@ -162,7 +226,7 @@ impl MetaStore {
     }
 
     pub fn buckets(&self) -> Result<Vec<(String, BucketRecord)>, MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(BUCKETS)?;
         let mut out = Vec::new();
         for entry in table.iter()? {
@@ -176,7 +240,7 @@ impl MetaStore {
     }
 
     pub fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(OBJECTS)?;
         match table.get((bucket, key.as_bytes()))? {
             Some(v) => Ok(Some(tables::decode_versioned("objects", v.value())?)),
@@ -186,13 +250,13 @@ impl MetaStore {
 
     /// One page of a bucket listing.
     pub fn list_objects(&self, bucket: &str, query: &ListQuery) -> Result<ListPage, MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(OBJECTS)?;
         list::list(&table, bucket, query)
     }
 
     pub fn upload(&self, upload_id: &str) -> Result<Option<UploadRecord>, MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(UPLOADS)?;
         match table.get(upload_id)? {
             Some(v) => Ok(Some(tables::decode_versioned("uploads", v.value())?)),
@@ -204,7 +268,7 @@ impl MetaStore {
         &self,
         upload_id: &str,
     ) -> Result<std::collections::BTreeMap<u32, PartRecord>, MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(PARTS)?;
         let mut out = std::collections::BTreeMap::new();
         for entry in table.range((upload_id, 0)..=(upload_id, u32::MAX))? {
@@ -224,7 +288,7 @@ impl MetaStore {
         after: Option<&(String, String)>,
         max: usize,
     ) -> Result<(Vec<(String, UploadRecord)>, bool), MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(UPLOADS)?;
         let mut all = Vec::new();
         for entry in table.iter()? {
@@ -250,7 +314,7 @@ impl MetaStore {
         &self,
         mut f: impl FnMut(&str, &str, ObjectRecord),
     ) -> Result<(), MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(OBJECTS)?;
         for entry in table.iter()? {
             let (k, v) = entry?;
@@ -263,7 +327,7 @@ impl MetaStore {
 
     /// Calls `f` with every part of every upload in progress.
     pub fn for_each_part(&self, mut f: impl FnMut(&str, u32, PartRecord)) -> Result<(), MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(PARTS)?;
         for entry in table.iter()? {
             let (k, v) = entry?;
@@ -279,17 +343,18 @@ impl MetaStore {
 
     /// Calls `f` with every FileDB record.
     pub fn for_each_file(&self, mut f: impl FnMut(Sha1, FileRecord)) -> Result<(), MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(FILES)?;
         for entry in table.iter()? {
             let (k, v) = entry?;
-            f(Sha1(k.value()), FileRecord::decode(&v.value()));
+            let sha1 = Sha1(k.value());
+            f(sha1, FileRecord::decode_checked(&sha1, &v.value())?);
         }
         Ok(())
     }
 
     pub fn pairs(&self) -> Result<Vec<(PairId, PairRecord)>, MetaError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(PAIRS)?;
         let mut out = Vec::new();
         for entry in table.iter()? {

@@ -11,10 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::MetaError;
 
-// A sibling file (`meta/filedb.rs`): the rules are FileDB's, not the table layout's.
-#[path = "filedb.rs"]
-pub mod filedb;
-pub use filedb::{FLAG_DO_NOT_DELETE, FileRecord};
+pub use super::filedb::{FLAG_DO_NOT_DELETE, FileRecord};
 
 /// FileDB (the article's space0): sha1 -> refs, magic, flags, pair.
 pub const FILES: TableDefinition<[u8; 20], [u8; 16]> = TableDefinition::new("files");
@@ -36,6 +33,11 @@ pub const PARTS: TableDefinition<(&str, u32), &[u8]> = TableDefinition::new("par
 pub const COUNTERS: TableDefinition<&str, u64> = TableDefinition::new("counters");
 
 pub const OBJECT_SEQ: &str = "object_seq";
+
+/// The state machine's own Raft bookkeeping, written in the same transactions as the
+/// commands: `last_applied` (postcard `Option<LogId>`) and `membership` (postcard
+/// `StoredMembership`). See `raft/machine.rs`.
+pub const RAFT_STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("raft_state");
 
 /// Record format version prefixed to every postcard value.
 const FORMAT_V1: u8 = 1;

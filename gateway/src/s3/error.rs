@@ -312,6 +312,13 @@ impl From<StoreError> for S3Error {
                 C::ServiceUnavailable,
                 "No disk pair has room for this object",
             ),
+            StoreError::Unavailable(why) => {
+                tracing::warn!(%why, "metadata unavailable");
+                S3Error::new(
+                    C::ServiceUnavailable,
+                    "The metadata cluster cannot serve this request now (no leader or no quorum). Please try again.",
+                )
+            }
             e @ (StoreError::Meta(_)
             | StoreError::Write(_)
             | StoreError::Read(_)

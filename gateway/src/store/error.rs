@@ -65,6 +65,10 @@ pub enum StoreError {
     /// No disk pair takes writes now: a retry may succeed.
     #[error("no writable disk pair has room")]
     NoWritablePair,
+    /// The metadata cluster cannot decide now (no leader, no quorum): a retry may
+    /// succeed. Nothing was acknowledged.
+    #[error("metadata unavailable: {0}")]
+    Unavailable(String),
     #[error(transparent)]
     Meta(MetaError),
     #[error(transparent)]
@@ -83,6 +87,17 @@ impl StoreError {
             MetaError::NoSuchBucket => StoreError::NoSuchBucket(bucket.to_string()),
             MetaError::BucketExists => StoreError::BucketExists(bucket.to_string()),
             MetaError::BucketNotEmpty => StoreError::BucketNotEmpty(bucket.to_string()),
+            other => other.into(),
+        }
+    }
+}
+
+impl From<MetaError> for StoreError {
+    /// A metadata failure with no meaning to the client but "try again later" or "this
+    /// store failed".
+    fn from(e: MetaError) -> Self {
+        match e {
+            MetaError::Unavailable(why) => StoreError::Unavailable(why),
             other => StoreError::Meta(other),
         }
     }

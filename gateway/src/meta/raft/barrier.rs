@@ -1,0 +1,150 @@
+//! Linearizable reads: the read-index protocol, with concurrent reads sharing one round.
+//!
+//! A read must see every write acknowledged before it started. The leader confirms it
+//! still leads with a heartbeat round to a quorum and names its commit index (the read
+//! index); the reader then waits until its own state machine has applied that index and
+//! reads locally. A follower asks the leader for the index over `/_cluster/read-index`.
+//!
+//! A round answers every read that arrived before the round started. A read arriving
+//! while a round runs waits for the next one, which starts as soon as the current one
+//! ends: under load, one round (one heartbeat to a quorum) serves many reads.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use super::network::Rpc;
+use super::{LEADER_WAIT, MetaRaft, NodeId, READ_TIMEOUT};
+use crate::meta::MetaError;
+
+#[derive(Default)]
+struct Rounds {
+    /// The number of the last round started.
+    started: u64,
+    running: bool,
+    /// A read is waiting for a round after the running one.
+    wanted: bool,
+}
+
+type Outcome = (u64, Result<u64, MetaError>);
+
+pub struct ReadBarrier {
+    raft: MetaRaft,
+    rpc: Rpc,
+    me: NodeId,
+    rounds: Arc<Mutex<Rounds>>,
+    /// (round number, its read index or error) of the last finished round.
+    done: watch::Sender<Outcome>,
+}
+
+fn lock(m: &Mutex<Rounds>) -> std::sync::MutexGuard<'_, Rounds> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl ReadBarrier {
+    pub fn new(raft: MetaRaft, rpc: Rpc, me: NodeId) -> Self {
+        let (done, _) = watch::channel((0, Ok(0)));
+        ReadBarrier {
+            raft,
+            rpc,
+            me,
+            rounds: Arc::new(Mutex::new(Rounds::default())),
+            done,
+        }
+    }
+
+    /// A read index valid for a read that starts now.
+    pub async fn read_index(&self) -> Result<u64, MetaError> {
+        let mut done = self.done.subscribe();
+        let target = {
+            let mut r = lock(&self.rounds);
+            if r.running {
+                r.wanted = true;
+                r.started + 1
+            } else {
+                r.running = true;
+                r.started += 1;
+                self.spawn_rounds(r.started);
+                r.started
+            }
+        };
+        let wait = done.wait_for(|(round, _)| *round >= target);
+        match tokio::time::timeout(READ_TIMEOUT + LEADER_WAIT, wait).await {
+            Ok(Ok(outcome)) => outcome.1.clone(),
+            _ => Err(MetaError::Unavailable(
+                "read index not confirmed in time".into(),
+            )),
+        }
+    }
+
+    /// Runs round `first`, then one more round for as long as reads keep waiting.
+    fn spawn_rounds(&self, first: u64) {
+        let (raft, rpc, me) = (self.raft.clone(), self.rpc.clone(), self.me);
+        let rounds = self.rounds.clone();
+        let done = self.done.clone();
+        tokio::spawn(async move {
+            let mut round = first;
+            loop {
+                let result = one_round(&raft, &rpc, me).await;
+                let _ = done.send_replace((round, result));
+                let mut r = lock(&rounds);
+                if r.wanted {
+                    r.wanted = false;
+                    r.started += 1;
+                    round = r.started;
+                } else {
+                    r.running = false;
+                    return;
+                }
+            }
+        });
+    }
+}
+
+async fn one_round(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaError> {
+    let leader = {
+        let mut metrics = raft.metrics();
+        let wait = metrics.wait_for(|m| m.current_leader.is_some());
+        match tokio::time::timeout(LEADER_WAIT, wait).await {
+            Ok(Ok(m)) => m.current_leader,
+            _ => None,
+        }
+    };
+    let Some(leader) = leader else {
+        return Err(MetaError::Unavailable(format!(
+            "no metadata leader within {LEADER_WAIT:?} (is a majority of the nodes up?)"
+        )));
+    };
+    if leader == me {
+        return local_read_index(raft).await;
+    }
+    let addr = raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .get_node(&leader)
+        .map(|n| n.addr.clone())
+        .ok_or_else(|| MetaError::Unavailable(format!("leader {leader} has no address")))?;
+    match rpc
+        .call::<(), Result<u64, MetaError>>(&addr, "read-index", &(), READ_TIMEOUT)
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => Err(MetaError::Unavailable(e.to_string())),
+    }
+}
+
+/// The read index of this node as leader: confirmed by a quorum's heartbeat answers.
+pub async fn local_read_index(raft: &MetaRaft) -> Result<u64, MetaError> {
+    match tokio::time::timeout(READ_TIMEOUT, raft.get_read_log_id()).await {
+        Ok(Ok((read, _applied))) => Ok(read.map_or(0, |l| l.index)),
+        Ok(Err(e)) => Err(MetaError::Unavailable(e.to_string())),
+        Err(_) => Err(MetaError::Unavailable(format!(
+            "leadership not confirmed by a quorum within {READ_TIMEOUT:?}"
+        ))),
+    }
+}

@@ -1,0 +1,261 @@
+//! The Raft log and vote, in their own redb file (`raft.redb`).
+//!
+//! Why a file of its own beside `meta.redb` (the state machine): the log is small and
+//! append-only at its tail, so its durable commits write a few pages, whatever the size of
+//! the state machine (10 M objects is GBs of B-tree); and the two have separate write
+//! locks, so appending entry n+1 does not wait for applying entry n. The state machine
+//! commits without fsync and checkpoints now and then (see `machine.rs`): on a restart it
+//! is at its last checkpoint and openraft re-applies the committed entries after it from
+//! this log.
+//!
+//! Every append is one durable (fsynced) redb transaction, and openraft counts an entry as
+//! appended only after it: [`LogFlushed`] is called once the commit has returned. Many
+//! concurrent S3 commands share one append because the proposer packs them into one entry
+//! (see `proposer.rs`): openraft 0.9's core waits for each append before the next.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::path::Path;
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{Entry, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::{NodeId, TypeConfig};
+
+/// Log index -> postcard [`Entry`].
+const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
+/// `vote`, `committed`, `purged` -> postcard values.
+const STATE: TableDefinition<&str, &[u8]> = TableDefinition::new("state");
+
+const KEY_VOTE: &str = "vote";
+const KEY_COMMITTED: &str = "committed";
+const KEY_PURGED: &str = "purged";
+
+/// Bound on the entries one read returns (openraft asks for replication batches of at most
+/// `max_payload_entries`, but a range may be wider).
+const READ_ENTRIES_MAX: usize = 4096;
+
+type StorageResult<T> = Result<T, StorageError<NodeId>>;
+
+fn read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::read_logs(&e).into()
+}
+
+fn write_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::write_logs(&e).into()
+}
+
+fn vote_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::write_vote(&e).into()
+}
+
+/// The log store; clones share the database (openraft wants a separate reader).
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<Database>,
+}
+
+impl LogStore {
+    pub fn open(path: &Path) -> Result<Self, redb::Error> {
+        let db = Database::create(path)?;
+        let txn = db.begin_write()?;
+        txn.open_table(LOG)?;
+        txn.open_table(STATE)?;
+        txn.commit()?;
+        Ok(LogStore { db: Arc::new(db) })
+    }
+
+    /// Runs blocking redb work off the async runtime.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Database) -> StorageResult<T> + Send + 'static,
+    ) -> StorageResult<T> {
+        let db = self.db.clone();
+        tokio::task::spawn_blocking(move || f(&db))
+            .await
+            .map_err(write_err)?
+    }
+
+    fn get_state<T: serde::de::DeserializeOwned>(
+        db: &Database,
+        key: &str,
+    ) -> StorageResult<Option<T>> {
+        let txn = db.begin_read().map_err(read_err)?;
+        let table = txn.open_table(STATE).map_err(read_err)?;
+        match table.get(key).map_err(read_err)? {
+            Some(v) => Ok(Some(postcard::from_bytes(v.value()).map_err(read_err)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn put_state<T: serde::Serialize>(
+        db: &Database,
+        key: &str,
+        value: &T,
+        durability: Durability,
+    ) -> StorageResult<()> {
+        let bytes = postcard::to_stdvec(value).map_err(write_err)?;
+        let mut txn = db.begin_write().map_err(write_err)?;
+        txn.set_durability(durability).map_err(write_err)?;
+        txn.open_table(STATE)
+            .map_err(write_err)?
+            .insert(key, bytes.as_slice())
+            .map_err(write_err)?;
+        txn.commit().map_err(write_err)
+    }
+
+    /// Entries with index in `range`, at most [`READ_ENTRIES_MAX`]; the committed entries
+    /// after `from` up to `to` for an offline replay (see [`super::replay_offline`]).
+    pub(crate) fn entries(
+        db: &Database,
+        range: (Bound<u64>, Bound<u64>),
+    ) -> StorageResult<Vec<Entry<TypeConfig>>> {
+        let txn = db.begin_read().map_err(read_err)?;
+        let table = txn.open_table(LOG).map_err(read_err)?;
+        let mut out = Vec::new();
+        for item in table.range::<u64>(range).map_err(read_err)? {
+            let (_, v) = item.map_err(read_err)?;
+            out.push(postcard::from_bytes(v.value()).map_err(read_err)?);
+            if out.len() >= READ_ENTRIES_MAX {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn database(&self) -> &Database {
+        &self.db
+    }
+
+    /// The last committed log id known to this store (may lag: it is saved without fsync).
+    pub(crate) fn committed(db: &Database) -> StorageResult<Option<LogId<NodeId>>> {
+        Self::get_state(db, KEY_COMMITTED)
+    }
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> StorageResult<Vec<Entry<TypeConfig>>> {
+        let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
+        self.blocking(move |db| Self::entries(db, bounds)).await
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
+        self.blocking(|db| {
+            let purged: Option<LogId<NodeId>> = Self::get_state(db, KEY_PURGED)?;
+            let txn = db.begin_read().map_err(read_err)?;
+            let table = txn.open_table(LOG).map_err(read_err)?;
+            let last = match table.last().map_err(read_err)? {
+                Some((_, v)) => {
+                    let entry: Entry<TypeConfig> =
+                        postcard::from_bytes(v.value()).map_err(read_err)?;
+                    Some(entry.log_id)
+                }
+                None => purged,
+            };
+            Ok(LogState {
+                last_purged_log_id: purged,
+                last_log_id: last,
+            })
+        })
+        .await
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
+        let vote = *vote;
+        self.blocking(move |db| Self::put_state(db, KEY_VOTE, &vote, Durability::Immediate))
+            .await
+            .map_err(|e| vote_err(std::io::Error::other(e.to_string())))
+    }
+
+    async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
+        self.blocking(|db| Self::get_state(db, KEY_VOTE)).await
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
+        // Without fsync: the next append makes it durable, and a committed index that lags
+        // only means openraft re-learns it from the leader (or, alone, re-commits it).
+        self.blocking(move |db| Self::put_state(db, KEY_COMMITTED, &committed, Durability::None))
+            .await
+    }
+
+    async fn read_committed(&mut self) -> StorageResult<Option<LogId<NodeId>>> {
+        self.blocking(Self::committed).await
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StorageResult<()>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+        I::IntoIter: Send,
+    {
+        let mut encoded = Vec::new();
+        for entry in entries {
+            let bytes = postcard::to_stdvec(&entry).map_err(write_err)?;
+            encoded.push((entry.log_id.index, bytes));
+        }
+        let result = self
+            .blocking(move |db| {
+                let txn = db.begin_write().map_err(write_err)?;
+                {
+                    let mut log = txn.open_table(LOG).map_err(write_err)?;
+                    for (index, bytes) in &encoded {
+                        log.insert(*index, bytes.as_slice()).map_err(write_err)?;
+                    }
+                }
+                // Durability::Immediate (the default): the entry is on disk when this returns.
+                txn.commit().map_err(write_err)
+            })
+            .await;
+        match result {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(e)
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        self.blocking(move |db| {
+            let txn = db.begin_write().map_err(write_err)?;
+            txn.open_table(LOG)
+                .map_err(write_err)?
+                .retain_in(log_id.index.., |_, _| false)
+                .map_err(write_err)?;
+            txn.commit().map_err(write_err)
+        })
+        .await
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        self.blocking(move |db| {
+            let bytes = postcard::to_stdvec(&Some(log_id)).map_err(write_err)?;
+            let txn = db.begin_write().map_err(write_err)?;
+            txn.open_table(STATE)
+                .map_err(write_err)?
+                .insert(KEY_PURGED, bytes.as_slice())
+                .map_err(write_err)?;
+            txn.open_table(LOG)
+                .map_err(write_err)?
+                .retain_in(..=log_id.index, |_, _| false)
+                .map_err(write_err)?;
+            txn.commit().map_err(write_err)
+        })
+        .await
+    }
+}

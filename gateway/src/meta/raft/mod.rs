@@ -1,0 +1,552 @@
+//! Replicated metadata: every [`Command`] goes through a Raft log (openraft 0.9) and every
+//! node's state machine applies it with the one `apply` function.
+//!
+//! - One write path for one node or many: a gateway with no peers is a one-voter group.
+//! - Group commit: concurrent commands are packed by the [`proposer`] into one log entry,
+//!   so one durable append (one fsync of `raft.redb`, on each voter) serves them all.
+//! - Followers do the data path themselves and forward only the commands (a batch) to the
+//!   leader over `/_cluster/write`.
+//! - Linearizable reads: a read waits for a read index confirmed by the leader with a
+//!   heartbeat round to a quorum (see [`barrier`]), then reads the local state machine.
+//!   Concurrent reads share one round.
+//!
+//! Files in the data folder: `meta.redb` (the state machine: the tables, `last_applied`,
+//! membership), `raft.redb` (log, vote, committed), `snapshots/current.snap`.
+
+pub mod barrier;
+// openraft's storage and RPC error types are large, and fixed by its traits.
+#[allow(clippy::result_large_err)]
+pub mod log;
+#[allow(clippy::result_large_err)]
+pub mod machine;
+#[allow(clippy::result_large_err)]
+pub mod network;
+pub mod proposer;
+pub mod snapshot;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::{Command, MetaError, MetaStore, Response};
+use barrier::ReadBarrier;
+use log::LogStore;
+use machine::{SnapshotDir, StateMachine};
+use network::{Network, Rpc};
+use proposer::Proposer;
+
+pub type NodeId = u64;
+pub type Node = BasicNode;
+
+/// Commands that travel in one log entry and are applied in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batch(pub Vec<Command>);
+
+/// One result per command of a [`Batch`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchResult(pub Vec<Result<Response, MetaError>>);
+
+openraft::declare_raft_types!(
+    /// The metadata's Raft types: batches of commands, nodes named by their S3 address,
+    /// snapshots as files.
+    pub TypeConfig:
+        D = Batch,
+        R = BatchResult,
+        NodeId = NodeId,
+        Node = Node,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = tokio::fs::File,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub type MetaRaft = Raft<TypeConfig>;
+
+/// Bound on waiting for a leader to be known before a request fails with 503.
+pub const LEADER_WAIT: Duration = Duration::from_secs(3);
+/// Bound on a command's commit (append on a quorum, apply on the leader).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on a read-index round.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default of `--snapshot-logs`: entries applied between two snapshots.
+pub const SNAPSHOT_LOGS_DEFAULT: u64 = 20_000;
+
+/// How this node takes part in a group.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub node_id: NodeId,
+    /// Every voter of a fresh group, by S3 listen address (this node included). Empty for
+    /// a node that joins an existing group (added with `admin cluster add-learner`).
+    pub peers: BTreeMap<NodeId, String>,
+    pub secret: String,
+    pub snapshot_logs: u64,
+}
+
+impl ClusterConfig {
+    /// The embedded single node: a one-voter group of node 1 at `addr`.
+    pub fn single(addr: String) -> Self {
+        ClusterConfig {
+            node_id: 1,
+            peers: BTreeMap::from([(1, addr)]),
+            secret: String::new(),
+            snapshot_logs: SNAPSHOT_LOGS_DEFAULT,
+        }
+    }
+}
+
+/// A membership change asked through the admin API (run on the leader).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum MembershipOp {
+    AddLearner { id: NodeId, addr: String },
+    Promote { id: NodeId },
+    Remove { id: NodeId },
+}
+
+/// What `GET /_admin/cluster` shows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub node_id: NodeId,
+    pub leader: Option<NodeId>,
+    pub members: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
+    pub nodes: BTreeMap<NodeId, String>,
+    pub term: u64,
+    pub last_log_index: Option<u64>,
+    pub last_applied: Option<u64>,
+    pub snapshot: Option<u64>,
+    pub state: String,
+}
+
+/// The replicated metadata as the rest of the gateway sees it.
+pub struct Metadata {
+    node_id: NodeId,
+    raft: MetaRaft,
+    store: Arc<MetaStore>,
+    rpc: Rpc,
+    proposer: Proposer,
+    barrier: ReadBarrier,
+    applied: watch::Receiver<u64>,
+    pairs_changed: watch::Receiver<u64>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> MetaError {
+    MetaError::Unavailable(e.to_string())
+}
+
+/// Opens the state machine and the log of a data folder and starts this node's Raft.
+///
+/// A fresh node (nothing applied yet: a new data folder, or one from before replication)
+/// that is listed in its own peers initializes the group with them; every voter of a new
+/// group may do so with the same list (openraft allows it). A node restarted on its data
+/// folder, or one waiting to be added as a learner, does not.
+pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadata>, MetaError> {
+    let store = Arc::new(MetaStore::open(&data_dir.join("meta.redb"))?);
+    let log = LogStore::open(&data_dir.join("raft.redb"))?;
+    let (pairs_tx, pairs_rx) = watch::channel(0u64);
+    let (applied_tx, applied_rx) = watch::channel(0u64);
+    let fresh = machine::applied_state(&store.db())?.0.is_none();
+    let has_data = fresh && !store.pairs()?.is_empty();
+    let sm = StateMachine::open(
+        store.clone(),
+        SnapshotDir::new(data_dir.join("snapshots")),
+        pairs_tx,
+        applied_tx,
+    )?;
+    let config = Config {
+        cluster_name: "dedup-gateway".into(),
+        heartbeat_interval: 250,
+        election_timeout_min: 1000,
+        election_timeout_max: 2000,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(cluster.snapshot_logs.max(1)),
+        snapshot_max_chunk_size: 1 << 20,
+        max_payload_entries: 256,
+        ..Default::default()
+    };
+    let config = Arc::new(
+        config
+            .validate()
+            .map_err(|e| MetaError::Storage(e.to_string()))?,
+    );
+    let rpc = Rpc::new(cluster.secret.clone());
+    let network = Network { rpc: rpc.clone() };
+    let raft = Raft::new(cluster.node_id, config, network, log, sm)
+        .await
+        .map_err(|e| MetaError::Storage(e.to_string()))?;
+    if fresh && cluster.peers.contains_key(&cluster.node_id) {
+        let members: BTreeMap<NodeId, Node> = cluster
+            .peers
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr)))
+            .collect();
+        match raft.initialize(members).await {
+            Ok(()) => tracing::info!(peers = ?cluster.peers, "initialized the metadata group"),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+            Err(e) => return Err(MetaError::Storage(e.to_string())),
+        }
+    }
+    let metadata = Arc::new(Metadata {
+        node_id: cluster.node_id,
+        proposer: Proposer::start(raft.clone(), rpc.clone(), cluster.node_id),
+        barrier: ReadBarrier::new(raft.clone(), rpc.clone(), cluster.node_id),
+        raft,
+        store,
+        rpc,
+        applied: applied_rx,
+        pairs_changed: pairs_rx,
+    });
+    if has_data {
+        // Tables written before replication are not in the log: a snapshot holds them,
+        // and the log before it is purged, so that a node added later starts from the
+        // snapshot rather than from an empty log that lacks them.
+        metadata.snapshot_now().await?;
+    }
+    Ok(metadata)
+}
+
+impl Metadata {
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    pub fn store(&self) -> &Arc<MetaStore> {
+        &self.store
+    }
+
+    pub fn raft(&self) -> &MetaRaft {
+        &self.raft
+    }
+
+    pub fn rpc(&self) -> &Rpc {
+        &self.rpc
+    }
+
+    /// Commits one command through the log and answers its result once it is applied.
+    pub async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
+        self.proposer.submit(cmd).await
+    }
+
+    /// Waits until this node's state machine holds every write acknowledged before the
+    /// call (read index confirmed by the leader).
+    pub async fn linearize(&self) -> Result<(), MetaError> {
+        let index = self.barrier.read_index().await?;
+        self.wait_applied(index).await
+    }
+
+    /// Waits until the local state machine has applied `index`.
+    pub async fn wait_applied(&self, index: u64) -> Result<(), MetaError> {
+        let mut applied = self.applied.clone();
+        let wait = applied.wait_for(|a| *a >= index);
+        match tokio::time::timeout(READ_TIMEOUT, wait).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(unavailable("metadata is shutting down")),
+            Err(_) => Err(unavailable(format!(
+                "this node has not applied index {index} within {READ_TIMEOUT:?}"
+            ))),
+        }
+    }
+
+    /// A read as of now: linearizable, then on the local state machine.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
+    ) -> Result<T, MetaError> {
+        self.linearize().await?;
+        self.read_local(f).await
+    }
+
+    /// A read of the local state machine, which may lag the leader: only where a stale
+    /// answer is checked again by a command (the dedup pre-check), or right after a
+    /// linearizable read in the same request.
+    pub async fn read_local<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
+    ) -> Result<T, MetaError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|e| MetaError::Storage(e.to_string()))?
+    }
+
+    /// The leader's read index, answered only by the leader (a follower's barrier asks
+    /// it over `/_cluster/read-index`).
+    pub async fn leader_read_index(&self) -> Result<u64, MetaError> {
+        barrier::local_read_index(&self.raft).await
+    }
+
+    /// Runs a batch forwarded by a follower (this node must be the leader).
+    pub async fn leader_write(&self, batch: Batch) -> proposer::WriteReply {
+        proposer::leader_write(&self.raft, batch).await
+    }
+
+    /// Changes after which PairDB must be reloaded.
+    pub fn pairs_changed(&self) -> watch::Receiver<u64> {
+        self.pairs_changed.clone()
+    }
+
+    /// Whether this node leads now, and every change of it.
+    pub fn leadership(&self) -> watch::Receiver<bool> {
+        let (tx, rx) = watch::channel(false);
+        let mut metrics = self.raft.metrics();
+        let me = self.node_id;
+        tokio::spawn(async move {
+            loop {
+                let leading = {
+                    let m = metrics.borrow_and_update();
+                    m.state == ServerState::Leader && m.current_leader == Some(me)
+                };
+                tx.send_if_modified(|v| std::mem::replace(v, leading) != leading);
+                if metrics.changed().await.is_err() || tx.is_closed() {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+
+    /// Waits (bounded) until some node leads.
+    pub async fn wait_leader(&self, limit: Duration) -> Result<NodeId, MetaError> {
+        let mut metrics = self.raft.metrics();
+        let wait = metrics.wait_for(|m| m.current_leader.is_some());
+        match tokio::time::timeout(limit, wait).await {
+            Ok(Ok(m)) => m.current_leader.ok_or_else(|| unavailable("no leader")),
+            Ok(Err(_)) => Err(unavailable("metadata is shutting down")),
+            Err(_) => Err(unavailable(format!("no leader elected within {limit:?}"))),
+        }
+    }
+
+    pub fn status(&self) -> ClusterStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        ClusterStatus {
+            node_id: self.node_id,
+            leader: m.current_leader,
+            members: membership.voter_ids().collect(),
+            learners: membership.learner_ids().collect(),
+            nodes: membership
+                .nodes()
+                .map(|(id, n)| (*id, n.addr.clone()))
+                .collect(),
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            last_applied: m.last_applied.map(|l| l.index),
+            snapshot: m.snapshot.map(|l| l.index),
+            state: format!("{:?}", m.state),
+        }
+    }
+
+    /// Runs a membership change on the leader (forwarded there from a follower).
+    pub async fn change_membership(&self, op: MembershipOp) -> Result<ClusterStatus, MetaError> {
+        let leader = self.wait_leader(LEADER_WAIT).await?;
+        if leader != self.node_id {
+            let addr = self.node_addr(leader)?;
+            let reply: Result<(), MetaError> = self
+                .rpc
+                .call(&addr, "membership", &op, WRITE_TIMEOUT * 3)
+                .await
+                .map_err(unavailable)?;
+            reply?;
+            return Ok(self.status());
+        }
+        self.leader_change_membership(op).await?;
+        Ok(self.status())
+    }
+
+    /// A membership change on this node, which must lead.
+    pub async fn leader_change_membership(&self, op: MembershipOp) -> Result<(), MetaError> {
+        let map = |e: RaftError<NodeId, ClientWriteError<NodeId, Node>>| match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                unavailable(format!("not the leader (leader: {:?})", f.leader_id))
+            }
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
+                MetaError::InvalidPart(c.to_string())
+            }
+            other => unavailable(other),
+        };
+        let voters: BTreeSet<NodeId> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        match op {
+            MembershipOp::AddLearner { id, addr } => {
+                // Blocking: answers once the learner has caught up with the log.
+                self.raft
+                    .add_learner(id, BasicNode::new(addr), true)
+                    .await
+                    .map_err(map)?;
+            }
+            MembershipOp::Promote { id } => {
+                self.raft
+                    .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true)
+                    .await
+                    .map_err(map)?;
+            }
+            MembershipOp::Remove { id } => {
+                let change = if voters.contains(&id) {
+                    ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+                } else {
+                    ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+                };
+                // retain=false: a removed voter is not kept as a learner.
+                self.raft
+                    .change_membership(change, false)
+                    .await
+                    .map_err(map)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The S3 address of a member.
+    pub fn node_addr(&self, id: NodeId) -> Result<String, MetaError> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.addr.clone())
+            .ok_or_else(|| unavailable(format!("node {id} is not a member")))
+    }
+
+    /// Builds a snapshot now and purges the log behind it.
+    pub async fn snapshot_now(&self) -> Result<(), MetaError> {
+        self.wait_leader(LEADER_WAIT * 10).await?;
+        self.raft.trigger().snapshot().await.map_err(unavailable)?;
+        let applied = *self.applied.borrow();
+        let mut metrics = self.raft.metrics();
+        let built = metrics.wait_for(|m| m.snapshot.is_some_and(|s| s.index >= applied));
+        let snap = match tokio::time::timeout(WRITE_TIMEOUT * 6, built).await {
+            Ok(Ok(m)) => m.snapshot,
+            _ => return Err(unavailable("snapshot not built in time")),
+        };
+        if let Some(s) = snap {
+            self.raft
+                .trigger()
+                .purge_log(s.index)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    /// Writes a consistent snapshot of the state machine (every acknowledged write) to
+    /// `path`, while serving.
+    pub async fn backup(&self, path: PathBuf) -> Result<u64, MetaError> {
+        self.linearize().await?;
+        let db = self.store.db();
+        tokio::task::spawn_blocking(move || {
+            machine::build_snapshot_file(&db, &path)
+                .map(|m| m.last_log_id.map_or(0, |l| l.index))
+                .map_err(MetaError::Storage)
+        })
+        .await
+        .map_err(|e| MetaError::Storage(e.to_string()))?
+    }
+
+    /// Stops Raft and makes the applied state durable (a clean restart replays nothing).
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+        let db = self.store.db();
+        match tokio::task::spawn_blocking(move || StateMachine::checkpoint(&db)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "final checkpoint"),
+            Err(e) => tracing::warn!(error = %e, "final checkpoint"),
+        }
+    }
+}
+
+/// Applies the committed log entries the state machine of a stopped node lacks (what a
+/// restart would do first), so that offline tools (`gateway fsck`) see every
+/// acknowledged write. A data folder without `raft.redb` is left as it is.
+pub fn replay_offline(data_dir: &Path) -> Result<u64, MetaError> {
+    use std::ops::Bound;
+    let log_path = data_dir.join("raft.redb");
+    if !log_path.exists() {
+        return Ok(0);
+    }
+    let store = MetaStore::open(&data_dir.join("meta.redb"))?;
+    let log = LogStore::open(&log_path)?;
+    let db = store.db();
+    let (mut applied, mut membership) = machine::applied_state(&db)?;
+    let committed =
+        LogStore::committed(log.database()).map_err(|e| MetaError::Storage(e.to_string()))?;
+    let Some(committed) = committed else {
+        return Ok(0);
+    };
+    let mut replayed = 0u64;
+    // Bounded by the log's length: each round applies at least one entry or stops.
+    loop {
+        let from = applied.map_or(0, |a| a.index + 1);
+        if from > committed.index {
+            break;
+        }
+        let entries = LogStore::entries(
+            log.database(),
+            (Bound::Included(from), Bound::Included(committed.index)),
+        )
+        .map_err(|e| MetaError::Storage(e.to_string()))?;
+        let Some(last) = entries.last() else { break };
+        let last = last.log_id;
+        replayed += entries.len() as u64;
+        let done = machine::StateMachine::replay_blocking(&db, entries, applied, membership)?;
+        membership = done;
+        applied = Some(last);
+    }
+    StateMachine::checkpoint(&db)?;
+    Ok(replayed)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("{0} already holds metadata; restore into a new data folder")]
+    Exists(PathBuf),
+    #[error("data folder {0}: {1}")]
+    DataDir(PathBuf, std::io::Error),
+    #[error("backup {0}: {1}")]
+    Snapshot(PathBuf, snapshot::SnapshotError),
+}
+
+/// Builds a data folder's state machine from a backup (`gateway restore`). The node keeps
+/// the backup's membership and applied index: started on this folder, it purges its log
+/// up to that index and goes on as the node it was (a single node at once; a cluster
+/// member once a majority of the group is back).
+pub fn restore(from: &Path, data_dir: &Path) -> Result<String, RestoreError> {
+    let io = |e| RestoreError::DataDir(data_dir.to_path_buf(), e);
+    std::fs::create_dir_all(data_dir).map_err(io)?;
+    let meta = data_dir.join("meta.redb");
+    if meta.exists() || data_dir.join("raft.redb").exists() {
+        return Err(RestoreError::Exists(data_dir.to_path_buf()));
+    }
+    let building = data_dir.join("meta.redb.restore");
+    let _ = std::fs::remove_file(&building);
+    let head = snapshot::load(from, &building)
+        .map_err(|e| RestoreError::Snapshot(from.to_path_buf(), e))?;
+    std::fs::rename(&building, &meta).map_err(io)?;
+    std::fs::File::open(data_dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io)?;
+    let applied = applied_index_of(&meta);
+    Ok(format!(
+        "restored {} records into {} (state at log index {})\n",
+        head.records,
+        meta.display(),
+        applied.map_or_else(|| "none".to_string(), |i| i.to_string())
+    ))
+}
+
+/// The applied index of a state machine file, for reports.
+fn applied_index_of(path: &Path) -> Option<u64> {
+    let store = MetaStore::open(path).ok()?;
+    machine::applied_state(&store.db()).ok()?.0.map(|l| l.index)
+}

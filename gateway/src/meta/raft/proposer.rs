@@ -1,0 +1,186 @@
+//! Group commit: commands submitted at the same moment travel in one log entry.
+//!
+//! openraft 0.9's core appends (and fsyncs) one client write at a time, so batching has to
+//! happen before it: commands queue here, and whenever fewer than [`IN_FLIGHT_MAX`]
+//! batches are being committed, everything queued (up to [`BATCH_COMMANDS_MAX`]) leaves
+//! as one [`Batch`]. Under load, batches grow to the number of waiting clients; with one
+//! client, each command goes alone and waits for nothing. On the leader a batch is a local
+//! `client_write`; on a follower it is forwarded to the leader over `/_cluster/write`.
+//!
+//! A batch is retried on another node only when the answer says it was not appended (the
+//! node was not the leader). Any other failure (timeout, lost connection) leaves the
+//! outcome unknown: the commands fail with `Unavailable` and are not acknowledged, though
+//! they may still be applied. The caller's data path never depends on them being absent.
+
+use std::sync::Arc;
+
+use openraft::error::{ClientWriteError, RaftError};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use super::network::Rpc;
+use super::{Batch, BatchResult, LEADER_WAIT, MetaRaft, NodeId, WRITE_TIMEOUT};
+use crate::meta::{Command, MetaError, Response};
+
+/// Batches being committed at once: one in the log's fsync, the next ones forming.
+const IN_FLIGHT_MAX: usize = 3;
+/// Bound on the commands of one batch (a log entry stays well under a replication RPC's
+/// body bound even with CompleteUpload's part lists).
+const BATCH_COMMANDS_MAX: usize = 512;
+/// Bound on commands waiting to be batched; a full queue makes submitters wait.
+const QUEUE_MAX: usize = 8192;
+/// Bound on redirects when the leader changes under a batch.
+const REDIRECTS_MAX: usize = 3;
+
+/// The leader's answer to a forwarded batch.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum WriteReply {
+    Done(BatchResult),
+    /// Not appended: this node does not lead (it names the leader it knows).
+    NotLeader(Option<NodeId>),
+    /// The outcome is unknown (timeout, shutdown).
+    Unavailable(String),
+}
+
+struct Pending {
+    cmd: Command,
+    reply: oneshot::Sender<Result<Response, MetaError>>,
+}
+
+pub struct Proposer {
+    queue: mpsc::Sender<Pending>,
+}
+
+impl Proposer {
+    pub fn start(raft: MetaRaft, rpc: Rpc, me: NodeId) -> Self {
+        let (queue, mut rx) = mpsc::channel::<Pending>(QUEUE_MAX);
+        let in_flight = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
+        tokio::spawn(async move {
+            loop {
+                let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                    return;
+                };
+                let Some(first) = rx.recv().await else { return };
+                let mut pending = vec![first];
+                while pending.len() < BATCH_COMMANDS_MAX {
+                    match rx.try_recv() {
+                        Ok(p) => pending.push(p),
+                        Err(_) => break,
+                    }
+                }
+                let (raft, rpc) = (raft.clone(), rpc.clone());
+                tokio::spawn(async move {
+                    commit(&raft, &rpc, me, pending).await;
+                    drop(permit);
+                });
+            }
+        });
+        Proposer { queue }
+    }
+
+    pub async fn submit(&self, cmd: Command) -> Result<Response, MetaError> {
+        let (reply, rx) = oneshot::channel();
+        self.queue
+            .send(Pending { cmd, reply })
+            .await
+            .map_err(|_| MetaError::Unavailable("metadata is shutting down".into()))?;
+        rx.await
+            .map_err(|_| MetaError::Unavailable("metadata is shutting down".into()))?
+    }
+}
+
+async fn commit(raft: &MetaRaft, rpc: &Rpc, me: NodeId, pending: Vec<Pending>) {
+    let (cmds, replies): (Vec<_>, Vec<_>) = pending.into_iter().map(|p| (p.cmd, p.reply)).unzip();
+    let n = cmds.len();
+    let outcome = send(raft, rpc, me, Batch(cmds)).await;
+    match outcome {
+        Ok(BatchResult(results)) if results.len() == n => {
+            for (reply, result) in replies.into_iter().zip(results) {
+                let _ = reply.send(result);
+            }
+        }
+        Ok(BatchResult(results)) => {
+            let e = MetaError::Storage(format!("{} results for {n} commands", results.len()));
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Commits a batch on whichever node leads, following redirects a bounded number of times.
+async fn send(
+    raft: &MetaRaft,
+    rpc: &Rpc,
+    me: NodeId,
+    batch: Batch,
+) -> Result<BatchResult, MetaError> {
+    let mut hint: Option<NodeId> = None;
+    for _ in 0..=REDIRECTS_MAX {
+        let leader = match hint.take() {
+            Some(l) => l,
+            None => wait_leader(raft).await?,
+        };
+        let reply = if leader == me {
+            leader_write(raft, batch.clone()).await
+        } else {
+            let addr = raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership()
+                .get_node(&leader)
+                .map(|n| n.addr.clone())
+                .ok_or_else(|| MetaError::Unavailable(format!("leader {leader} has no address")))?;
+            match rpc.call(&addr, "write", &batch, WRITE_TIMEOUT).await {
+                Ok(r) => r,
+                Err(e) => WriteReply::Unavailable(e.to_string()),
+            }
+        };
+        match reply {
+            WriteReply::Done(r) => return Ok(r),
+            WriteReply::Unavailable(e) => return Err(MetaError::Unavailable(e)),
+            WriteReply::NotLeader(next) => {
+                // Not appended anywhere: safe to send again, to the leader it named, or
+                // after waiting for a new one.
+                hint = next.filter(|n| *n != leader);
+                if hint.is_none() {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+    Err(MetaError::Unavailable("the leader kept changing".into()))
+}
+
+async fn wait_leader(raft: &MetaRaft) -> Result<NodeId, MetaError> {
+    let mut metrics = raft.metrics();
+    let wait = metrics.wait_for(|m| m.current_leader.is_some());
+    match tokio::time::timeout(LEADER_WAIT, wait).await {
+        Ok(Ok(m)) => m
+            .current_leader
+            .ok_or_else(|| MetaError::Unavailable("no leader".into())),
+        _ => Err(MetaError::Unavailable(format!(
+            "no metadata leader within {LEADER_WAIT:?} (is a majority of the nodes up?)"
+        ))),
+    }
+}
+
+/// Appends a batch on this node, which must lead; waits until it is applied here.
+pub async fn leader_write(raft: &MetaRaft, batch: Batch) -> WriteReply {
+    match tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(batch)).await {
+        Ok(Ok(resp)) => WriteReply::Done(resp.data),
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+            WriteReply::NotLeader(f.leader_id)
+        }
+        Ok(Err(e)) => WriteReply::Unavailable(e.to_string()),
+        Err(_) => WriteReply::Unavailable(format!(
+            "not committed within {WRITE_TIMEOUT:?} (no quorum?)"
+        )),
+    }
+}
