@@ -5,6 +5,7 @@
 //! `$GATEWAY_BIN`) and panics with "build it first: cargo build -p gateway" if the binary
 //! is missing. Every wait is bounded; every address is 127.0.0.1.
 
+pub mod cluster;
 pub mod nginx;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -77,19 +78,61 @@ pub fn gateway_bin() -> PathBuf {
     );
 }
 
-/// A running (or killed) gateway process with its own temp data dir.
+/// A running (or killed) gateway process with its own data dir.
 pub struct Gateway {
     bin: PathBuf,
-    dir: tempfile::TempDir,
+    dir: DataDir,
     port: u16,
     access_key: String,
     secret_key: String,
     admin_token: String,
     child: Option<Child>,
+    /// Whether the process was stopped with SIGSTOP (and not continued since).
+    paused: bool,
+    /// Names the process in failure messages (`gateway`, `node 2`).
+    label: String,
     log: Arc<Mutex<VecDeque<String>>>,
     /// Extra `serve` flags and environment, kept across restarts.
     extra_args: Vec<String>,
     extra_env: Vec<(String, String)>,
+}
+
+/// Where a gateway keeps its data.
+enum DataDir {
+    /// A fresh temp dir, removed when the harness drops the gateway.
+    Temp(tempfile::TempDir),
+    /// A folder the caller owns (and removes).
+    Given(PathBuf),
+}
+
+impl DataDir {
+    fn path(&self) -> &Path {
+        match self {
+            DataDir::Temp(t) => t.path(),
+            DataDir::Given(p) => p,
+        }
+    }
+}
+
+/// How [`Gateway::start_opts`] starts a gateway; every field has a default (see each).
+#[derive(Debug, Clone, Default)]
+pub struct GatewayOptions {
+    /// Data folder (created if missing, kept on drop); `None`: a fresh temp dir removed on
+    /// drop.
+    pub data_dir: Option<PathBuf>,
+    /// Port of `--listen 127.0.0.1:PORT`, kept across restarts; 0: the OS picks one.
+    pub port: u16,
+    /// S3 credentials (`GATEWAY_ACCESS_KEY` / `GATEWAY_SECRET_KEY`); `None`: random.
+    pub access_key: Option<String>,
+    pub secret_key: Option<String>,
+    /// `GATEWAY_ADMIN_TOKEN`; `None`: random.
+    pub admin_token: Option<String>,
+    /// Extra `serve` flags, after `--data` and `--listen`; kept across restarts.
+    pub args: Vec<String>,
+    /// Extra environment variables; kept across restarts.
+    pub env: Vec<(String, String)>,
+    /// Names the process in failure messages; `None`: `gateway`.
+    pub label: Option<String>,
 }
 
 impl Gateway {
@@ -102,29 +145,52 @@ impl Gateway {
     /// Like [`Gateway::start`], with extra `serve` flags (e.g. `--quarantine-secs 2`, or
     /// `--config FILE`) and environment variables, kept across restarts.
     pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Gateway {
-        let bin = gateway_bin();
-        let dir = tempfile::Builder::new()
-            .prefix("e2e-gateway-")
-            .tempdir()
-            .expect("create temp data dir");
-        let mut gw = Gateway {
-            bin,
-            dir,
-            port: 0,
-            access_key: format!("E2E{}", random_token(17).to_uppercase()),
-            secret_key: random_token(40),
-            admin_token: random_token(32),
-            child: None,
-            log: Arc::new(Mutex::new(VecDeque::new())),
-            extra_args: args.iter().map(|a| a.to_string()).collect(),
-            extra_env: env
+        Self::start_opts(GatewayOptions {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: env
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            ..GatewayOptions::default()
+        })
+    }
+
+    /// Starts a gateway as `opts` says and waits for its `listening on` line; panics (with
+    /// its output) if it does not start.
+    pub fn start_opts(opts: GatewayOptions) -> Gateway {
+        let bin = gateway_bin();
+        let dir = match opts.data_dir {
+            Some(path) => {
+                fs::create_dir_all(&path)
+                    .unwrap_or_else(|e| panic!("create data dir {}: {e}", path.display()));
+                DataDir::Given(path)
+            }
+            None => DataDir::Temp(
+                tempfile::Builder::new()
+                    .prefix("e2e-gateway-")
+                    .tempdir()
+                    .expect("create temp data dir"),
+            ),
         };
-        match gw.spawn(0) {
+        let mut gw = Gateway {
+            bin,
+            dir,
+            port: opts.port,
+            access_key: opts
+                .access_key
+                .unwrap_or_else(|| format!("E2E{}", random_token(17).to_uppercase())),
+            secret_key: opts.secret_key.unwrap_or_else(|| random_token(40)),
+            admin_token: opts.admin_token.unwrap_or_else(|| random_token(32)),
+            child: None,
+            paused: false,
+            label: opts.label.unwrap_or_else(|| "gateway".to_string()),
+            log: Arc::new(Mutex::new(VecDeque::new())),
+            extra_args: opts.args,
+            extra_env: opts.env,
+        };
+        match gw.spawn(gw.port) {
             Ok(port) => gw.port = port,
-            Err(why) => panic!("gateway did not start: {why}\n{}", gw.log_tail(200)),
+            Err(why) => panic!("{} did not start: {why}\n{}", gw.label, gw.log_tail(200)),
         }
         gw
     }
@@ -181,12 +247,98 @@ impl Gateway {
         }
     }
 
-    /// Kills the process with SIGKILL (no graceful shutdown) and reaps it.
+    /// Kills the process with SIGKILL (no graceful shutdown; a paused process too) and
+    /// reaps it.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
             // std's Child::kill sends SIGKILL on Unix.
             let _ = child.kill();
             let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    /// The process id, while the process was started and not killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Freezes the process with SIGSTOP: it keeps its sockets (connections are accepted by
+    /// the kernel and then hang) but runs nothing until [`Gateway::resume`].
+    pub fn pause(&mut self) {
+        self.signal(libc::SIGSTOP, "SIGSTOP");
+        self.paused = true;
+    }
+
+    /// Continues a paused process with SIGCONT.
+    pub fn resume(&mut self) {
+        self.signal(libc::SIGCONT, "SIGCONT");
+        self.paused = false;
+    }
+
+    fn signal(&self, signal: libc::c_int, name: &str) {
+        let pid = self
+            .pid()
+            .unwrap_or_else(|| panic!("{}: {name} to a process that is not running", self.label));
+        let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+        // SAFETY: kill(2) with the pid of our own, not yet reaped, child.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(
+            rc,
+            0,
+            "{}: {name} to pid {pid}: {}",
+            self.label,
+            io::Error::last_os_error()
+        );
+    }
+
+    /// Whether the process is stopped with SIGSTOP.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Whether the harness started the process and has not killed it since (it may have
+    /// exited on its own: see [`Gateway::is_running`]).
+    pub fn is_started(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Deletes everything inside the data dir (the process must be killed first): the next
+    /// [`Gateway::restart`] starts from an empty folder.
+    pub fn wipe_data(&mut self) {
+        assert!(
+            self.child.is_none(),
+            "{}: wipe_data while the process runs",
+            self.label
+        );
+        let dir = self.dir.path().to_path_buf();
+        let entries =
+            fs::read_dir(&dir).unwrap_or_else(|e| panic!("read data dir {}: {e}", dir.display()));
+        for e in entries {
+            let e = e.expect("data dir entry");
+            let path = e.path();
+            let result = if e.file_type().is_ok_and(|t| t.is_dir()) {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            result.unwrap_or_else(|err| panic!("remove {}: {err}", path.display()));
+        }
+    }
+
+    /// The name failure messages give the process.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The gateway's address and credentials, detached from the process: cheap to clone
+    /// and to move to client threads while the harness kills and restarts the process.
+    pub fn remote(&self) -> Remote {
+        Remote {
+            port: self.port,
+            access_key: self.access_key.clone(),
+            secret_key: self.secret_key.clone(),
+            admin_token: self.admin_token.clone(),
         }
     }
 
@@ -196,6 +348,7 @@ impl Gateway {
     pub fn restart(&mut self) {
         self.kill9();
         // The port was just released; binding it again can transiently fail. Bounded retry.
+        self.paused = false;
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut attempt = 0;
         loop {
@@ -207,7 +360,8 @@ impl Gateway {
                     thread::sleep(Duration::from_millis(250));
                 }
                 Err(why) => panic!(
-                    "gateway did not restart on port {} after {attempt} attempts: {why}\n{}",
+                    "{} did not restart on port {} after {attempt} attempts: {why}\n{}",
+                    self.label,
                     self.port,
                     self.log_tail(200)
                 ),
@@ -360,21 +514,10 @@ impl Gateway {
 
     /// A request signed by hand with SigV4 (the gateway's credentials, now, the body's real
     /// SHA-256 as `x-amz-content-sha256`); the builder can change each of those.
-    pub fn signed(&self, method: &str, target: &str) -> SignedRequest<'_> {
-        SignedRequest {
-            gw: self,
-            method: method.to_string(),
-            target: target.to_string(),
-            headers: Vec::new(),
-            body: Vec::new(),
-            access_key: self.access_key.clone(),
-            secret_key: self.secret_key.clone(),
-            time: SystemTime::now(),
-            claimed_payload: None,
-            precomputed_payload: None,
-            tampered_target: None,
-            tampered_headers: Vec::new(),
-        }
+    pub fn signed(&self, method: &str, target: &str) -> SignedRequest {
+        let mut req = self.remote().signed(method, target);
+        req.log = Some((self.log.clone(), self.label.clone()));
+        req
     }
 
     fn host(&self) -> String {
@@ -387,15 +530,7 @@ impl Gateway {
 
     /// The last `n` lines the gateway printed (stdout and stderr), for failure messages.
     pub fn log_tail(&self, n: usize) -> String {
-        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-        let skip = log.len().saturating_sub(n);
-        let mut s = String::from("---- gateway output (last lines) ----\n");
-        for l in log.iter().skip(skip) {
-            s.push_str(l);
-            s.push('\n');
-        }
-        s.push_str("---- end of gateway output ----");
-        s
+        log_tail_of(&self.log, &self.label, n)
     }
 }
 
@@ -404,11 +539,78 @@ impl Drop for Gateway {
         self.kill9();
         if thread::panicking() {
             eprintln!(
-                "data dir: {}\n{}",
+                "{} (port {}), data dir: {}\n{}",
+                self.label,
+                self.port,
                 self.dir.path().display(),
                 self.log_tail(150)
             );
         }
+    }
+}
+
+/// A gateway's address, credentials and admin token without the process (see
+/// [`Gateway::remote`]): `Send`, `Clone`, usable while the process is killed or restarted.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    pub port: u16,
+    pub access_key: String,
+    pub secret_key: String,
+    pub admin_token: String,
+}
+
+impl Remote {
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A SigV4-signed raw request, as [`Gateway::signed`].
+    pub fn signed(&self, method: &str, target: &str) -> SignedRequest {
+        SignedRequest {
+            port: self.port,
+            log: None,
+            method: method.to_string(),
+            target: target.to_string(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            access_key: self.access_key.clone(),
+            secret_key: self.secret_key.clone(),
+            time: SystemTime::now(),
+            claimed_payload: None,
+            precomputed_payload: None,
+            tampered_target: None,
+            tampered_headers: Vec::new(),
+            io_timeout: RAW_IO_TIMEOUT,
+        }
+    }
+
+    /// An unsigned raw request (a `host` header is added) whose socket reads and writes
+    /// time out after `io_timeout`.
+    pub fn raw(
+        &self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        io_timeout: Duration,
+    ) -> io::Result<RawResponse> {
+        let mut hs: Vec<(String, String)> =
+            vec![("host".into(), format!("127.0.0.1:{}", self.port))];
+        hs.extend(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        raw_request_timeout(self.port, method, target, &hs, body, io_timeout)
+    }
+
+    /// `GET <path>` with `Authorization: Bearer <admin token>`.
+    pub fn admin_get(&self, path: &str, io_timeout: Duration) -> io::Result<RawResponse> {
+        let token = format!("Bearer {}", self.admin_token);
+        self.raw(
+            "GET",
+            path,
+            &[("authorization", token.as_str())],
+            b"",
+            io_timeout,
+        )
     }
 }
 
@@ -460,6 +662,19 @@ fn strip_ansi(line: &str) -> String {
         }
     }
     out
+}
+
+/// The last `n` lines of a process's kept output, framed, for failure messages.
+fn log_tail_of(log: &Mutex<VecDeque<String>>, label: &str, n: usize) -> String {
+    let log = log.lock().unwrap_or_else(|e| e.into_inner());
+    let skip = log.len().saturating_sub(n);
+    let mut s = format!("---- {label} output (last lines) ----\n");
+    for l in log.iter().skip(skip) {
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push_str(&format!("---- end of {label} output ----"));
+    s
 }
 
 fn push_line(log: &Mutex<VecDeque<String>>, line: String) {
@@ -843,10 +1058,23 @@ pub fn raw_request(
     headers: &[(String, String)],
     body: &[u8],
 ) -> io::Result<RawResponse> {
+    raw_request_timeout(port, method, target, headers, body, RAW_IO_TIMEOUT)
+}
+
+/// [`raw_request`] whose connect, and each socket read and write, time out after
+/// `io_timeout` (a frozen server makes it an `Err` within about that long).
+pub fn raw_request_timeout(
+    port: u16,
+    method: &str,
+    target: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+    io_timeout: Duration,
+) -> io::Result<RawResponse> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))?;
-    stream.set_read_timeout(Some(RAW_IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(RAW_IO_TIMEOUT))?;
+    let mut stream = TcpStream::connect_timeout(&addr, io_timeout.min(Duration::from_secs(10)))?;
+    stream.set_read_timeout(Some(io_timeout))?;
+    stream.set_write_timeout(Some(io_timeout))?;
     let mut head = format!("{method} {target} HTTP/1.1\r\n");
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -967,9 +1195,12 @@ fn read_chunked<R: BufRead>(reader: &mut R, out: &mut Vec<u8>) -> io::Result<()>
     }
 }
 
-/// A SigV4-signed raw request being built; see [`Gateway::signed`].
-pub struct SignedRequest<'g> {
-    gw: &'g Gateway,
+/// A SigV4-signed raw request being built; see [`Gateway::signed`] and [`Remote::signed`].
+pub struct SignedRequest {
+    port: u16,
+    /// The gateway's output and label, for the panic message of [`SignedRequest::send`].
+    log: Option<(Arc<Mutex<VecDeque<String>>>, String)>,
+    io_timeout: Duration,
     method: String,
     target: String,
     headers: Vec<(String, String)>,
@@ -983,7 +1214,7 @@ pub struct SignedRequest<'g> {
     tampered_headers: Vec<(String, String)>,
 }
 
-impl SignedRequest<'_> {
+impl SignedRequest {
     /// Adds a header that is sent and signed. A `host` header replaces the default
     /// `127.0.0.1:PORT` (a virtual-hosted-style Host); the connection still goes to the
     /// gateway's port.
@@ -1038,13 +1269,30 @@ impl SignedRequest<'_> {
         self
     }
 
+    /// Connect, and each socket read and write, time out after this (default 60 s).
+    pub fn timeout(mut self, io_timeout: Duration) -> Self {
+        self.io_timeout = io_timeout;
+        self
+    }
+
     /// Signs and sends; panics if no status line comes back.
     pub fn send(self) -> RawResponse {
+        let what = format!("{} {}", self.method, self.target);
+        let log = self.log.clone();
+        self.try_send().unwrap_or_else(|e| {
+            let tail = log.map_or_else(String::new, |(log, label)| log_tail_of(&log, &label, 50));
+            panic!("{what}: no HTTP response: {e}\n{tail}")
+        })
+    }
+
+    /// Signs and sends; an `Err` when no status line comes back (refused connection,
+    /// timeout, connection closed).
+    pub fn try_send(self) -> io::Result<RawResponse> {
         let host = self
             .headers
             .iter()
             .find(|(k, _)| k == "host")
-            .map_or_else(|| self.gw.host(), |(_, v)| v.clone());
+            .map_or_else(|| format!("127.0.0.1:{}", self.port), |(_, v)| v.clone());
         let uri = format!("http://{host}{}", self.target);
         let mut headers = vec![("host".to_string(), host)];
         headers.extend(self.headers.iter().filter(|(k, _)| k != "host").cloned());
@@ -1086,14 +1334,14 @@ impl SignedRequest<'_> {
             headers.push((name.clone(), value.clone()));
         }
         let target = self.tampered_target.as_deref().unwrap_or(&self.target);
-        raw_request(self.gw.port, &self.method, target, &headers, &self.body).unwrap_or_else(|e| {
-            panic!(
-                "{} {}: no HTTP response: {e}\n{}",
-                self.method,
-                self.target,
-                self.gw.log_tail(50)
-            )
-        })
+        raw_request_timeout(
+            self.port,
+            &self.method,
+            target,
+            &headers,
+            &self.body,
+            self.io_timeout,
+        )
     }
 }
 
