@@ -75,6 +75,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_cluster/write", post(write))
         .route("/_cluster/read-index", post(read_index))
         .route("/_cluster/membership", post(membership))
+        .route("/_cluster/state", post(peer_state))
         .layer(DefaultBodyLimit::max(RPC_BODY_BYTES_MAX))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -99,6 +100,13 @@ async fn append(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
 }
 
 async fn vote(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
+    if !app.store.metadata().may_vote() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "rejoining with an emptied data folder: no vote before catching up\n",
+        )
+            .into_response();
+    }
     match decode(&body) {
         Ok(req) => encode(&app.store.metadata().raft().vote(req).await),
         Err(r) => *r,
@@ -123,6 +131,10 @@ async fn write(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
         return encode(&WriteReply::NotLeader(leader));
     }
     encode(&meta.leader_write(batch).await)
+}
+
+async fn peer_state(State(app): State<Arc<AppState>>) -> Response {
+    encode(&app.store.metadata().peer_state())
 }
 
 async fn read_index(State(app): State<Arc<AppState>>) -> Response {

@@ -854,17 +854,14 @@ impl ObjectStore {
     /// Brings one pair of the in-memory PairDB up to date with its record, keeping the
     /// free space measured here (a new pair is measured now).
     async fn note_pair(&self, id: PairId, record: PairRecord) -> Result<(), placement::DiskError> {
-        let known = self.pairs.get(id).map(|e| e.record);
         for disk in &record.disks {
             if let Some(path) = disk.local_path() {
                 std::fs::create_dir_all(path)
                     .map_err(|e| placement::DiskError::io(disk, "create the disk folder", e))?;
             }
         }
-        self.pairs.upsert(id, record)?;
-        match known {
-            Some(old) => self.pairs.set_space(id, old.free_bytes, old.capacity_bytes),
-            None => self.refresh_pair_space(id).await,
+        if self.pairs.merge(id, record)? {
+            self.refresh_pair_space(id).await;
         }
         Ok(())
     }

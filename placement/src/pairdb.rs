@@ -113,6 +113,31 @@ impl PairTable {
         Ok(())
     }
 
+    /// Adds a pair, or replaces its record while keeping the free space measured here (a
+    /// record from PairDB carries the figures of whoever wrote it), in one step under the
+    /// lock: two callers noting the same change cannot put back a stale measurement.
+    /// Whether the pair is new here (its space is then still to be measured).
+    pub fn merge(&self, id: PairId, mut record: PairRecord) -> Result<bool, DiskError> {
+        let mut table = self.write_lock();
+        if let Some(e) = table.get_mut(&id)
+            && e.record.disks == record.disks
+        {
+            record.free_bytes = e.record.free_bytes;
+            record.capacity_bytes = e.record.capacity_bytes;
+            e.record = record;
+            return Ok(false);
+        }
+        let disks = [Disk::open(&record.disks[0])?, Disk::open(&record.disks[1])?];
+        table.insert(
+            id,
+            PairEntry {
+                record,
+                disks: std::sync::Arc::new(disks),
+            },
+        );
+        Ok(true)
+    }
+
     /// Updates the free/capacity figures of a pair, as measured on its disks.
     pub fn set_space(&self, id: PairId, free_bytes: [u64; 2], capacity_bytes: [u64; 2]) {
         if let Some(e) = self.write_lock().get_mut(&id) {

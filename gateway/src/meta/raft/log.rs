@@ -129,6 +129,13 @@ impl LogStore {
         &self.db
     }
 
+    /// The index of the last entry in the log, if any.
+    pub(crate) fn last_index(db: &Database) -> StorageResult<Option<u64>> {
+        let txn = db.begin_read().map_err(read_err)?;
+        let table = txn.open_table(LOG).map_err(read_err)?;
+        Ok(table.last().map_err(read_err)?.map(|(k, _)| k.value()))
+    }
+
     /// The last committed log id known to this store (may lag: it is saved without fsync).
     pub(crate) fn committed(db: &Database) -> StorageResult<Option<LogId<NodeId>>> {
         Self::get_state(db, KEY_COMMITTED)

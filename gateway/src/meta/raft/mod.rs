@@ -67,6 +67,9 @@ openraft::declare_raft_types!(
 
 pub type MetaRaft = Raft<TypeConfig>;
 
+/// Bound on asking a peer, at the start of a fresh node, whether the group already runs.
+const PEER_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Bound on waiting for a leader to be known before a request fails with 503.
 pub const LEADER_WAIT: Duration = Duration::from_secs(3);
 /// Bound on a command's commit (append on a quorum, apply on the leader).
@@ -132,6 +135,16 @@ pub struct Metadata {
     barrier: ReadBarrier,
     applied: watch::Receiver<u64>,
     pairs_changed: watch::Receiver<u64>,
+    /// A fresh node that found the group already running (its data folder was emptied):
+    /// it may have voted in a term before, and forgot; it grants no vote until it holds
+    /// the group's state again.
+    rejoining: bool,
+}
+
+/// What a node says of itself to a fresh peer asking (`/_cluster/state`).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct PeerState {
+    pub last_applied: Option<u64>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> MetaError {
@@ -177,7 +190,16 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
     let raft = Raft::new(cluster.node_id, config, network, log, sm)
         .await
         .map_err(|e| MetaError::Storage(e.to_string()))?;
-    if fresh && cluster.peers.contains_key(&cluster.node_id) {
+    // A fresh node whose peers already hold committed state is not forming a new group:
+    // its own data folder was emptied. It must not initialize (a second initial
+    // membership) nor vote before it has caught up.
+    let rejoining = fresh && group_is_running(&rpc, &cluster).await;
+    if rejoining {
+        tracing::warn!(
+            "this node has no metadata but its peers run a group: waiting to be caught up from the leader"
+        );
+    }
+    if fresh && !rejoining && cluster.peers.contains_key(&cluster.node_id) {
         let members: BTreeMap<NodeId, Node> = cluster
             .peers
             .iter()
@@ -198,6 +220,7 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
         rpc,
         applied: applied_rx,
         pairs_changed: pairs_rx,
+        rejoining,
     });
     if has_data {
         // Tables written before replication are not in the log: a snapshot holds them,
@@ -208,9 +231,40 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
     Ok(metadata)
 }
 
+/// Whether any other peer has applied committed entries (a leader was elected there).
+async fn group_is_running(rpc: &Rpc, cluster: &ClusterConfig) -> bool {
+    for (id, addr) in &cluster.peers {
+        if *id == cluster.node_id {
+            continue;
+        }
+        let state: Result<PeerState, _> = rpc.call(addr, "state", &(), PEER_PROBE_TIMEOUT).await;
+        if let Ok(PeerState {
+            last_applied: Some(index),
+        }) = state
+            && index >= 1
+        {
+            return true;
+        }
+    }
+    false
+}
+
 impl Metadata {
     pub fn node_id(&self) -> NodeId {
         self.node_id
+    }
+
+    /// What this node tells a fresh peer.
+    pub fn peer_state(&self) -> PeerState {
+        PeerState {
+            last_applied: self.raft.metrics().borrow().last_applied.map(|l| l.index),
+        }
+    }
+
+    /// Whether this node may grant votes now: not while it rejoins with an emptied data
+    /// folder and has not received the group's state yet.
+    pub fn may_vote(&self) -> bool {
+        !self.rejoining || *self.applied.borrow() > 0
     }
 
     pub fn store(&self) -> &Arc<MetaStore> {
@@ -469,6 +523,11 @@ impl Metadata {
 /// Applies the committed log entries the state machine of a stopped node lacks (what a
 /// restart would do first), so that offline tools (`gateway fsck`) see every
 /// acknowledged write. A data folder without `raft.redb` is left as it is.
+///
+/// Which entries are committed: in a one-voter group every entry in the log is (it was
+/// acknowledged once durable here); in a larger group, those up to the committed index the
+/// log last saved, which may lag the leader's by the last few entries (it is saved without
+/// fsync): a node stopped gracefully has applied everything it knew.
 pub fn replay_offline(data_dir: &Path) -> Result<u64, MetaError> {
     use std::ops::Bound;
     let log_path = data_dir.join("raft.redb");
@@ -478,29 +537,35 @@ pub fn replay_offline(data_dir: &Path) -> Result<u64, MetaError> {
     let store = MetaStore::open(&data_dir.join("meta.redb"))?;
     let log = LogStore::open(&log_path)?;
     let db = store.db();
+    let storage = |e: openraft::StorageError<NodeId>| MetaError::Storage(e.to_string());
     let (mut applied, mut membership) = machine::applied_state(&db)?;
-    let committed =
-        LogStore::committed(log.database()).map_err(|e| MetaError::Storage(e.to_string()))?;
-    let Some(committed) = committed else {
+    let single = membership.membership().voter_ids().count() == 1;
+    let upto = if single {
+        LogStore::last_index(log.database()).map_err(storage)?
+    } else {
+        LogStore::committed(log.database())
+            .map_err(storage)?
+            .map(|c| c.index)
+    };
+    let Some(upto) = upto else {
         return Ok(0);
     };
     let mut replayed = 0u64;
     // Bounded by the log's length: each round applies at least one entry or stops.
     loop {
         let from = applied.map_or(0, |a| a.index + 1);
-        if from > committed.index {
+        if from > upto {
             break;
         }
         let entries = LogStore::entries(
             log.database(),
-            (Bound::Included(from), Bound::Included(committed.index)),
+            (Bound::Included(from), Bound::Included(upto)),
         )
-        .map_err(|e| MetaError::Storage(e.to_string()))?;
+        .map_err(storage)?;
         let Some(last) = entries.last() else { break };
         let last = last.log_id;
         replayed += entries.len() as u64;
-        let done = machine::StateMachine::replay_blocking(&db, entries, applied, membership)?;
-        membership = done;
+        membership = machine::StateMachine::replay_blocking(&db, entries, applied, membership)?;
         applied = Some(last);
     }
     StateMachine::checkpoint(&db)?;
