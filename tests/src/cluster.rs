@@ -717,7 +717,8 @@ pub fn free_ports(n: usize) -> Vec<u16> {
 }
 
 /// The TOML of [`PAIRS`] pairs of local disks under `disks` (created here).
-fn pairs_toml(disks: &Path) -> String {
+/// A config file listing shared local disk pairs under `disks` (folders created).
+pub fn pairs_toml(disks: &Path) -> String {
     let mut text = String::new();
     for pair in 0..PAIRS {
         let paths: Vec<PathBuf> = (0..2)

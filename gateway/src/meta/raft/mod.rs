@@ -539,9 +539,29 @@ pub fn replay_offline(data_dir: &Path) -> Result<u64, MetaError> {
     let db = store.db();
     let storage = |e: openraft::StorageError<NodeId>| MetaError::Storage(e.to_string());
     let (mut applied, mut membership) = machine::applied_state(&db)?;
-    let single = membership.membership().voter_ids().count() == 1;
-    let upto = if single {
-        LogStore::last_index(log.database()).map_err(storage)?
+    let last = LogStore::last_index(log.database()).map_err(storage)?;
+    // The group's size as of the end of the log: its newest membership entry, else the
+    // state machine's.
+    let mut voters = membership.membership().voter_ids().count();
+    let mut scan = applied.map_or(0, |a| a.index + 1);
+    while let Some(last) = last
+        && scan <= last
+    {
+        let entries = LogStore::entries(
+            log.database(),
+            (Bound::Included(scan), Bound::Included(last)),
+        )
+        .map_err(storage)?;
+        let Some(end) = entries.last() else { break };
+        scan = end.log_id.index + 1;
+        for e in &entries {
+            if let openraft::EntryPayload::Membership(m) = &e.payload {
+                voters = m.voter_ids().count();
+            }
+        }
+    }
+    let upto = if voters == 1 {
+        last
     } else {
         LogStore::committed(log.database())
             .map_err(storage)?
