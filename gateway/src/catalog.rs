@@ -16,7 +16,7 @@ use http::{HeaderMap, StatusCode, header};
 use placement::{PairFlags, PairId, PairRecord, Sha1};
 use valkyrie::{Catalog, CatalogError, DeletingEntry, FileState};
 
-use crate::meta::{Command, Response as MetaResponse};
+use crate::meta::Command;
 use crate::server::AppState;
 
 /// Bound on one page of `deleting` entries.
@@ -81,16 +81,12 @@ impl Catalog for LocalCatalog {
     }
 
     async fn relocate(&self, sha1: Sha1, from: PairId, to: PairId) -> Result<bool, CatalogError> {
-        match self
-            .app
+        self.app
             .store
-            .execute(Command::Relocate { sha1, from, to })
+            .metadata()
+            .relocate(sha1, from, to)
             .await
-        {
-            Ok(MetaResponse::Relocated(done)) => Ok(done),
-            Ok(other) => Err(store_error(format!("unexpected {other:?}"))),
-            Err(e) => Err(store_error(e)),
-        }
+            .map_err(store_error)
     }
 
     async fn set_read_only(&self, pair: PairId) -> Result<(), CatalogError> {

@@ -17,11 +17,10 @@ use placement::read::Expect;
 use placement::{Magic, Sha1};
 
 use crate::meta::{
-    Command, MetaError, NewObject, ObjectRecord, PartRecord, Response, UploadRecord,
+    Command, MetaError, NewObject, ObjectPut, ObjectRecord, PartPut, PartRecord, Referenced,
+    UploadRecord,
 };
-use crate::store::{
-    ObjectAttrs, ObjectStore, ReadBody, StoreError, UploadError, now_ms, unexpected,
-};
+use crate::store::{ObjectAttrs, ObjectStore, ReadBody, StoreError, UploadError, now_ms};
 
 /// S3's bounds on parts.
 pub const PART_NUMBER_MAX: u32 = 10_000;
@@ -145,9 +144,8 @@ impl ObjectStore {
             source,
             now_secs: now_secs(),
         };
-        match self.commit_content(staged, command).await {
-            Ok(Response::PartPut) => Ok(part),
-            Ok(other) => Err(unexpected(other).into()),
+        match self.commit_content::<PartPut>(staged, command).await {
+            Ok(PartPut) => Ok(part),
             Err(e) => Err(e.in_bucket(bucket).into()),
         }
     }
@@ -183,10 +181,9 @@ impl ObjectStore {
                 source: crate::meta::ContentSource::Existing,
                 now_secs: now_secs(),
             };
-            return match self.execute(cmd).await {
-                Ok(Response::PartPut) => Ok(part),
-                Ok(Response::ContentGone) => Err(StoreError::NoSuchKey("copy source".into())),
-                Ok(other) => Err(unexpected(other)),
+            return match self.metadata().referencing::<PartPut>(cmd).await {
+                Ok(Referenced::Done(PartPut)) => Ok(part),
+                Ok(Referenced::ContentGone) => Err(StoreError::NoSuchKey("copy source".into())),
                 Err(e) => Err(StoreError::meta(e, bucket)),
             };
         }
@@ -313,9 +310,8 @@ impl ObjectStore {
             source,
             now_secs: now_secs(),
         };
-        match self.commit_content(staged, command).await {
-            Ok(Response::ObjectPut { seq, .. }) => Ok(object.into_record(seq)),
-            Ok(other) => Err(unexpected(other)),
+        match self.commit_content::<ObjectPut>(staged, command).await {
+            Ok(put) => Ok(object.into_record(put.seq)),
             Err(e) => Err(e.in_bucket(bucket)),
         }
     }

@@ -28,7 +28,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use placement::read::Expect;
 use placement::{Magic, Sha1};
 
-use crate::meta::{Command, ContentSource, DecOutcome, MetaError, Response as MetaResponse};
+use crate::meta::{Command, ContentSource, DecOutcome, FileRecord, MetaError};
 use crate::server::AppState;
 use crate::store::{CommitError, ContentReadError, ReadBody, StoreError, UploadError, now_ms};
 
@@ -132,9 +132,8 @@ async fn inc(
 ) -> Result<Response, NativeError> {
     authorize(&app, &headers)?;
     let (sha1, magic) = (parse_sha1(&sha1)?, parse_magic(&q)?);
-    match app.store.execute(Command::Inc { sha1, magic }).await {
-        Ok(MetaResponse::File(f)) => Ok(json(StatusCode::OK, refs_body(f.refs))),
-        Ok(other) => Err(NativeError::internal(format!("unexpected {other:?}"))),
+    match app.store.metadata().inc(sha1, magic).await {
+        Ok(f) => Ok(json(StatusCode::OK, refs_body(f.refs))),
         Err(MetaError::NotFound) => Err(NativeError::new(StatusCode::NOT_FOUND, "not stored")),
         Err(e) => Err(NativeError::internal(e)),
     }
@@ -149,17 +148,8 @@ async fn dec(
     authorize(&app, &headers)?;
     let (sha1, magic) = (parse_sha1(&sha1)?, parse_magic(&q)?);
     let now_secs = now_ms() / 1000;
-    let outcome = match app
-        .store
-        .execute(Command::Dec {
-            sha1,
-            magic,
-            now_secs,
-        })
-        .await
-    {
-        Ok(MetaResponse::Dec(o)) => o,
-        Ok(other) => return Err(NativeError::internal(format!("unexpected {other:?}"))),
+    let outcome = match app.store.metadata().dec(sha1, magic, now_secs).await {
+        Ok(o) => o,
         Err(MetaError::NotFound) => {
             return Err(NativeError::new(StatusCode::NOT_FOUND, "not stored"));
         }
@@ -215,9 +205,12 @@ async fn upload(
         ContentSource::Existing => Command::Inc { sha1, magic },
         ContentSource::Stored(pair) => Command::InsertOrInc { sha1, magic, pair },
     };
-    match app.store.commit_content(staged, command).await {
-        Ok(MetaResponse::File(f)) => Ok(json(StatusCode::OK, refs_body(f.refs))),
-        Ok(other) => Err(NativeError::internal(format!("unexpected {other:?}"))),
+    match app
+        .store
+        .commit_content::<FileRecord>(staged, command)
+        .await
+    {
+        Ok(f) => Ok(json(StatusCode::OK, refs_body(f.refs))),
         Err(CommitError::Meta(e)) => Err(NativeError::internal(e)),
         // A body held in memory meets the pair choice only now: no writable pair is 503
         // here as it is for a streamed body.

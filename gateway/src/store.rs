@@ -28,8 +28,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::meta::raft::Metadata;
 use crate::meta::{
-    BucketRecord, Checksum, Command, ContentSource, FileRecord, ListPage, ListQuery, MetaError,
-    MetaStore, NewObject, ObjectRecord, Response, WritePrecondition,
+    Answer, BucketRecord, Checksum, Command, ContentSource, FileRecord, ListPage, ListQuery,
+    MetaError, MetaStore, NewObject, ObjectPut, ObjectRecord, Referenced, Response,
+    WritePrecondition,
 };
 
 pub use error::{StoreError, UploadError};
@@ -365,11 +366,6 @@ fn now_secs() -> u64 {
     now_ms() / 1000
 }
 
-/// A command answered with a response of another command: a bug, reported as the store's.
-pub(crate) fn unexpected(response: Response) -> StoreError {
-    StoreError::Internal(format!("unexpected {response:?}"))
-}
-
 impl ObjectStore {
     pub fn new(
         meta: Arc<Metadata>,
@@ -550,9 +546,8 @@ impl ObjectStore {
             now_secs: now_secs(),
             precondition: precondition.clone(),
         };
-        match self.commit_content(staged, command).await {
-            Ok(Response::ObjectPut { seq, .. }) => Ok(object.into_record(seq)),
-            Ok(other) => Err(unexpected(other).into()),
+        match self.commit_content::<ObjectPut>(staged, command).await {
+            Ok(put) => Ok(object.into_record(put.seq)),
             Err(e) => Err(e.in_bucket(&bucket).into()),
         }
     }
@@ -619,9 +614,8 @@ impl ObjectStore {
             from_seq: source.seq,
             now_secs: now_secs(),
         };
-        match self.execute(cmd).await {
-            Ok(Response::ObjectPut { seq, .. }) => Ok(object.into_record(seq)),
-            Ok(other) => Err(unexpected(other)),
+        match self.meta.call::<ObjectPut>(cmd).await {
+            Ok(put) => Ok(object.into_record(put.seq)),
             Err(MetaError::NoSuchKey) => Err(StoreError::NoSuchKey(from.1.to_string())),
             Err(e) => Err(StoreError::meta(e, to.0)),
         }
@@ -633,16 +627,10 @@ impl ObjectStore {
         bucket: &str,
         keys: Vec<String>,
     ) -> Result<Vec<bool>, StoreError> {
-        let cmd = Command::DeleteObjects {
-            bucket: bucket.to_string(),
-            keys,
-            now_secs: now_secs(),
-        };
-        match self.execute(cmd).await {
-            Ok(Response::ObjectsDeleted(existed)) => Ok(existed),
-            Ok(other) => Err(unexpected(other)),
-            Err(e) => Err(StoreError::meta(e, bucket)),
-        }
+        self.meta
+            .delete_objects(bucket.to_string(), keys, now_secs())
+            .await
+            .map_err(|e| StoreError::meta(e, bucket))
     }
 
     /// Receives a body within the size limit. A body announced at up to
@@ -711,20 +699,27 @@ impl ObjectStore {
     /// has the content, the command runs with [`ContentSource::Existing`] and the staged
     /// copies are dropped (a body held in memory never touched a disk); if the content is
     /// absent (or vanished before the commit), both copies are given their content address
-    /// first and the command runs with [`ContentSource::Stored`].
-    pub async fn commit_content(
+    /// first and the command runs with [`ContentSource::Stored`]. `T` is the command's
+    /// answer.
+    pub async fn commit_content<T: Answer>(
         &self,
         staged: Staged,
         command: impl Fn(ContentSource) -> Command,
-    ) -> Result<Response, CommitError> {
+    ) -> Result<T, CommitError> {
         let exists = self.file_local(staged.digests.sha1).await?.is_some();
         if exists {
-            match self.execute(command(ContentSource::Existing)).await {
+            match self
+                .meta
+                .referencing(command(ContentSource::Existing))
+                .await
+            {
                 // The content went away between the lookup and the commit: store ours.
-                Ok(Response::ContentGone) | Err(MetaError::NotFound) => {}
-                Ok(resp) => {
+                // (`Inc` says so with NotFound, the object and part commands with
+                // ContentGone.)
+                Ok(Referenced::ContentGone) | Err(MetaError::NotFound) => {}
+                Ok(Referenced::Done(answer)) => {
                     staged.discard().await;
-                    return Ok(resp);
+                    return Ok(answer);
                 }
                 Err(e) => {
                     staged.discard().await;
@@ -750,7 +745,8 @@ impl ObjectStore {
         on_disk.commit().await?;
         self.charge_space(pair, size_bytes);
         // On error our renamed copies are orphans without a record; Valkyrie removes them.
-        Ok(self.execute(command(ContentSource::Stored(pair))).await?)
+        // With our own copies the content cannot be gone: ContentGone here is a bug.
+        Ok(self.meta.call(command(ContentSource::Stored(pair))).await?)
     }
 
     /// Reads an object whose record the caller already holds (after checking its
@@ -837,15 +833,14 @@ impl ObjectStore {
     /// Runs a pair command (`AddPair`, `SetPairFlags`) and brings the in-memory PairDB
     /// up to date with its result.
     pub async fn change_pair(&self, cmd: Command) -> Result<(PairId, PairRecord), StoreError> {
-        match self.execute(cmd).await {
-            Ok(Response::Pair(id, record)) => {
+        match self.meta.change_pair(cmd).await {
+            Ok((id, record)) => {
                 self.note_pair(id, record.clone())
                     .await
                     .map_err(|e| StoreError::Internal(e.to_string()))?;
                 let current = self.pairs.get(id).map_or(record, |e| e.record);
                 Ok((id, current))
             }
-            Ok(other) => Err(unexpected(other)),
             Err(MetaError::NoPair) => Err(StoreError::NoSuchPair),
             Err(e) => Err(e.into()),
         }
@@ -1130,9 +1125,15 @@ mod tests {
                 pair,
             },
         };
-        store.commit_content(first.into(), cmd).await.unwrap();
+        store
+            .commit_content::<FileRecord>(first.into(), cmd)
+            .await
+            .unwrap();
         let second = staged_on(&store, 1, body).await;
-        store.commit_content(second.into(), cmd).await.unwrap();
+        store
+            .commit_content::<FileRecord>(second.into(), cmd)
+            .await
+            .unwrap();
         assert_eq!(store.file(sha1).await.unwrap().unwrap().refs, 2);
         let hex = sha1.to_hex();
         for d in 0..2 {
@@ -1236,7 +1237,7 @@ mod tests {
         assert_eq!(first.digests, ContentHasher::digest(&body));
         let sha1 = first.digests.sha1;
         store
-            .commit_content(first, inc_or_insert(sha1))
+            .commit_content::<FileRecord>(first, inc_or_insert(sha1))
             .await
             .unwrap();
         let before = content_and_temp_files(dir.path());
@@ -1246,7 +1247,7 @@ mod tests {
         }
         let second = store.stage(size, chunks()).await.unwrap();
         store
-            .commit_content(second, inc_or_insert(sha1))
+            .commit_content::<FileRecord>(second, inc_or_insert(sha1))
             .await
             .unwrap();
         assert_eq!(content_and_temp_files(dir.path()), before);
@@ -1291,7 +1292,7 @@ mod tests {
         // Committing the first gives its share back.
         let sha1 = in_memory.digests.sha1;
         store
-            .commit_content(in_memory, inc_or_insert(sha1))
+            .commit_content::<FileRecord>(in_memory, inc_or_insert(sha1))
             .await
             .unwrap();
         let again = store.stage(Some(200_000), body(3)).await.unwrap();

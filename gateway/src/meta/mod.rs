@@ -2,12 +2,13 @@
 //!
 //! A serving node changes it only through the Raft log ([`raft::Metadata::execute`]): a
 //! [`Command`] is made durable in the log on a majority, then every node's state machine
-//! applies it with [`apply::apply`]. [`MetaStore::execute`] applies a command directly and
-//! durably, for offline tools only (the benchmark's FileDB loader). Reads use read
-//! transactions and never block writers. All calls block; async callers go through
-//! `tokio::task::spawn_blocking`.
+//! applies it with [`apply::apply`]; [`calls`] gives each command its typed answer.
+//! [`MetaStore::execute`] applies a command directly and durably, for offline tools only
+//! (the benchmark's FileDB loader). Reads use read transactions and never block writers.
+//! All calls block; async callers go through `tokio::task::spawn_blocking`.
 
 pub mod apply;
+pub mod calls;
 pub mod command;
 pub mod filedb;
 pub mod list;
@@ -20,6 +21,7 @@ use std::sync::{Arc, RwLock};
 use placement::{PairId, PairRecord, Sha1};
 use redb::{Database, ReadableDatabase, ReadableTable};
 
+pub use calls::{Answer, ObjectPut, PartPut, Referenced};
 pub use command::{Command, ContentSource, DecOutcome, NewObject, Response, WritePrecondition};
 pub use list::{ListPage, ListQuery};
 pub use tables::{
@@ -61,6 +63,10 @@ pub enum MetaError {
     /// later. The command may or may not be applied later; it was not acknowledged.
     #[error("metadata unavailable: {0}")]
     Unavailable(String),
+    /// A command was answered with the response of another command: a bug, found by the
+    /// typed calls ([`calls`]).
+    #[error("unexpected {0}")]
+    Unexpected(String),
 }
 
 macro_rules! storage_error {
