@@ -5,11 +5,14 @@
 //! client ([`s3`], [`load`]) and reports every figure beside the machine limit it is
 //! compared with ([`limits`]), measured in the same run. See `bench/README.md`.
 
+pub mod cluster;
 pub mod filedb_report;
 pub mod fsstat;
 pub mod limits;
 pub mod load;
+pub mod objects_report;
 pub mod procs;
+pub mod raft;
 pub mod report;
 pub mod rng;
 pub mod s3;

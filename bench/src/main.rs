@@ -12,6 +12,7 @@ use bench::fsstat::fs_type;
 use bench::limits::{self, DiskRates, HashRates, Loopback};
 use bench::load::Outcome;
 use bench::procs::{self, Peer};
+use bench::raft::{RaftBins, RaftPlan};
 use bench::report::{Report, Row, fmt_ratio};
 use bench::rng::Rng;
 use bench::s3::Client;
@@ -50,6 +51,14 @@ struct Args {
     /// `cargo build --release -p bench --features filedb`]
     #[arg(long)]
     filedb_bin: Option<PathBuf>,
+    /// A gateway built from the commit before replication (0a3ad8b), for the `raft` rows
+    /// "1 node, before replication"; without it those rows are SKIPPED
+    #[arg(long, env = "BASELINE_GATEWAY_BIN")]
+    baseline_bin: Option<PathBuf>,
+    /// The `load-objects` binary [default: `load-objects` beside this binary; built with
+    /// `cargo build --release -p bench --features filedb`]
+    #[arg(long)]
+    load_objects_bin: Option<PathBuf>,
     /// Also write every figure as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -73,6 +82,9 @@ enum Workload {
     Filedb,
     /// garage and s3s-fs
     Peers,
+    /// replicated metadata: 1 node before/after and 3 nodes (64 KiB PUT, inc/dec),
+    /// election after kill -9, restart after kill -9 at 1 M / 10 M objects
+    Raft,
 }
 
 impl Args {
@@ -96,6 +108,7 @@ struct Plan {
     corpus_item_cap: u64,
     filedb_sizes: Vec<u64>,
     filedb_inc_samples: usize,
+    raft: RaftPlan,
     /// No workload runs longer than this (it stops early and reports what it did).
     limit: Duration,
 }
@@ -116,6 +129,16 @@ impl Plan {
             corpus_item_cap: 32 << 20,
             filedb_sizes: vec![10_000, 100_000],
             filedb_inc_samples: 200,
+            raft: RaftPlan {
+                rounds: 1,
+                put_count: 300,
+                incdec_count: 600,
+                election_trials: 2,
+                restart_sizes: vec![10_000],
+                restart_puts: 100,
+                limit: Duration::from_secs(10),
+                load_limit: Duration::from_secs(300),
+            },
             limit: Duration::from_secs(10),
         }
     }
@@ -135,6 +158,16 @@ impl Plan {
             corpus_item_cap: 256 << 20,
             filedb_sizes: vec![1_000_000, 10_000_000],
             filedb_inc_samples: 1000,
+            raft: RaftPlan {
+                rounds: 3,
+                put_count: 4000,
+                incdec_count: 6000,
+                election_trials: 5,
+                restart_sizes: vec![1_000_000, 10_000_000],
+                restart_puts: 300,
+                limit: Duration::from_secs(90),
+                load_limit: Duration::from_secs(1800),
+            },
             limit: Duration::from_secs(90),
         }
     }
@@ -464,6 +497,21 @@ async fn run(args: Args) -> Result<Report, String> {
     if args.runs(Workload::Filedb) {
         filedb(&args, &root, &plan, &mut report).await;
     }
+    // ---- replicated metadata -----------------------------------------------------------
+    if args.runs(Workload::Raft) {
+        match raft_bins(&args, &gateway_bin) {
+            Ok(bins) => {
+                if let Some(b) = &bins.baseline {
+                    report.note(format!(
+                        "raft baseline (before replication): {}",
+                        b.display()
+                    ));
+                }
+                bench::raft::run(&bins, &root, &plan.raft, &mut rng, &mut report).await;
+            }
+            Err(e) => report.error(bench::raft::SEC_RATE, "binaries", e),
+        }
+    }
     // ---- peers -----------------------------------------------------------------------
     if args.no_peers {
         report.skipped("peers", "garage, s3s-fs", "--no-peers".into());
@@ -472,11 +520,40 @@ async fn run(args: Args) -> Result<Report, String> {
     }
 
     report.note(format!(
+        "load average at end: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    report.note(format!(
         "harness: {:.0} s wall, {:.1} s CPU in total (client CPU/req is getrusage of the harness during each workload, divided by its requests)",
         started.elapsed().as_secs_f64(),
         cpu_time().saturating_sub(cpu_start).as_secs_f64()
     ));
     Ok(report)
+}
+
+/// The binaries of the `raft` workloads: the baseline must exist when it is named.
+fn raft_bins(args: &Args, gateway: &Path) -> Result<RaftBins, String> {
+    let baseline = match &args.baseline_bin {
+        Some(p) if p.is_file() => Some(p.clone()),
+        Some(p) => return Err(format!("no baseline gateway binary at {}", p.display())),
+        None => None,
+    };
+    let loader = match &args.load_objects_bin {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| format!("current_exe: {e}"))?
+            .with_file_name("load-objects"),
+    };
+    Ok(RaftBins {
+        gateway: gateway.to_path_buf(),
+        baseline,
+        loader,
+    })
 }
 
 fn write_cost_row(section: &str, figure: &str, c: &WriteCost, logical: u64) -> Row {

@@ -47,6 +47,26 @@ impl Server {
         let _ = child.wait();
     }
 
+    /// `kill -9`: SIGKILL, then reaped. The process gets no chance to flush anything.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends SIGTERM without waiting (several servers then stop at once; `stop` reaps).
+    pub fn terminate(&mut self) {
+        if let Some(child) = &mut self.child
+            && let Ok(None) = child.try_wait()
+        {
+            // SAFETY: plain kill(2) on the pid of a child we started and have not reaped.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            }
+        }
+    }
+
     /// Whether the process is still running.
     pub fn alive(&mut self) -> bool {
         match &mut self.child {
@@ -96,20 +116,70 @@ impl Secrets {
 /// Starts `gateway serve --data DIR --listen 127.0.0.1:0` and waits for
 /// `listening on 127.0.0.1:PORT` on its stdout.
 pub fn start_gateway(bin: &Path, data: &Path, s: &Secrets, log: &Path) -> Result<Server, String> {
-    let log_file = File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+    spawn_gateway(&GatewayLaunch::single(bin, data, s, log))
+}
+
+/// How to start one `gateway serve` process: a single node, or a member of a group.
+#[derive(Clone, Debug)]
+pub struct GatewayLaunch {
+    pub bin: PathBuf,
+    pub data: PathBuf,
+    /// `--listen`: `127.0.0.1:0` (a free port, read from its stdout) or a fixed port.
+    pub listen: SocketAddr,
+    /// Flags after `serve --data DIR --listen ADDR` (`--node-id`, `--peers`, `--config`).
+    pub args: Vec<String>,
+    pub secrets: Secrets,
+    /// `GATEWAY_CLUSTER_SECRET`, for a member of a group.
+    pub cluster_secret: Option<String>,
+    /// Appended to, so that a restarted node keeps the log of its earlier runs.
+    pub log: PathBuf,
+    /// Bound on the wait for `listening on`.
+    pub start_timeout: Duration,
+}
+
+impl GatewayLaunch {
+    pub fn single(bin: &Path, data: &Path, s: &Secrets, log: &Path) -> GatewayLaunch {
+        GatewayLaunch {
+            bin: bin.to_path_buf(),
+            data: data.to_path_buf(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            args: Vec::new(),
+            secrets: s.clone(),
+            cluster_secret: None,
+            log: log.to_path_buf(),
+            start_timeout: START_TIMEOUT,
+        }
+    }
+}
+
+/// Starts `gateway serve` as `launch` says and waits for `listening on 127.0.0.1:PORT` on
+/// its stdout (at most `launch.start_timeout`).
+pub fn spawn_gateway(launch: &GatewayLaunch) -> Result<Server, String> {
+    let (bin, log, s) = (&launch.bin, &launch.log, &launch.secrets);
+    let log_file = File::options()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|e| format!("{}: {e}", log.display()))?;
     let err_file = log_file
         .try_clone()
         .map_err(|e| format!("{}: {e}", log.display()))?;
-    let mut child = Command::new(bin)
-        .arg("serve")
+    let mut cmd = Command::new(bin);
+    cmd.arg("serve")
         .arg("--data")
-        .arg(data)
+        .arg(&launch.data)
         .arg("--listen")
-        .arg("127.0.0.1:0")
+        .arg(launch.listen.to_string())
+        .args(&launch.args)
         .env("GATEWAY_ACCESS_KEY", &s.access)
         .env("GATEWAY_SECRET_KEY", &s.secret)
         .env("GATEWAY_NATIVE_TOKEN", &s.native)
         .env("GATEWAY_ADMIN_TOKEN", &s.admin)
+        .env_remove("GATEWAY_CLUSTER_SECRET");
+    if let Some(secret) = &launch.cluster_secret {
+        cmd.env("GATEWAY_CLUSTER_SECRET", secret);
+    }
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(err_file))
@@ -139,11 +209,12 @@ pub fn start_gateway(bin: &Path, data: &Path, s: &Secrets, log: &Path) -> Result
     let mut server = Server {
         name: "gateway".into(),
         child: Some(child),
-        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        addr: launch.listen,
         pid,
         log: log.to_path_buf(),
     };
-    match rx.recv_timeout(START_TIMEOUT) {
+    let timeout = launch.start_timeout;
+    match rx.recv_timeout(timeout) {
         Ok(addr) if addr.ip().is_loopback() => {
             server.addr = addr;
             Ok(server)
@@ -153,7 +224,7 @@ pub fn start_gateway(bin: &Path, data: &Path, s: &Secrets, log: &Path) -> Result
             let alive = server.alive();
             server.stop();
             Err(format!(
-                "gateway did not print `listening on ...` within {START_TIMEOUT:?} (process {}); log:\n{}",
+                "gateway did not print `listening on ...` within {timeout:?} (process {}); log:\n{}",
                 if alive { "still running" } else { "exited" },
                 server.log_tail(30)
             ))

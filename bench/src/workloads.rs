@@ -137,10 +137,31 @@ pub async fn put_all(
     concurrency: usize,
     limit: Duration,
 ) -> Outcome {
-    let (c, b) = (client.clone(), Arc::clone(bodies));
+    put_all_rr(
+        std::slice::from_ref(client),
+        bucket,
+        prefix,
+        bodies,
+        concurrency,
+        limit,
+    )
+    .await
+}
+
+/// [`put_all`] with request `i` sent to `clients[i % n]`: the load spread round-robin over
+/// the nodes of a group.
+pub async fn put_all_rr(
+    clients: &[Client],
+    bucket: &str,
+    prefix: &str,
+    bodies: &Arc<Vec<Bytes>>,
+    concurrency: usize,
+    limit: Duration,
+) -> Outcome {
+    let (cs, b) = (Arc::new(clients.to_vec()), Arc::clone(bodies));
     let (bucket, prefix) = (bucket.to_string(), prefix.to_string());
     load::run(concurrency, bodies.len(), limit, move |i| {
-        let (c, body) = (c.clone(), b[i].clone());
+        let (c, body) = (cs[i % cs.len().max(1)].clone(), b[i].clone());
         let key = format!("{prefix}/{i:07}");
         let bucket = bucket.clone();
         async move { c.put_object(&bucket, &key, body).await }
@@ -272,12 +293,36 @@ pub async fn native_inc_dec(
     limit: Duration,
     rng: &mut Rng,
 ) -> Result<(Outcome, Outcome), String> {
+    native_inc_dec_rr(
+        std::slice::from_ref(&gw.native),
+        contents,
+        count,
+        concurrency,
+        limit,
+        rng,
+    )
+    .await
+}
+
+/// [`native_inc_dec`] with request `i` sent to `clients[i % n]` (native-token clients of
+/// the nodes of a group).
+pub async fn native_inc_dec_rr(
+    clients: &[Client],
+    contents: usize,
+    count: usize,
+    concurrency: usize,
+    limit: Duration,
+    rng: &mut Rng,
+) -> Result<(Outcome, Outcome), String> {
+    if clients.is_empty() {
+        return Err("native inc/dec: no client".into());
+    }
     let mut shas = Vec::with_capacity(contents);
-    for _ in 0..contents.max(1) {
+    for k in 0..contents.max(1) {
         let body = Bytes::from(rng.bytes(4096));
         let sha = hex::encode(sha1::Sha1::digest(&body));
         let magic = rng.magic();
-        gw.native
+        clients[k % clients.len()]
             .send_ok(
                 Method::PUT,
                 &format!("/_files/{sha}?magic={magic}"),
@@ -293,10 +338,11 @@ pub async fn native_inc_dec(
             .map(|i| (shas[i % shas.len()].clone(), rng.magic()))
             .collect(),
     );
+    let cs = Arc::new(clients.to_vec());
     let op = |verb: &'static str| {
-        let (c, plan) = (gw.native.clone(), Arc::clone(&plan));
+        let (cs, plan) = (Arc::clone(&cs), Arc::clone(&plan));
         move |i: usize| {
-            let c = c.clone();
+            let c = cs[i % cs.len()].clone();
             let (sha, magic) = plan[i].clone();
             async move {
                 c.send_ok(

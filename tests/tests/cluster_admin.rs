@@ -74,21 +74,24 @@ impl Group {
         run.stdout
     }
 
-    fn status(&self, node: &Gateway) -> ClusterStatus {
-        ClusterStatus::parse(&self.cli_ok(node, &["cluster", "status"])).expect("status JSON")
+    /// The node's status; an error while it has not joined a group yet (no applied index).
+    fn status(&self, node: &Gateway) -> Result<ClusterStatus, String> {
+        ClusterStatus::parse(&self.cli_ok(node, &["cluster", "status"]))
     }
 
     /// Waits (bounded) until `node` reports `members` as voters and a leader.
     fn wait_members(&self, node: &Gateway, members: &[u64]) -> ClusterStatus {
         let mut last = None;
         let ok = poll_until(CATCH_UP_TIMEOUT, || {
-            let st = self.status(node);
+            let Ok(st) = self.status(node) else {
+                return false;
+            };
             let done = st.members == members && st.leader.is_some();
             last = Some(st);
             done
         });
         assert!(ok, "members never became {members:?}: {last:?}");
-        last.expect("polled at least once")
+        last.expect("a status was read")
     }
 }
 

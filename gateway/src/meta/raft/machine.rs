@@ -225,6 +225,9 @@ impl StateMachine {
         } else {
             Durability::None
         })?;
+        // A durable commit records the allocator state, so that a restart after kill -9
+        // loads it instead of walking the whole file (seconds at 10 M objects).
+        txn.set_quick_repair(durable);
         put_raft_state(
             &txn,
             &last_applied,

@@ -1,0 +1,976 @@
+//! The replicated-metadata figures (`--only raft`):
+//!
+//! - 64 KiB unique PUT and native inc/dec, 32 connections, with one node before replication
+//!   (a baseline binary), one node on the Raft log, and three nodes (requests spread
+//!   round-robin over them), in interleaved rounds on fresh folders: median and range.
+//! - Election time after `kill -9` of the leader of three nodes, over repeated trials.
+//! - Restart after `kill -9` mid-write of a node holding 1 M / 10 M objects (loaded
+//!   offline by the `load-objects` binary).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Method;
+
+use crate::cluster::{Cluster, view};
+use crate::load::{self, Outcome};
+use crate::objects_report::{self, LOADED_BUCKET, LoadReport, loaded_key};
+use crate::procs::{GatewayLaunch, Secrets, Server, free_port, spawn_gateway};
+use crate::report::{Report, Row, fmt_ratio};
+use crate::rng::Rng;
+use crate::s3::Client;
+use crate::stats::{bytes, us};
+use crate::workloads::{self, BUCKET, Gw};
+
+const SMALL: usize = 64 << 10;
+const CONC: usize = 32;
+/// Contents the inc/dec workload spreads its references over.
+const INCDEC_CONTENTS: usize = 16;
+/// The targets of the issue.
+const ONE_NODE_MIN: f64 = 1.0;
+const THREE_NODES_PUT_MIN: f64 = 0.7;
+const THREE_NODES_INCDEC_MIN: f64 = 5000.0;
+/// Bound on a group electing its first leader, and on a restarted node following again.
+const LEADER_LIMIT: Duration = Duration::from_secs(60);
+/// Bound on one election trial (kill to a PUT through a survivor).
+const TRIAL_LIMIT: Duration = Duration::from_secs(60);
+/// The restart figure's write load: body size and connections.
+const RESTART_BODY: usize = 4096;
+const RESTART_CONC: usize = 16;
+/// The write load before the kill lasts at least this long: several of the state
+/// machine's durable checkpoints (one a second) then happened while writing, as on a
+/// node that has served for a while.
+const RESTART_WRITE_MIN: Duration = Duration::from_secs(3);
+
+pub const SEC_RATE: &str = "Raft: 1 node before/after, 3 nodes";
+pub const SEC_ELECTION: &str = "Raft: election after kill -9";
+pub const SEC_RESTART: &str = "Raft: restart after kill -9";
+
+/// How much of each part a run does.
+#[derive(Clone, Debug)]
+pub struct RaftPlan {
+    /// Interleaved rounds of (baseline, 1 node, 3 nodes).
+    pub rounds: usize,
+    pub put_count: usize,
+    pub incdec_count: usize,
+    pub election_trials: usize,
+    /// Objects in the data folder of each restart measurement.
+    pub restart_sizes: Vec<u64>,
+    /// Acknowledged PUTs before the kill.
+    pub restart_puts: usize,
+    /// Bound on each load (it stops early and says so).
+    pub limit: Duration,
+    /// Bound on loading one restart folder.
+    pub load_limit: Duration,
+}
+
+/// The binaries under test.
+#[derive(Clone, Debug)]
+pub struct RaftBins {
+    pub gateway: PathBuf,
+    /// A gateway built from the commit before replication (none: those rows are SKIPPED).
+    pub baseline: Option<PathBuf>,
+    /// The `load-objects` binary (absent: the restart rows are SKIPPED).
+    pub loader: PathBuf,
+}
+
+fn progress(msg: &str) {
+    eprintln!("bench: {msg}");
+}
+
+/// 1 M, 10 k, ...
+pub fn human(n: u64) -> String {
+    if n >= 1_000_000 && n.is_multiple_of(1_000_000) {
+        format!("{} M", n / 1_000_000)
+    } else if n >= 1000 && n.is_multiple_of(1000) {
+        format!("{} k", n / 1000)
+    } else {
+        n.to_string()
+    }
+}
+
+fn secs(d: Duration) -> String {
+    if d < Duration::from_secs(10) {
+        format!("{:.2} s", d.as_secs_f64())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// Runs every part; a failing part is reported as ERROR and the others still run.
+pub async fn run(
+    bins: &RaftBins,
+    root: &Path,
+    plan: &RaftPlan,
+    rng: &mut Rng,
+    report: &mut Report,
+) {
+    rates(bins, root, plan, rng, report).await;
+    if let Err(e) = election(&bins.gateway, root, plan, rng, report).await {
+        report.error(SEC_ELECTION, "election trials", e);
+    }
+    restarts(bins, root, plan, rng, report).await;
+}
+
+// ---- PUT and inc/dec: baseline, 1 node, 3 nodes --------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Setup {
+    Baseline,
+    One,
+    Three,
+}
+
+impl Setup {
+    fn label(self) -> &'static str {
+        match self {
+            Setup::Baseline => "1 node, before replication (baseline)",
+            Setup::One => "1 node, Raft",
+            Setup::Three => "3 nodes, Raft (requests round-robin)",
+        }
+    }
+}
+
+struct Round {
+    put: Outcome,
+    inc: Outcome,
+    dec: Outcome,
+}
+
+impl Round {
+    /// inc and dec together: references added and taken back per second.
+    fn incdec_rate(&self) -> f64 {
+        (self.inc.ops + self.dec.ops) as f64
+            / (self.inc.wall + self.dec.wall).as_secs_f64().max(1e-9)
+    }
+}
+
+async fn rates(bins: &RaftBins, root: &Path, plan: &RaftPlan, rng: &mut Rng, report: &mut Report) {
+    let mut setups = Vec::new();
+    match &bins.baseline {
+        Some(_) => setups.push(Setup::Baseline),
+        None => report.skipped(
+            SEC_RATE,
+            Setup::Baseline.label(),
+            "no --baseline-bin (or BASELINE_GATEWAY_BIN): a gateway built from commit 0a3ad8b, see bench/README.md".into(),
+        ),
+    }
+    setups.extend([Setup::One, Setup::Three]);
+    let bodies = workloads::bodies(rng, plan.put_count, SMALL);
+    // results[setup][round]: None where that round failed.
+    let mut results: Vec<Vec<Option<Round>>> = setups.iter().map(|_| Vec::new()).collect();
+    for r in 0..plan.rounds {
+        // The same bodies, keys and magics for every setup of a round.
+        let seed = rng.next_u64();
+        for (k, &setup) in setups.iter().enumerate() {
+            progress(&format!(
+                "raft round {}/{}: {}: 64 KiB PUT, inc/dec",
+                r + 1,
+                plan.rounds,
+                setup.label()
+            ));
+            let bin = match setup {
+                Setup::Baseline => bins.baseline.as_deref().unwrap_or(&bins.gateway),
+                _ => &bins.gateway,
+            };
+            match round(setup, bin, root, plan, seed, &bodies).await {
+                Ok(res) => results[k].push(Some(res)),
+                Err(e) => {
+                    report.error(SEC_RATE, &format!("{}, round {}", setup.label(), r + 1), e);
+                    results[k].push(None);
+                }
+            }
+        }
+    }
+    let of = |s: Setup| setups.iter().position(|&x| x == s).map(|k| &results[k]);
+    for (k, &setup) in setups.iter().enumerate() {
+        rate_rows(report, setup, &results[k], plan);
+    }
+    let put = |r: &Round| r.put.ops_per_sec();
+    let incdec = |r: &Round| r.incdec_rate();
+    if let (Some(base), Some(one)) = (of(Setup::Baseline), of(Setup::One)) {
+        ratio_row(
+            report,
+            "64 KiB PUT: 1 node Raft / before",
+            one,
+            base,
+            put,
+            ONE_NODE_MIN,
+            "before",
+        );
+        ratio_row(
+            report,
+            "inc/dec: 1 node Raft / before",
+            one,
+            base,
+            incdec,
+            ONE_NODE_MIN,
+            "before",
+        );
+    } else {
+        report.skipped(
+            SEC_RATE,
+            "1 node Raft / before (64 KiB PUT, inc/dec)",
+            "no baseline binary".into(),
+        );
+    }
+    if let (Some(one), Some(three)) = (of(Setup::One), of(Setup::Three)) {
+        ratio_row(
+            report,
+            "64 KiB PUT: 3 nodes / 1 node",
+            three,
+            one,
+            put,
+            THREE_NODES_PUT_MIN,
+            "1 node",
+        );
+        let r = median(three.iter().flatten().map(incdec).collect());
+        let per: Vec<String> = three
+            .iter()
+            .flatten()
+            .map(|x| format!("{:.0}", incdec(x)))
+            .collect();
+        if let Some(r) = r {
+            report.target(
+                SEC_RATE,
+                "inc/dec, 3 nodes",
+                format!("{r:.0} inc+dec/s (rounds: {})", per.join(", ")),
+                format!("{THREE_NODES_INCDEC_MIN:.0} /s"),
+                r / THREE_NODES_INCDEC_MIN,
+                ">= 5000/s",
+                r >= THREE_NODES_INCDEC_MIN,
+                String::new(),
+            );
+        }
+        ratio_row(
+            report,
+            "inc/dec: 3 nodes / 1 node",
+            three,
+            one,
+            incdec,
+            0.0,
+            "1 node",
+        );
+    }
+}
+
+/// One setup of one round, on fresh folders.
+async fn round(
+    setup: Setup,
+    bin: &Path,
+    root: &Path,
+    plan: &RaftPlan,
+    seed: u64,
+    bodies: &Arc<Vec<Bytes>>,
+) -> Result<Round, String> {
+    let mut rng = Rng::new(seed);
+    let (put, (inc, dec)) = match setup {
+        Setup::Baseline | Setup::One => {
+            let tag = if setup == Setup::Baseline {
+                "base"
+            } else {
+                "raft1"
+            };
+            let gw = tokio::task::block_in_place(|| Gw::start(bin, root, tag, &mut rng))?;
+            workloads::warm_up(&gw.s3, BUCKET, true).await?;
+            let put = workloads::put_all(&gw.s3, BUCKET, "r64k", bodies, CONC, plan.limit).await;
+            put.check("64 KiB PUT")?;
+            let incdec = workloads::native_inc_dec(
+                &gw,
+                INCDEC_CONTENTS,
+                plan.incdec_count,
+                CONC,
+                plan.limit,
+                &mut rng,
+            )
+            .await?;
+            (put, incdec)
+        }
+        Setup::Three => {
+            let mut cl = tokio::task::block_in_place(|| Cluster::start(bin, root, 3, &mut rng))?;
+            cl.wait_leader(LEADER_LIMIT, None).await?;
+            workloads::warm_up(&cl.nodes[0].s3, BUCKET, true).await?;
+            // Every node takes a PUT (its PairDB is loaded) before the clock starts.
+            for n in &cl.nodes {
+                workloads::warm_up(&n.s3, BUCKET, false).await?;
+            }
+            let put =
+                workloads::put_all_rr(&cl.s3_clients(), BUCKET, "r64k", bodies, CONC, plan.limit)
+                    .await;
+            put.check("64 KiB PUT, 3 nodes")?;
+            let incdec = workloads::native_inc_dec_rr(
+                &cl.native_clients(),
+                INCDEC_CONTENTS,
+                plan.incdec_count,
+                CONC,
+                plan.limit,
+                &mut rng,
+            )
+            .await?;
+            (put, incdec)
+        }
+    };
+    inc.check("native inc")?;
+    dec.check("native dec")?;
+    Ok(Round { put, inc, dec })
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn range(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
+}
+
+/// "median X (range a-b)" of a figure over rounds.
+fn med_range(v: &[f64], fmt: impl Fn(f64) -> String) -> String {
+    let (lo, hi) = range(v);
+    match median(v.to_vec()) {
+        Some(m) if v.len() > 1 => format!("{} ({}-{})", fmt(m), fmt(lo), fmt(hi)),
+        Some(m) => fmt(m),
+        None => "-".into(),
+    }
+}
+
+fn lat_us(x: f64) -> String {
+    us(x.round() as u64)
+}
+
+/// ops/s, p50 and p99 of one operation over rounds.
+fn op_summary(outs: &[&Outcome]) -> String {
+    let ops: Vec<f64> = outs.iter().map(|o| o.ops_per_sec()).collect();
+    let p50: Vec<f64> = outs.iter().map(|o| o.latency.p50_us as f64).collect();
+    let p99: Vec<f64> = outs.iter().map(|o| o.latency.p99_us as f64).collect();
+    let cut = if outs.iter().any(|o| o.truncated) {
+        " [a round hit the time limit]"
+    } else {
+        ""
+    };
+    format!(
+        "{} ops/s, p50 {}, p99 {}{cut}",
+        med_range(&ops, |x| format!("{x:.0}")),
+        med_range(&p50, lat_us),
+        med_range(&p99, lat_us),
+    )
+}
+
+fn rate_rows(report: &mut Report, setup: Setup, rounds: &[Option<Round>], plan: &RaftPlan) {
+    let ok: Vec<&Round> = rounds.iter().flatten().collect();
+    if ok.is_empty() {
+        return;
+    }
+    let n = format!("{} of {} rounds", ok.len(), plan.rounds);
+    let cpu = |outs: &[&Outcome]| {
+        median(outs.iter().map(|o| o.client_us_per_op()).collect())
+            .map(|x| format!("{x:.0} us"))
+            .unwrap_or_default()
+    };
+    let puts: Vec<&Outcome> = ok.iter().map(|r| &r.put).collect();
+    report.push(Row {
+        section: SEC_RATE.into(),
+        figure: format!("64 KiB PUT, {CONC} conns: {}", setup.label()),
+        measured: format!("{} ({n}; median (min-max))", op_summary(&puts)),
+        client_cpu: cpu(&puts),
+        ..Row::default()
+    });
+    let incs: Vec<&Outcome> = ok.iter().map(|r| &r.inc).collect();
+    let decs: Vec<&Outcome> = ok.iter().map(|r| &r.dec).collect();
+    let both: Vec<f64> = ok.iter().map(|r| r.incdec_rate()).collect();
+    let all: Vec<&Outcome> = incs.iter().chain(decs.iter()).copied().collect();
+    report.push(Row {
+        section: SEC_RATE.into(),
+        figure: format!("native inc/dec, {CONC} conns: {}", setup.label()),
+        measured: format!(
+            "{} inc+dec/s; inc: {}; dec: {} ({n})",
+            med_range(&both, |x| format!("{x:.0}")),
+            op_summary(&incs),
+            op_summary(&decs)
+        ),
+        client_cpu: cpu(&all),
+        ..Row::default()
+    });
+}
+
+/// `a / b` of the medians, with the per-round ratios; a target when `min` > 0.
+fn ratio_row(
+    report: &mut Report,
+    figure: &str,
+    a: &[Option<Round>],
+    b: &[Option<Round>],
+    f: impl Fn(&Round) -> f64,
+    min: f64,
+    against: &str,
+) {
+    let (Some(ma), Some(mb)) = (
+        median(a.iter().flatten().map(&f).collect()),
+        median(b.iter().flatten().map(&f).collect()),
+    ) else {
+        return;
+    };
+    let per: Vec<String> = a
+        .iter()
+        .zip(b)
+        .filter_map(|(x, y)| Some(fmt_ratio(f(x.as_ref()?) / f(y.as_ref()?).max(1e-9))))
+        .collect();
+    let r = ma / mb.max(1e-9);
+    let measured = format!("{ma:.0} vs {mb:.0} /s (per round: {})", per.join(", "));
+    let compared = format!("{against}, median {mb:.0} /s");
+    if min > 0.0 {
+        report.target(
+            SEC_RATE,
+            figure,
+            measured,
+            compared,
+            r,
+            &format!(">= {min:.2}x"),
+            r >= min,
+            String::new(),
+        );
+    } else {
+        report.push(Row {
+            section: SEC_RATE.into(),
+            figure: figure.into(),
+            measured,
+            compared_with: compared,
+            ratio: fmt_ratio(r),
+            ..Row::default()
+        });
+    }
+}
+
+// ---- election ------------------------------------------------------------------------
+
+fn p50_max(v: &[Duration]) -> String {
+    let mut s = v.to_vec();
+    s.sort();
+    let p50 = median(s.iter().map(|d| d.as_secs_f64()).collect()).unwrap_or(0.0);
+    format!(
+        "p50 {}, max {} ({} trials: {})",
+        ms(Duration::from_secs_f64(p50)),
+        ms(s.last().copied().unwrap_or_default()),
+        v.len(),
+        v.iter().map(|d| ms(*d)).collect::<Vec<_>>().join(", ")
+    )
+}
+
+async fn election(
+    bin: &Path,
+    root: &Path,
+    plan: &RaftPlan,
+    rng: &mut Rng,
+    report: &mut Report,
+) -> Result<(), String> {
+    progress(&format!(
+        "raft: election after kill -9 of the leader, {} trials",
+        plan.election_trials
+    ));
+    let mut cl = tokio::task::block_in_place(|| Cluster::start(bin, root, 3, rng))?;
+    cl.wait_leader(LEADER_LIMIT, None).await?;
+    workloads::warm_up(&cl.nodes[0].s3, BUCKET, true).await?;
+    for n in &cl.nodes {
+        workloads::warm_up(&n.s3, BUCKET, false).await?;
+    }
+    let body = Bytes::from(rng.bytes(RESTART_BODY));
+    let (mut elected, mut writable, mut rejoined) = (Vec::new(), Vec::new(), Vec::new());
+    for t in 0..plan.election_trials {
+        let leader = cl.wait_leader(LEADER_LIMIT, None).await?;
+        let old = cl.nodes[leader].id;
+        let survivors: Vec<usize> = (0..cl.nodes.len()).filter(|&i| i != leader).collect();
+        tokio::task::block_in_place(|| cl.kill9(leader));
+        let t0 = Instant::now();
+        let deadline = t0 + TRIAL_LIMIT;
+        // A survivor names a leader other than the killed one.
+        let new_id = 'found: loop {
+            for &i in &survivors {
+                if let Ok(v) = view(&cl.nodes[i].admin).await
+                    && let Some(l) = v.leader
+                    && l != old
+                {
+                    break 'found l;
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "trial {}: no new leader within {TRIAL_LIMIT:?} after killing node {old}",
+                    t + 1
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        elected.push(t0.elapsed());
+        // A PUT through a survivor that does not lead: forwarded to the new leader.
+        let via = survivors
+            .iter()
+            .copied()
+            .find(|&i| cl.nodes[i].id != new_id)
+            .unwrap_or(survivors[0]);
+        let key = format!("election/{t}");
+        let mut last: String;
+        loop {
+            let put = cl.nodes[via].s3.put_object(BUCKET, &key, body.clone());
+            match tokio::time::timeout(Duration::from_secs(5), put).await {
+                Ok(Ok(_)) => break,
+                Ok(Err(e)) => last = e,
+                Err(_) => last = "no answer within 5 s".into(),
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "trial {}: no PUT through node {} within {TRIAL_LIMIT:?}: {last}",
+                    t + 1,
+                    cl.nodes[via].id
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        writable.push(t0.elapsed());
+        // The killed node comes back on its folder and follows the new leader.
+        let t1 = Instant::now();
+        tokio::task::block_in_place(|| cl.start_node(leader))?;
+        cl.wait_leader(LEADER_LIMIT, None).await?;
+        rejoined.push(t1.elapsed());
+    }
+    report.info(
+        SEC_ELECTION,
+        "a surviving node names a new leader (3 nodes)",
+        p50_max(&elected),
+    );
+    report.info(
+        SEC_ELECTION,
+        "first PUT through a surviving follower succeeds",
+        p50_max(&writable),
+    );
+    report.info(
+        SEC_ELECTION,
+        "killed node restarted until it names the leader",
+        p50_max(&rejoined),
+    );
+    Ok(())
+}
+
+// ---- restart after kill -9 at N objects ----------------------------------------------
+
+async fn restarts(
+    bins: &RaftBins,
+    root: &Path,
+    plan: &RaftPlan,
+    rng: &mut Rng,
+    report: &mut Report,
+) {
+    if plan.restart_sizes.is_empty() {
+        return;
+    }
+    if !bins.loader.is_file() {
+        report.skipped(
+            SEC_RESTART,
+            "restart after kill -9",
+            format!(
+                "no {}: build it with `cargo build --release -p bench --features filedb`",
+                bins.loader.display()
+            ),
+        );
+        return;
+    }
+    for &n in &plan.restart_sizes {
+        if let Err(e) = restart_at(bins, root, plan, n, rng, report).await {
+            report.error(SEC_RESTART, &format!("at {} objects", human(n)), e);
+        }
+    }
+}
+
+/// Runs the loader on a fresh `data` folder.
+async fn load_objects(
+    loader: &Path,
+    data: &Path,
+    count: u64,
+    seed: u64,
+    limit: Duration,
+) -> Result<LoadReport, String> {
+    let child = tokio::process::Command::new(loader)
+        .arg("--data")
+        .arg(data)
+        .args(["--count", &count.to_string()])
+        .args(["--seed", &seed.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("{}: {e}", loader.display()))?;
+    let out = tokio::time::timeout(limit, child.wait_with_output())
+        .await
+        .map_err(|_| format!("{}: not done within {limit:?}", loader.display()))?
+        .map_err(|e| e.to_string())?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(objects_report::JSON_PREFIX))
+        .and_then(|j| serde_json::from_str(j).ok())
+        .filter(|_| out.status.success())
+        .ok_or_else(|| {
+            format!(
+                "{} exited with {}: {}",
+                loader.display(),
+                out.status,
+                stdout.trim()
+            )
+        })
+}
+
+/// 200 to a HEAD of `key` (a loaded object has no content file: GET would fail, HEAD
+/// reads only the index).
+async fn head_ok(c: &Client, key: &str) -> Result<(), String> {
+    c.send_ok(
+        Method::HEAD,
+        &format!("/{LOADED_BUCKET}/{key}"),
+        &[],
+        Bytes::new(),
+        false,
+    )
+    .await
+    .map(|_| ())
+}
+
+fn restart_body(seed: u64, i: usize) -> Bytes {
+    Bytes::from(Rng::new(seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)).bytes(RESTART_BODY))
+}
+
+fn restart_key(i: usize) -> String {
+    format!("w/{i:07}")
+}
+
+/// What the write load saw up to the kill.
+struct KillResult {
+    acked: Vec<usize>,
+    sent: usize,
+    errors: u64,
+    /// From the first PUT to the kill.
+    writing: Duration,
+}
+
+/// 4 KiB PUTs on `RESTART_CONC` connections until `target` are acknowledged and
+/// [`RESTART_WRITE_MIN`] has passed, then `kill -9` of the server while PUTs are still in
+/// flight.
+async fn write_then_kill(
+    s3: &Client,
+    server: &mut Server,
+    target: usize,
+    seed: u64,
+) -> Result<KillResult, String> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let next = Arc::new(AtomicUsize::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    let started = Instant::now();
+    for _ in 0..RESTART_CONC {
+        let (stop, next, errors, acked, c) = (
+            stop.clone(),
+            next.clone(),
+            errors.clone(),
+            acked.clone(),
+            s3.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let key = restart_key(i);
+                let put = c.put_object(LOADED_BUCKET, &key, restart_body(seed, i));
+                match tokio::time::timeout(Duration::from_secs(10), put).await {
+                    Ok(Ok(_)) => {
+                        if let Ok(mut a) = acked.lock() {
+                            a.push(i);
+                        }
+                    }
+                    _ => {
+                        errors.fetch_add(1, Ordering::SeqCst);
+                        if stop.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let count = || acked.lock().map(|a| a.len()).unwrap_or(0);
+    while (count() < target || started.elapsed() < RESTART_WRITE_MIN) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let reached = count();
+    let sent_at_kill = next.load(Ordering::SeqCst);
+    tokio::task::block_in_place(|| server.kill9());
+    let writing = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        // Each task ends at its next request (refused at once) or its 10 s timeout.
+        let _ = tokio::time::timeout(Duration::from_secs(15), t).await;
+    }
+    if reached < target {
+        return Err(format!(
+            "only {reached} of {target} PUTs acknowledged within 120 s ({} errors)",
+            errors.load(Ordering::SeqCst)
+        ));
+    }
+    let acked = acked.lock().map(|a| a.clone()).unwrap_or_default();
+    Ok(KillResult {
+        acked,
+        sent: sent_at_kill,
+        errors: errors.load(Ordering::SeqCst),
+        writing,
+    })
+}
+
+/// GETs `key` until it answers whole, from the moment the process was started; takes the
+/// server out of `spawn` once it prints `listening on`. Bounded: 60 s after that line (the
+/// start itself is bounded by the launch's own timeout).
+async fn poll_get(
+    c: &Client,
+    key: &str,
+    spawn: &mut Option<tokio::task::JoinHandle<Result<(Server, Instant), String>>>,
+    server: &mut Option<Server>,
+    listening: &mut Option<Instant>,
+) -> Result<Instant, String> {
+    let mut last_err: String;
+    loop {
+        if spawn.as_ref().is_some_and(|h| h.is_finished())
+            && let Some(h) = spawn.take()
+        {
+            let (s, at) = h.await.map_err(|e| format!("restart: {e}"))??;
+            *server = Some(s);
+            *listening = Some(at);
+        }
+        let get = c.get_object(LOADED_BUCKET, key);
+        match tokio::time::timeout(Duration::from_secs(5), get).await {
+            Ok(Ok(len)) if len == RESTART_BODY as u64 => return Ok(Instant::now()),
+            Ok(Ok(len)) => return Err(format!("GET {key}: {len} bytes")),
+            Ok(Err(e)) => last_err = e,
+            Err(_) => last_err = "no answer within 5 s".into(),
+        }
+        if listening.is_some_and(|at| at.elapsed() > Duration::from_secs(60)) {
+            return Err(format!(
+                "serving for 60 s after the restart, but GET {key} fails: {last_err}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn restart_at(
+    bins: &RaftBins,
+    root: &Path,
+    plan: &RaftPlan,
+    n: u64,
+    rng: &mut Rng,
+    report: &mut Report,
+) -> Result<(), String> {
+    let dir = tempfile::Builder::new()
+        .prefix("bench-restart-")
+        .tempdir_in(root)
+        .map_err(|e| format!("temp folder in {}: {e}", root.display()))?;
+    let data = dir.path().join("data");
+    progress(&format!(
+        "raft restart: loading {} objects offline",
+        human(n)
+    ));
+    let load = load_objects(&bins.loader, &data, n, rng.next_u64(), plan.load_limit).await?;
+    let secrets = Secrets::random(rng);
+    let port = free_port()?;
+    let launch = GatewayLaunch {
+        listen: ([127, 0, 0, 1], port).into(),
+        start_timeout: plan.load_limit,
+        ..GatewayLaunch::single(
+            &bins.gateway,
+            &data,
+            &secrets,
+            &dir.path().join("gateway.log"),
+        )
+    };
+    // First start: the folder has the layout of a gateway from before replication, so the
+    // node puts every table in a snapshot before it serves.
+    progress(&format!(
+        "raft restart: first start on {} objects",
+        human(n)
+    ));
+    let t = Instant::now();
+    let mut server = tokio::task::block_in_place(|| spawn_gateway(&launch))?;
+    let first_start = t.elapsed();
+    let s3 = Client::new(
+        server.addr,
+        Some((&secrets.access, &secrets.secret)),
+        "us-east-1",
+    );
+    head_ok(&s3, &loaded_key(0)).await?;
+    head_ok(&s3, &loaded_key(n - 1)).await?;
+    let seed = rng.next_u64();
+    progress(&format!(
+        "raft restart: 4 KiB PUTs (at least {} and {:?}), then kill -9",
+        plan.restart_puts, RESTART_WRITE_MIN
+    ));
+    let killed = write_then_kill(&s3, &mut server, plan.restart_puts, seed).await?;
+    drop(server);
+    let last = *killed.acked.last().ok_or("no PUT acknowledged")?;
+    // Restart: time to `listening on` (stdout), and to the first GET of the last object
+    // acknowledged before the kill, polled from the moment the process is started.
+    progress(&format!("raft restart: restarting on {} objects", human(n)));
+    let t0 = Instant::now();
+    let l2 = launch.clone();
+    let mut spawn = Some(tokio::task::spawn_blocking(move || {
+        spawn_gateway(&l2).map(|s| (s, Instant::now()))
+    }));
+    let fresh = Client::new(
+        launch.listen,
+        Some((&secrets.access, &secrets.secret)),
+        "us-east-1",
+    );
+    let mut server: Option<Server> = None;
+    let mut listening: Option<Instant> = None;
+    let polled = poll_get(
+        &fresh,
+        &restart_key(last),
+        &mut spawn,
+        &mut server,
+        &mut listening,
+    )
+    .await;
+    // The process is reaped (or kept) whatever the poll's outcome.
+    if let Some(h) = spawn.take() {
+        let (s, at) = h.await.map_err(|e| format!("restart: {e}"))??;
+        server = Some(s);
+        listening = Some(at);
+    }
+    let got = polled?;
+    let _server = server;
+    let to_listen = listening.map(|at| at - t0).unwrap_or_default();
+    let to_get = got - t0;
+    // Every acknowledged PUT survived; the loaded objects are there.
+    let keys = Arc::new(killed.acked.clone());
+    let c = fresh.clone();
+    let check = load::run(16, keys.len(), Duration::from_secs(120), move |i| {
+        let (c, key) = (c.clone(), restart_key(keys[i]));
+        async move {
+            let n = c.get_object(LOADED_BUCKET, &key).await?;
+            if n != RESTART_BODY as u64 {
+                return Err(format!("GET {key}: {n} bytes"));
+            }
+            Ok(n)
+        }
+    })
+    .await;
+    head_ok(&fresh, &loaded_key(0)).await?;
+    head_ok(&fresh, &loaded_key(n - 1)).await?;
+    let size = human(n);
+    report.info(
+        SEC_RESTART,
+        &format!("restart after kill -9 mid-write at {size} objects"),
+        format!(
+            "`listening on` after {}; first GET of the last acknowledged object after {}",
+            secs(to_listen),
+            secs(to_get)
+        ),
+    );
+    report.info(
+        SEC_RESTART,
+        &format!("{size} objects: the folder and the kill"),
+        format!(
+            "{} objects / {} contents loaded offline in {} ({:.0}/s, {} per transaction); meta.redb {} (allocated {}); first start on it {} (pre-replication layout: snapshot of every table); killed after {} of writing: {} acknowledged 4 KiB PUTs, {} sent",
+            load.objects,
+            load.contents,
+            secs(Duration::from_secs_f64(load.load_secs)),
+            load.objects as f64 / load.load_secs.max(1e-9),
+            load.batch,
+            bytes(load.file_bytes),
+            bytes(load.allocated_bytes),
+            secs(first_start),
+            secs(killed.writing),
+            killed.acked.len(),
+            killed.sent,
+        ),
+    );
+    let lost = check.errors;
+    report.push(Row {
+        section: SEC_RESTART.into(),
+        figure: format!("{size} objects: acknowledged PUTs lost by kill -9"),
+        measured: format!(
+            "{lost} of {} ({} failed PUTs around the kill, not acknowledged){}",
+            killed.acked.len(),
+            killed.errors,
+            check
+                .first_error
+                .as_ref()
+                .map(|e| format!("; first: {e}"))
+                .unwrap_or_default()
+        ),
+        compared_with: "0".into(),
+        target: "= 0".into(),
+        status: if lost == 0 && check.ops as usize == killed.acked.len() {
+            "MET"
+        } else {
+            "NOT MET"
+        }
+        .into(),
+        ..Row::default()
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_ranges() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(range(&[2.0, 9.0, 4.0]), (2.0, 9.0));
+        assert_eq!(
+            med_range(&[3.0, 1.0, 2.0], |x| format!("{x:.0}")),
+            "2 (1-3)"
+        );
+        assert_eq!(med_range(&[5.0], |x| format!("{x:.0}")), "5");
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human(10_000_000), "10 M");
+        assert_eq!(human(10_000), "10 k");
+        assert_eq!(human(1234), "1234");
+    }
+
+    #[test]
+    fn incdec_rate_counts_both_operations() {
+        let o = |ops, ms| Outcome {
+            ops,
+            wall: Duration::from_millis(ms),
+            ..Outcome::default()
+        };
+        let r = Round {
+            put: o(1, 1),
+            inc: o(1000, 500),
+            dec: o(1000, 500),
+        };
+        assert!((r.incdec_rate() - 2000.0).abs() < 1e-6);
+    }
+}
