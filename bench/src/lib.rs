@@ -11,6 +11,8 @@ pub mod fsstat;
 pub mod limits;
 pub mod load;
 pub mod objects_report;
+#[cfg(feature = "filedb")]
+pub mod offline;
 pub mod procs;
 pub mod raft;
 pub mod report;

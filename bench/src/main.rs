@@ -85,11 +85,27 @@ enum Workload {
     /// replicated metadata: 1 node before/after and 3 nodes (64 KiB PUT, inc/dec),
     /// election after kill -9, restart after kill -9 at 1 M / 10 M objects
     Raft,
+    /// only the PUT and inc/dec rates of `raft`
+    RaftRates,
+    /// only the election trials of `raft`
+    RaftElection,
+    /// only the restart measurements of `raft`
+    RaftRestart,
 }
 
 impl Args {
     fn runs(&self, w: Workload) -> bool {
         self.only.is_empty() || self.only.contains(&w)
+    }
+
+    /// The parts of the `raft` workload this run does (`raft` names all three).
+    fn raft_parts(&self) -> bench::raft::RaftParts {
+        let all = self.runs(Workload::Raft);
+        bench::raft::RaftParts {
+            rates: all || self.only.contains(&Workload::RaftRates),
+            election: all || self.only.contains(&Workload::RaftElection),
+            restart: all || self.only.contains(&Workload::RaftRestart),
+        }
     }
 }
 
@@ -498,7 +514,8 @@ async fn run(args: Args) -> Result<Report, String> {
         filedb(&args, &root, &plan, &mut report).await;
     }
     // ---- replicated metadata -----------------------------------------------------------
-    if args.runs(Workload::Raft) {
+    let parts = args.raft_parts();
+    if parts.any() {
         match raft_bins(&args, &gateway_bin) {
             Ok(bins) => {
                 if let Some(b) = &bins.baseline {
@@ -507,7 +524,7 @@ async fn run(args: Args) -> Result<Report, String> {
                         b.display()
                     ));
                 }
-                bench::raft::run(&bins, &root, &plan.raft, &mut rng, &mut report).await;
+                bench::raft::run(&bins, &root, &plan.raft, parts, &mut rng, &mut report).await;
             }
             Err(e) => report.error(bench::raft::SEC_RATE, "binaries", e),
         }

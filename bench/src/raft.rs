@@ -67,6 +67,20 @@ pub struct RaftPlan {
     pub load_limit: Duration,
 }
 
+/// Which parts of the workload run (`--only raft-rates` and the like, for profiling one).
+#[derive(Clone, Copy, Debug)]
+pub struct RaftParts {
+    pub rates: bool,
+    pub election: bool,
+    pub restart: bool,
+}
+
+impl RaftParts {
+    pub fn any(self) -> bool {
+        self.rates || self.election || self.restart
+    }
+}
+
 /// The binaries under test.
 #[derive(Clone, Debug)]
 pub struct RaftBins {
@@ -109,14 +123,21 @@ pub async fn run(
     bins: &RaftBins,
     root: &Path,
     plan: &RaftPlan,
+    parts: RaftParts,
     rng: &mut Rng,
     report: &mut Report,
 ) {
-    rates(bins, root, plan, rng, report).await;
-    if let Err(e) = election(&bins.gateway, root, plan, rng, report).await {
+    if parts.rates {
+        rates(bins, root, plan, rng, report).await;
+    }
+    if parts.election
+        && let Err(e) = election(&bins.gateway, root, plan, rng, report).await
+    {
         report.error(SEC_ELECTION, "election trials", e);
     }
-    restarts(bins, root, plan, rng, report).await;
+    if parts.restart {
+        restarts(bins, root, plan, rng, report).await;
+    }
 }
 
 // ---- PUT and inc/dec: baseline, 1 node, 3 nodes --------------------------------------

@@ -130,7 +130,7 @@ async fn write(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
     if leader != Some(meta.node_id()) {
         return encode(&WriteReply::NotLeader(leader));
     }
-    encode(&meta.leader_write(batch).await)
+    encode(&meta.forwarded_write(batch).await)
 }
 
 async fn peer_state(State(app): State<Arc<AppState>>) -> Response {

@@ -15,14 +15,13 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
-use bench::filedb_report::record_key;
-use bench::objects_report::{JSON_PREFIX, LOADED_BUCKET, LoadReport, loaded_key};
+use bench::objects_report::{JSON_PREFIX, LoadReport};
+use bench::offline;
 use bench::rng::Rng;
 use clap::Parser;
-use gateway::meta::{Command, ContentSource, MetaStore, ObjectRecord, apply::apply};
-use placement::{DiskRef, Magic, PairId, PairRecord, Sha1};
+use gateway::meta::apply::apply;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -68,47 +67,18 @@ fn err(e: impl std::fmt::Display) -> String {
 }
 
 fn run(args: &Args) -> Result<LoadReport, String> {
-    let io = |p: &std::path::Path, e: std::io::Error| format!("{}: {e}", p.display());
-    for d in [
-        args.data.clone(),
-        args.data.join("disk0"),
-        args.data.join("disk1"),
-    ] {
-        std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
-    }
-    // The gateway names its default pair by the canonical folder.
-    let data = args.data.canonicalize().map_err(|e| io(&args.data, e))?;
-    let path = data.join("meta.redb");
-    if path.exists() {
-        return Err(format!("{} exists already", path.display()));
-    }
-    // The gateway's own open creates every table.
-    drop(MetaStore::open(&path).map_err(err)?);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_err(err)?
-        .as_secs();
+    let (store, seed_cmds) = offline::open_data_folder(&args.data)?;
+    drop(store);
+    let path = args.data.join("meta.redb");
+    let now = offline::now_secs()?;
     let batch = args.batch.max(1);
     let mut rng = Rng::new(args.seed ^ 0x00b1_ec75);
     let t = Instant::now();
     let db = redb::Database::create(&path).map_err(err)?;
     {
         let txn = db.begin_write().map_err(err)?;
-        let pair = PairRecord::new([
-            DiskRef::local(data.join("disk0")),
-            DiskRef::local(data.join("disk1")),
-        ]);
-        for cmd in [
-            Command::PutPair {
-                id: PairId(0),
-                record: pair,
-            },
-            Command::CreateBucket {
-                bucket: LOADED_BUCKET.into(),
-                created_ms: now * 1000,
-            },
-        ] {
-            apply(&txn, &cmd).map_err(err)?;
+        for cmd in &seed_cmds {
+            apply(&txn, cmd).map_err(err)?;
         }
         txn.commit().map_err(err)?;
     }
@@ -118,24 +88,7 @@ fn run(args: &Args) -> Result<LoadReport, String> {
         let n = batch.min(args.count - loaded);
         let txn = db.begin_write().map_err(err)?;
         for i in loaded..loaded + n {
-            let sha1 = record_key(args.seed, i / 2);
-            let mut md5 = [0u8; 16];
-            md5.copy_from_slice(&sha1[..16]);
-            let object = ObjectRecord::new(
-                Sha1(sha1),
-                Magic::new(rng.magic()).map_err(err)?,
-                4096,
-                u32::from_le_bytes([sha1[16], sha1[17], sha1[18], sha1[19]]),
-                md5,
-            );
-            let cmd = Command::PutObject {
-                bucket: LOADED_BUCKET.into(),
-                key: loaded_key(i),
-                object,
-                source: ContentSource::Stored(PairId(0)),
-                now_secs: now,
-                precondition: None,
-            };
+            let cmd = offline::object_put(args.seed, i, rng.magic(), now)?;
             apply(&txn, &cmd).map_err(err)?;
         }
         txn.commit().map_err(err)?;
@@ -150,7 +103,7 @@ fn run(args: &Args) -> Result<LoadReport, String> {
     }
     drop(db);
     let load_secs = t.elapsed().as_secs_f64();
-    let md = std::fs::metadata(&path).map_err(|e| io(&path, e))?;
+    let md = std::fs::metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(LoadReport {
         objects: loaded,
         contents: loaded.div_ceil(2),

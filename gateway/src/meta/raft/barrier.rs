@@ -121,14 +121,7 @@ async fn one_round(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaEr
     if leader == me {
         return local_read_index(raft).await;
     }
-    let addr = raft
-        .metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .get_node(&leader)
-        .map(|n| n.addr.clone())
-        .ok_or_else(|| MetaError::Unavailable(format!("leader {leader} has no address")))?;
+    let addr = super::member_addr(raft, leader)?;
     match rpc
         .call::<(), Result<u64, MetaError>>(&addr, "read-index", &(), READ_TIMEOUT)
         .await

@@ -147,6 +147,17 @@ pub struct PeerState {
     pub last_applied: Option<u64>,
 }
 
+/// The S3 address (which also carries the `/_cluster/` RPCs) of a member.
+pub(crate) fn member_addr(raft: &MetaRaft, id: NodeId) -> Result<String, MetaError> {
+    raft.metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .get_node(&id)
+        .map(|n| n.addr.clone())
+        .ok_or_else(|| unavailable(format!("node {id} is not a member")))
+}
+
 fn unavailable(e: impl std::fmt::Display) -> MetaError {
     MetaError::Unavailable(e.to_string())
 }
@@ -332,9 +343,11 @@ impl Metadata {
         barrier::local_read_index(&self.raft).await
     }
 
-    /// Runs a batch forwarded by a follower (this node must be the leader).
-    pub async fn leader_write(&self, batch: Batch) -> proposer::WriteReply {
-        proposer::leader_write(&self.raft, batch).await
+    /// Runs a batch forwarded by a follower (this node leads): its commands join this
+    /// node's own in the proposer, and each keeps its own result. Should leadership move
+    /// meanwhile, the proposer takes them to the new leader like any local command.
+    pub async fn forwarded_write(&self, batch: Batch) -> proposer::WriteReply {
+        proposer::WriteReply::Done(BatchResult(self.proposer.submit_all(batch.0).await))
     }
 
     /// Changes after which PairDB must be reloaded.
@@ -461,14 +474,7 @@ impl Metadata {
 
     /// The S3 address of a member.
     pub fn node_addr(&self, id: NodeId) -> Result<String, MetaError> {
-        self.raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&id)
-            .map(|n| n.addr.clone())
-            .ok_or_else(|| unavailable(format!("node {id} is not a member")))
+        member_addr(&self.raft, id)
     }
 
     /// Builds a snapshot now and purges the log behind it.

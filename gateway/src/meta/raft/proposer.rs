@@ -79,14 +79,45 @@ impl Proposer {
     }
 
     pub async fn submit(&self, cmd: Command) -> Result<Response, MetaError> {
+        let rx = self.enqueue(cmd).await?;
+        rx.await.map_err(|_| shutting_down())?
+    }
+
+    /// Queues every command of a batch forwarded by a follower, in its order, and answers
+    /// one result per command. On the leader, forwarded commands so join the local ones in
+    /// the next log entry: each entry costs the leader one serial fsync (openraft's core
+    /// awaits each append), so a batch of a few commands from each follower appended as an
+    /// entry of its own would cap the group at the fsyncs per second.
+    pub async fn submit_all(&self, cmds: Vec<Command>) -> Vec<Result<Response, MetaError>> {
+        let mut waiting = Vec::with_capacity(cmds.len());
+        for cmd in cmds {
+            waiting.push(self.enqueue(cmd).await);
+        }
+        let mut results = Vec::with_capacity(waiting.len());
+        for w in waiting {
+            results.push(match w {
+                Ok(rx) => rx.await.unwrap_or_else(|_| Err(shutting_down())),
+                Err(e) => Err(e),
+            });
+        }
+        results
+    }
+
+    async fn enqueue(
+        &self,
+        cmd: Command,
+    ) -> Result<oneshot::Receiver<Result<Response, MetaError>>, MetaError> {
         let (reply, rx) = oneshot::channel();
         self.queue
             .send(Pending { cmd, reply })
             .await
-            .map_err(|_| MetaError::Unavailable("metadata is shutting down".into()))?;
-        rx.await
-            .map_err(|_| MetaError::Unavailable("metadata is shutting down".into()))?
+            .map_err(|_| shutting_down())?;
+        Ok(rx)
     }
+}
+
+fn shutting_down() -> MetaError {
+    MetaError::Unavailable("metadata is shutting down".into())
 }
 
 async fn commit(raft: &MetaRaft, rpc: &Rpc, me: NodeId, pending: Vec<Pending>) {
@@ -129,14 +160,7 @@ async fn send(
         let reply = if leader == me {
             leader_write(raft, batch.clone()).await
         } else {
-            let addr = raft
-                .metrics()
-                .borrow()
-                .membership_config
-                .membership()
-                .get_node(&leader)
-                .map(|n| n.addr.clone())
-                .ok_or_else(|| MetaError::Unavailable(format!("leader {leader} has no address")))?;
+            let addr = super::member_addr(raft, leader)?;
             match rpc.call(&addr, "write", &batch, WRITE_TIMEOUT).await {
                 Ok(r) => r,
                 Err(e) => WriteReply::Unavailable(e.to_string()),
@@ -172,7 +196,7 @@ async fn wait_leader(raft: &MetaRaft) -> Result<NodeId, MetaError> {
 }
 
 /// Appends a batch on this node, which must lead; waits until it is applied here.
-pub async fn leader_write(raft: &MetaRaft, batch: Batch) -> WriteReply {
+async fn leader_write(raft: &MetaRaft, batch: Batch) -> WriteReply {
     match tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(batch)).await {
         Ok(Ok(resp)) => WriteReply::Done(resp.data),
         Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
