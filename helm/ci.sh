@@ -60,6 +60,9 @@ for pair in "--gateway-bin:$gateway_bin" "--valkyrie-bin:$valkyrie_bin" "--nginx
     fi
 done
 
+echo "== every value documented in helm/README.md"
+python3 ci/values_documented.py values.yaml README.md
+
 # name: gateways storage-nodes helm-arguments...
 renderings=(
     "default:1:0"
