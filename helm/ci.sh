@@ -63,15 +63,16 @@ done
 echo "== every value documented in helm/README.md"
 python3 ci/values_documented.py values.yaml README.md
 
-# name: gateways storage-nodes helm-arguments...
+# name|gateways|storage nodes|helm arguments|wiring test arguments
 renderings=(
-    "default:1:0"
-    "cluster:3:4:-f ci/values-cluster.yaml"
-    "single-with-storage:1:2:--set storage.replicas=2"
+    "default|1|0||"
+    "cluster|3|4|-f ci/values-cluster.yaml|"
+    "single-with-storage|1|2|--set storage.replicas=2|"
+    "options|3|2|-f ci/values-options.yaml|--existing-secret dedup-keys"
 )
 
 for r in "${renderings[@]}"; do
-    IFS=: read -r name gateways storage args <<<"$r"
+    IFS='|' read -r name gateways storage args wiring <<<"$r"
     echo "== helm lint --strict ($name)"
     # shellcheck disable=SC2086 # the arguments are words
     "$helm" lint --strict $args .
@@ -82,8 +83,9 @@ for r in "${renderings[@]}"; do
         python3 ci/validate.py "$v" "$work/$name.yaml"
     done
     echo "== wiring ($name)"
+    # shellcheck disable=SC2086
     python3 ci/test_wiring.py "$work/$name.yaml" --namespace "$namespace" \
-        --gateways "$gateways" --storage "$storage" "${real[@]}"
+        --gateways "$gateways" --storage "$storage" $wiring "${real[@]}"
 done
 
 echo "== values the chart must refuse"

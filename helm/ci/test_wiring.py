@@ -3,7 +3,8 @@
 
 Usage:
   test_wiring.py RENDERED.yaml --namespace NS [--gateways N] [--storage M]
-                 [--gateway-bin PATH] [--valkyrie-bin PATH] [--nginx PATH]
+                 [--existing-secret NAME] [--gateway-bin PATH] [--valkyrie-bin PATH]
+                 [--nginx PATH]
 
 Schema validation says each object is well-formed; this says they fit together: Service
 target ports exist on the pods they select, probes hit /_health on the S3 port, volume
@@ -20,6 +21,9 @@ asked too: the gateway must accept the rendered config file and flags (it gets a
 probing the storage nodes, which do not exist here), and valkyrie must know every flag.
 With --nginx the rendered nginx.conf is started (paths moved into a temp folder) and must
 take the gateway's WebDAV protocol: PUT into tmp/, MOVE to the content address, GET, DELETE.
+
+With --existing-secret the chart renders no Secret: env entries must then name that
+Secret and the keys helm/README.md documents for it.
 
 Exit code 1 with every failed check listed; 0 when all pass.
 """
@@ -46,6 +50,8 @@ GATEWAY_ENV = {
     "GATEWAY_ADMIN_TOKEN",
 }
 HEALTH_PATH = "/_health"
+# The keys secret.existingSecret must have (helm/README.md).
+EXISTING_SECRET_KEYS = {"access-key", "secret-key", "admin-token", "cluster-secret", "native-token"}
 # Bounds on the processes this test starts.
 SCRIPT_TIMEOUT_SECS = 10
 BINARY_TIMEOUT_SECS = 60
@@ -70,10 +76,11 @@ class Checks:
 class Rendered:
     """The rendered objects, by kind and name."""
 
-    def __init__(self, path, namespace):
+    def __init__(self, path, namespace, existing_secret=None):
         with open(path, encoding="utf-8") as f:
             self.docs = [d for d in yaml.safe_load_all(f) if d]
         self.namespace = namespace
+        self.existing_secret = existing_secret
 
     def of_kind(self, kind):
         return [d for d in self.docs if d.get("kind") == kind]
@@ -97,6 +104,8 @@ class Rendered:
         return out
 
     def secret_keys(self, name):
+        if self.existing_secret:
+            return EXISTING_SECRET_KEYS if name == self.existing_secret else None
         secret = self.get("Secret", name)
         if secret is None:
             return None
@@ -639,11 +648,12 @@ def main():
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--gateways", type=int)
     parser.add_argument("--storage", type=int)
+    parser.add_argument("--existing-secret")
     parser.add_argument("--gateway-bin")
     parser.add_argument("--valkyrie-bin")
     parser.add_argument("--nginx")
     args = parser.parse_args()
-    r = Rendered(args.rendered, args.namespace)
+    r = Rendered(args.rendered, args.namespace, args.existing_secret)
     t = Checks()
     work = tempfile.mkdtemp(prefix="helm-wiring-")
     try:
