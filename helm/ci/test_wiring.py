@@ -447,10 +447,10 @@ def check_storage(r, t, expect, gateway, work):
         under(facts["body_temp"], nginx_mount) is not None,
         f"{name}: client_body_temp_path {facts['body_temp']} is not on the disk volume ({nginx_mount}): MOVE would copy",
     )
-    catalog_ok = env_ref(valkyrie, "VALKYRIE_CATALOG_TOKEN")
+    catalog_token = env_ref(valkyrie, "VALKYRIE_CATALOG_TOKEN")
     gw = (gateway or {}).get("workload")
     admin = env_ref(container(gw, "gateway"), "GATEWAY_ADMIN_TOKEN") if gw else None
-    t.that(catalog_ok is not None and catalog_ok == admin, f"{name}: VALKYRIE_CATALOG_TOKEN {catalog_ok} is not the gateway's admin token {admin}")
+    t.that(catalog_token is not None and catalog_token == admin, f"{name}: VALKYRIE_CATALOG_TOKEN {catalog_token} is not the gateway's admin token {admin}")
     s3 = [s for s in r.of_kind("Service") if s["spec"].get("clusterIP") != "None" and gw in r.selected_workloads(s["spec"].get("selector", {}))]
 
     listed = {}
@@ -497,7 +497,7 @@ def check_storage(r, t, expect, gateway, work):
     return disk_volume
 
 
-def check_service_monitor(r, t, gateway):
+def check_service_monitor(r, t):
     for sm in r.of_kind("ServiceMonitor"):
         name = sm["metadata"]["name"]
         selector = sm["spec"]["selector"]["matchLabels"]
@@ -662,7 +662,7 @@ def main():
         check_volumes_and_env(r, t)
         gateway = check_gateway(r, t, args.gateways, work)
         disk_volume = check_storage(r, t, args.storage, gateway, work)
-        check_service_monitor(r, t, gateway)
+        check_service_monitor(r, t)
         if args.gateway_bin and gateway and gateway["config_text"]:
             check_real_gateway(t, gateway, args.gateway_bin, work)
         if args.valkyrie_bin:
