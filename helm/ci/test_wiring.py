@@ -1,0 +1,687 @@
+#!/usr/bin/env python3
+"""Checks that the objects of a rendered chart point at each other correctly.
+
+Usage:
+  test_wiring.py RENDERED.yaml --namespace NS [--gateways N] [--storage M]
+                 [--existing-secret NAME] [--gateway-bin PATH] [--valkyrie-bin PATH]
+                 [--nginx PATH]
+
+Schema validation says each object is well-formed; this says they fit together: Service
+target ports exist on the pods they select, probes hit /_health on the S3 port, volume
+mounts name volumes or claim templates, env entries name keys the Secret has, the
+gateway's --peers list names every replica through the headless Service with node ids
+1..N, each storage node's nginx and valkyrie share one disk volume and agree on the disk
+folder, and the gateway's config file lists every storage node in the pair its valkyrie
+works for.
+
+The container scripts are run for real (with /bin/sh, per pod ordinal) with stand-in
+`gateway`, `valkyrie` and `mkdir` commands that record their arguments, so the checks see
+the exact argv a pod would run. With --gateway-bin / --valkyrie-bin the real binaries are
+asked too: the gateway must accept the rendered config file and flags (it gets as far as
+probing the storage nodes, which do not exist here), and valkyrie must know every flag.
+With --nginx the rendered nginx.conf is started (paths moved into a temp folder) and must
+take the gateway's WebDAV protocol: PUT into tmp/, MOVE to the content address, GET, DELETE.
+
+With --existing-secret the chart renders no Secret: env entries must then name that
+Secret and the keys helm/README.md documents for it.
+
+Exit code 1 with every failed check listed; 0 when all pass.
+"""
+
+import argparse
+import http.client
+import os
+import posixpath
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from base64 import b64decode
+
+import yaml
+
+GATEWAY_ENV = {
+    "GATEWAY_ACCESS_KEY",
+    "GATEWAY_SECRET_KEY",
+    "GATEWAY_ADMIN_TOKEN",
+}
+HEALTH_PATH = "/_health"
+# The keys secret.existingSecret must have (helm/README.md).
+EXISTING_SECRET_KEYS = {"access-key", "secret-key", "admin-token", "cluster-secret", "native-token"}
+# Bounds on the processes this test starts.
+SCRIPT_TIMEOUT_SECS = 10
+BINARY_TIMEOUT_SECS = 60
+NGINX_START_SECS = 10
+
+
+class Checks:
+    """Collects failures instead of stopping at the first, so one run lists them all."""
+
+    def __init__(self):
+        self.failures = []
+        self.passed = 0
+
+    def that(self, ok, message):
+        if ok:
+            self.passed += 1
+        else:
+            self.failures.append(message)
+        return ok
+
+
+class Rendered:
+    """The rendered objects, by kind and name."""
+
+    def __init__(self, path, namespace, existing_secret=None):
+        with open(path, encoding="utf-8") as f:
+            self.docs = [d for d in yaml.safe_load_all(f) if d]
+        self.namespace = namespace
+        self.existing_secret = existing_secret
+
+    def of_kind(self, kind):
+        return [d for d in self.docs if d.get("kind") == kind]
+
+    def get(self, kind, name):
+        for d in self.of_kind(kind):
+            if d["metadata"]["name"] == name:
+                return d
+        return None
+
+    def workloads(self):
+        return self.of_kind("StatefulSet") + self.of_kind("Deployment")
+
+    def selected_workloads(self, selector):
+        """Workloads whose pod template carries every label of `selector`."""
+        out = []
+        for w in self.workloads():
+            labels = w["spec"]["template"]["metadata"].get("labels", {})
+            if selector and all(labels.get(k) == v for k, v in selector.items()):
+                out.append(w)
+        return out
+
+    def secret_keys(self, name):
+        if self.existing_secret:
+            return EXISTING_SECRET_KEYS if name == self.existing_secret else None
+        secret = self.get("Secret", name)
+        if secret is None:
+            return None
+        return set(secret.get("data", {})) | set(secret.get("stringData", {}))
+
+    def secret_value(self, name, key):
+        secret = self.get("Secret", name)
+        if secret is None:
+            return None
+        if key in secret.get("stringData", {}):
+            return secret["stringData"][key]
+        value = secret.get("data", {}).get(key)
+        return None if value is None else b64decode(value).decode()
+
+    def dns(self, service):
+        return f"{service}.{self.namespace}.svc.cluster.local"
+
+
+def containers(workload):
+    return workload["spec"]["template"]["spec"]["containers"]
+
+
+def container(workload, name):
+    for c in containers(workload):
+        if c["name"] == name:
+            return c
+    return None
+
+
+def port_number(c, port):
+    """A probe's or a targetPort's port (name or number) as a number, if the container has it."""
+    for p in c.get("ports", []):
+        if port in (p.get("name"), p["containerPort"]):
+            return p["containerPort"]
+    return None
+
+
+def mount_of(c, volume):
+    for m in c.get("volumeMounts", []):
+        if m["name"] == volume:
+            return m
+    return None
+
+
+def file_from_mount(rendered, workload, c, path):
+    """The content of file `path` inside container `c`, when a ConfigMap volume provides it."""
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"].get("volumes", [])}
+    for m in c.get("volumeMounts", []):
+        v = volumes.get(m["name"], {})
+        if "configMap" not in v:
+            continue
+        base = m["mountPath"].rstrip("/") + "/"
+        if m.get("subPath"):
+            key = m["subPath"] if path == m["mountPath"] else None
+        else:
+            key = path[len(base):] if path.startswith(base) else None
+        cm = rendered.get("ConfigMap", v["configMap"]["name"])
+        if key and cm and key in cm.get("data", {}):
+            return cm["data"][key]
+    return None
+
+
+def run_script(c, hostname, workdir):
+    """Runs a container's command for a pod named `hostname`; returns the argv it execs.
+
+    PATH holds only stand-ins: `exec gateway ...` or `exec valkyrie ...` writes its argv
+    (NUL-separated) and exits, `mkdir` does nothing, any other command is not found.
+    """
+    command = (c.get("command") or []) + (c.get("args") or [])
+    if command[:2] != ["/bin/sh", "-c"]:
+        return None, f"container {c['name']} does not start through /bin/sh -c: {command}"
+    fake = os.path.join(workdir, "bin")
+    os.makedirs(fake, exist_ok=True)
+    out = os.path.join(workdir, "argv")
+    for name in ("gateway", "valkyrie"):
+        path = os.path.join(fake, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(f'#!/bin/sh\nprintf "%s\\0" {name} "$@" > "$ARGV_OUT"\n')
+        os.chmod(path, 0o755)
+    path = os.path.join(fake, "mkdir")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(path, 0o755)
+    if os.path.exists(out):
+        os.remove(out)
+    env = {"PATH": fake, "HOSTNAME": hostname, "ARGV_OUT": out}
+    for e in c.get("env", []):
+        env.setdefault(e["name"], e.get("value", "from-secret"))
+    done = subprocess.run(
+        ["/bin/sh", "-c", command[2]] + command[3:],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT_SECS,
+        check=False,
+    )
+    if done.returncode != 0 or not os.path.exists(out):
+        return None, f"script of {c['name']} on {hostname} failed ({done.returncode}): {done.stderr.strip()}"
+    with open(out, encoding="utf-8") as f:
+        return f.read().rstrip("\0").split("\0"), None
+
+
+def flag(argv, name):
+    """The value of `--name VALUE` in argv, or None."""
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def check_services(r, t):
+    for svc in r.of_kind("Service"):
+        name = svc["metadata"]["name"]
+        selected = r.selected_workloads(svc["spec"].get("selector", {}))
+        if not t.that(selected, f"Service {name} selects no workload"):
+            continue
+        for port in svc["spec"]["ports"]:
+            target = port.get("targetPort", port["port"])
+            for w in selected:
+                found = [port_number(c, target) for c in containers(w)]
+                t.that(
+                    any(n is not None for n in found),
+                    f"Service {name} port {port['port']} targets {target!r}, "
+                    f"which no container of {w['metadata']['name']} exposes",
+                )
+
+
+def check_pdbs(r, t):
+    for pdb in r.of_kind("PodDisruptionBudget"):
+        selector = pdb["spec"]["selector"]["matchLabels"]
+        t.that(r.selected_workloads(selector), f"PodDisruptionBudget {pdb['metadata']['name']} selects no workload")
+
+
+def check_volumes_and_env(r, t):
+    for w in r.workloads():
+        wname = w["metadata"]["name"]
+        spec = w["spec"]["template"]["spec"]
+        volumes = {v["name"] for v in spec.get("volumes", [])}
+        claims = {c["metadata"]["name"] for c in w["spec"].get("volumeClaimTemplates", [])}
+        t.that(not (volumes & claims), f"{wname}: volumes and claim templates share names {volumes & claims}")
+        for v in spec.get("volumes", []):
+            if "configMap" in v:
+                t.that(r.get("ConfigMap", v["configMap"]["name"]), f"{wname}: volume {v['name']} names a missing ConfigMap")
+            if "secret" in v:
+                t.that(r.get("Secret", v["secret"]["secretName"]), f"{wname}: volume {v['name']} names a missing Secret")
+        for c in containers(w):
+            for m in c.get("volumeMounts", []):
+                t.that(
+                    m["name"] in volumes | claims,
+                    f"{wname}/{c['name']}: mount {m['mountPath']} names volume {m['name']!r}, "
+                    f"which is neither a volume nor a claim template ({sorted(volumes | claims)})",
+                )
+            for e in c.get("env", []):
+                ref = e.get("valueFrom", {}).get("secretKeyRef")
+                if not ref:
+                    continue
+                keys = r.secret_keys(ref["name"])
+                if t.that(keys is not None, f"{wname}/{c['name']}: env {e['name']} names missing Secret {ref['name']}"):
+                    t.that(
+                        ref["key"] in keys,
+                        f"{wname}/{c['name']}: env {e['name']} names key {ref['key']!r}, "
+                        f"not in Secret {ref['name']} ({sorted(keys)})",
+                    )
+
+
+def env_ref(c, name):
+    for e in c.get("env", []):
+        if e["name"] == name:
+            ref = e.get("valueFrom", {}).get("secretKeyRef")
+            return (ref["name"], ref["key"]) if ref else ("value", e.get("value"))
+    return None
+
+
+def component(r, name):
+    found = [w for w in r.workloads() if w["spec"]["template"]["metadata"]["labels"].get("app.kubernetes.io/component") == name]
+    return found[0] if len(found) == 1 else None
+
+
+def headless_service(r, w):
+    """The governing Service of a StatefulSet, if it exists, is headless and selects it."""
+    svc = r.get("Service", w["spec"].get("serviceName", ""))
+    if svc is None or svc["spec"].get("clusterIP") != "None":
+        return None
+    if w not in r.selected_workloads(svc["spec"].get("selector", {})):
+        return None
+    return svc
+
+
+def check_gateway(r, t, expect, work):
+    """Probes, env, the config file, --node-id and --peers. Returns what later checks need."""
+    gw = component(r, "gateway")
+    if not t.that(gw is not None, "exactly one gateway workload"):
+        return None
+    name = gw["metadata"]["name"]
+    replicas = gw["spec"]["replicas"]
+    if expect is not None:
+        t.that(replicas == expect, f"gateway replicas {replicas}, expected {expect}")
+    c = container(gw, "gateway")
+    if not t.that(c is not None, f"{name} has a container named gateway"):
+        return None
+    s3_port = port_number(c, "s3")
+    t.that(s3_port is not None, f"{name}: the gateway container has no port named s3")
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = c.get(probe, {}).get("httpGet", {})
+        t.that(get.get("path") == HEALTH_PATH, f"{name}: {probe} path is {get.get('path')!r}, not {HEALTH_PATH}")
+        t.that(
+            s3_port is not None and port_number(c, get.get("port")) == s3_port,
+            f"{name}: {probe} port {get.get('port')!r} is not the S3 port {s3_port}",
+        )
+    required = set(GATEWAY_ENV) | ({"GATEWAY_CLUSTER_SECRET"} if replicas > 1 else set())
+    for env in sorted(required):
+        ref = env_ref(c, env)
+        t.that(ref is not None and ref[0] != "value", f"{name}: env {env} is not taken from a Secret")
+    if replicas > 1:
+        ref = env_ref(c, "GATEWAY_CLUSTER_SECRET")
+        if ref and ref[0] != "value":
+            secret = r.secret_value(*ref)
+            t.that(secret is None or len(secret) >= 16, f"{name}: the cluster secret is shorter than 16 characters")
+
+    headless = headless_service(r, gw)
+    t.that(headless is not None, f"{name}: serviceName {gw['spec'].get('serviceName')!r} is not a headless Service selecting it")
+    if headless is not None:
+        t.that(
+            headless["spec"].get("publishNotReadyAddresses") is True,
+            f"{headless['metadata']['name']}: peers must resolve before they are ready (publishNotReadyAddresses)",
+        )
+        t.that(
+            any(port_number(c, p.get("targetPort", p["port"])) == s3_port for p in headless["spec"]["ports"]),
+            f"{headless['metadata']['name']}: no port reaches the S3 port {s3_port}",
+        )
+
+    runs = []
+    for ordinal in range(replicas):
+        argv, err = run_script(c, f"{name}-{ordinal}", work)
+        if not t.that(argv is not None, err):
+            continue
+        runs.append((ordinal, argv))
+    config, config_text = None, None
+    for ordinal, argv in runs:
+        t.that(argv[:2] == ["gateway", "serve"], f"{name}-{ordinal} runs {argv[:2]}, not gateway serve")
+        config_path = flag(argv, "--config")
+        text = file_from_mount(r, gw, c, config_path or "")
+        if not t.that(text is not None, f"{name}-{ordinal}: --config {config_path!r} is not a mounted ConfigMap key"):
+            continue
+        try:
+            config = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            t.that(False, f"{name}: {config_path} is not valid TOML: {e}")
+            continue
+        config_text = text
+        listen = config.get("listen", "")
+        t.that(
+            listen.rsplit(":", 1)[-1] == str(s3_port),
+            f"{name}: config listen {listen!r} is not on the container's S3 port {s3_port}",
+        )
+        data = config.get("data")
+        mounts = [m for m in c.get("volumeMounts", []) if m["mountPath"] == data]
+        claims = {v["metadata"]["name"] for v in gw["spec"].get("volumeClaimTemplates", [])}
+        t.that(
+            mounts and mounts[0]["name"] in claims,
+            f"{name}: the data folder {data!r} is not a mounted claim template ({claims})",
+        )
+        node_id, peers = flag(argv, "--node-id"), flag(argv, "--peers")
+        if replicas == 1:
+            t.that(node_id is None and peers is None, f"{name}: one replica must run without --node-id/--peers")
+            continue
+        t.that(node_id == str(ordinal + 1), f"{name}-{ordinal}: --node-id {node_id}, expected {ordinal + 1}")
+        if not t.that(peers is not None, f"{name}-{ordinal}: no --peers"):
+            continue
+        entries = [p.split("=", 1) for p in peers.split(",")]
+        ids = [int(i) for i, _ in entries]
+        t.that(ids == list(range(1, replicas + 1)), f"{name}: --peers ids {ids}, expected 1..{replicas}")
+        if headless is not None:
+            want = [
+                f"{name}-{i}.{r.dns(headless['metadata']['name'])}:{s3_port}" for i in range(replicas)
+            ]
+            got = [addr for _, addr in entries]
+            t.that(got == want, f"{name}: --peers addresses {got}, expected {want}")
+    return {"workload": gw, "config": config, "config_text": config_text, "runs": runs, "s3_port": s3_port}
+
+
+def nginx_conf_facts(text):
+    """root, listen port, body temp path and the dav locations of our nginx.conf."""
+    root = re.search(r"^\s*root\s+(\S+);", text, re.M)
+    listen = re.search(r"^\s*listen\s+(\d+);", text, re.M)
+    body = re.search(r"^\s*client_body_temp_path\s+(\S+);", text, re.M)
+    dav = re.findall(r"location\s+(/[^\s{]*)\s*\{[^}]*dav_methods\s+([^;]+);", text)
+    return {
+        "root": root.group(1) if root else None,
+        "listen": int(listen.group(1)) if listen else None,
+        "body_temp": body.group(1) if body else None,
+        "dav": {loc: methods.split() for loc, methods in dav},
+    }
+
+
+def under(path, base):
+    """`path` relative to `base`, or None when it is not inside it."""
+    if path is None or base is None:
+        return None
+    rel = posixpath.relpath(posixpath.normpath(path), posixpath.normpath(base))
+    return None if rel == ".." or rel.startswith("../") else rel
+
+
+def check_storage(r, t, expect, gateway, work):
+    """Returns the name of the disk volume nginx and valkyrie share, for the nginx run."""
+    st = component(r, "storage")
+    pairs = (gateway or {}).get("config") or {}
+    pairs = pairs.get("pairs", [])
+    if st is None:
+        t.that(not expect, f"no storage workload, expected {expect} storage nodes")
+        return
+    name = st["metadata"]["name"]
+    replicas = st["spec"]["replicas"]
+    if expect is not None:
+        t.that(replicas == expect, f"storage replicas {replicas}, expected {expect}")
+    headless = headless_service(r, st)
+    t.that(headless is not None, f"{name}: serviceName is not a headless Service selecting it")
+    nginx, valkyrie = container(st, "nginx"), container(st, "valkyrie")
+    if not t.that(nginx and valkyrie, f"{name}: needs containers nginx and valkyrie"):
+        return
+    claims = {v["metadata"]["name"] for v in st["spec"].get("volumeClaimTemplates", [])}
+    shared = {m["name"] for m in nginx.get("volumeMounts", [])} & {m["name"] for m in valkyrie.get("volumeMounts", [])} & claims
+    if not t.that(len(shared) == 1, f"{name}: nginx and valkyrie share no disk claim template (shared: {shared})"):
+        return
+    disk_volume = next(iter(shared))
+    nginx_mount = mount_of(nginx, disk_volume)["mountPath"]
+    valkyrie_mount = mount_of(valkyrie, disk_volume)["mountPath"]
+
+    command = nginx.get("command", []) + nginx.get("args", [])
+    conf_path = command[command.index("-c") + 1] if "-c" in command else None
+    conf = file_from_mount(r, st, nginx, conf_path or "")
+    if not t.that(conf is not None, f"{name}: nginx -c {conf_path!r} is not a mounted ConfigMap key"):
+        return
+    facts = nginx_conf_facts(conf)
+    webdav_port = port_number(nginx, "webdav")
+    t.that(facts["listen"] == webdav_port, f"{name}: nginx listens on {facts['listen']}, container port is {webdav_port}")
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = nginx.get(probe, {}).get("httpGet", {})
+        t.that(port_number(nginx, get.get("port")) == webdav_port, f"{name}: nginx {probe} is not on the WebDAV port")
+    t.that(
+        under(facts["body_temp"], nginx_mount) is not None,
+        f"{name}: client_body_temp_path {facts['body_temp']} is not on the disk volume ({nginx_mount}): MOVE would copy",
+    )
+    catalog_token = env_ref(valkyrie, "VALKYRIE_CATALOG_TOKEN")
+    gw = (gateway or {}).get("workload")
+    admin = env_ref(container(gw, "gateway"), "GATEWAY_ADMIN_TOKEN") if gw else None
+    t.that(catalog_token is not None and catalog_token == admin, f"{name}: VALKYRIE_CATALOG_TOKEN {catalog_token} is not the gateway's admin token {admin}")
+    s3 = [s for s in r.of_kind("Service") if s["spec"].get("clusterIP") != "None" and gw in r.selected_workloads(s["spec"].get("selector", {}))]
+
+    listed = {}
+    for p in pairs:
+        for index, disk in enumerate(p["disks"]):
+            listed.setdefault(disk, []).append((p["id"], index))
+    t.that(len(pairs) >= replicas // 2, f"the gateway config lists {len(pairs)} pairs for {replicas} storage nodes")
+    for ordinal in range(replicas):
+        pod = f"{name}-{ordinal}"
+        argv, err = run_script(valkyrie, pod, work)
+        if not t.that(argv is not None, err):
+            continue
+        t.that(argv[0] == "valkyrie", f"{pod}: the valkyrie container runs {argv[0]}")
+        disk = flag(argv, "--disk")
+        rel_valkyrie = under(disk, valkyrie_mount)
+        t.that(rel_valkyrie is not None, f"{pod}: valkyrie --disk {disk} is not on the shared volume ({valkyrie_mount})")
+        host = f"{pod}.{r.dns(headless['metadata']['name'])}" if headless else pod
+        owners = [
+            (url, where)
+            for url, where in listed.items()
+            if url.startswith(f"http://{host}:{webdav_port}/")
+        ]
+        if not t.that(len(owners) == 1 and len(owners[0][1]) == 1, f"{pod}: the gateway config lists this node {owners} (once expected)"):
+            continue
+        url, [(pair, index)] = owners[0]
+        t.that(flag(argv, "--pair") == str(pair), f"{pod}: valkyrie --pair {flag(argv, '--pair')}, the config has the node in pair {pair}")
+        t.that(flag(argv, "--index") == str(index), f"{pod}: valkyrie --index {flag(argv, '--index')}, the config has the node as disk {index}")
+        url_path = url.split(f":{webdav_port}", 1)[1]
+        served = posixpath.join(facts["root"] or "", url_path.lstrip("/"))
+        t.that(
+            rel_valkyrie is not None and under(served, nginx_mount) == rel_valkyrie,
+            f"{pod}: nginx serves {url_path} from {served} (mount {nginx_mount}), valkyrie works on {disk} (mount {valkyrie_mount})",
+        )
+        methods = [m for loc, m in facts["dav"].items() if (url_path.rstrip("/") + "/").startswith(loc)]
+        t.that(
+            methods and {"PUT", "DELETE", "MOVE"} <= set(methods[0]),
+            f"{pod}: nginx has no dav location with PUT, DELETE, MOVE for {url_path}",
+        )
+        catalog = flag(argv, "--catalog")
+        want = [f"http://{r.dns(s['metadata']['name'])}:{p['port']}" for s in s3 for p in s["spec"]["ports"]]
+        t.that(catalog in want, f"{pod}: valkyrie --catalog {catalog}, expected one of {want}")
+    storage_urls = [u for u in listed if u.startswith("http://") and f".{r.dns(headless['metadata']['name'])}:" in u] if headless else []
+    t.that(len(storage_urls) == replicas, f"the gateway config lists {len(storage_urls)} storage node disks, expected {replicas}")
+    return disk_volume
+
+
+def check_service_monitor(r, t):
+    for sm in r.of_kind("ServiceMonitor"):
+        name = sm["metadata"]["name"]
+        selector = sm["spec"]["selector"]["matchLabels"]
+        services = [s for s in r.of_kind("Service") if all(s["metadata"].get("labels", {}).get(k) == v for k, v in selector.items())]
+        t.that(len(services) == 1, f"ServiceMonitor {name} selects {len(services)} Services, expected the S3 one")
+        for ep in sm["spec"]["endpoints"]:
+            t.that(ep.get("path") == "/_metrics", f"ServiceMonitor {name}: path {ep.get('path')}")
+            t.that(
+                any(p.get("name") == ep.get("port") for s in services for p in s["spec"]["ports"]),
+                f"ServiceMonitor {name}: port {ep.get('port')!r} is not a named port of the selected Service",
+            )
+
+
+def check_real_gateway(t, gateway, binary, work):
+    """The real gateway accepts the rendered config file and flags."""
+    cfg = os.path.join(work, "gateway.toml")
+    with open(cfg, "w", encoding="utf-8") as f:
+        f.write(gateway["config_text"])
+    for ordinal, argv in gateway["runs"][:1]:
+        args = [binary] + argv[1:]
+        args[args.index("--config") + 1] = cfg
+        data = os.path.join(work, f"data-{ordinal}")
+        args += ["--data", data, "--listen", "127.0.0.1:0"]
+        env = dict(os.environ, GATEWAY_ACCESS_KEY="GKCITEST", GATEWAY_SECRET_KEY="secret", GATEWAY_CLUSTER_SECRET="x" * 32)
+        proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=BINARY_TIMEOUT_SECS) if "--peers" in args else first_line(proc)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        if "--peers" in args:
+            # A cluster node probes every disk before it serves, and the storage nodes do
+            # not exist here: getting to that probe means the config file and flags were
+            # accepted. (A single node starts without probing.)
+            t.that(
+                "is not reachable" in err and "config file" not in err,
+                f"the gateway did not accept the rendered config and flags: {err.strip()[-500:]}",
+            )
+        else:
+            t.that("listening on" in out, f"the gateway did not start on the rendered config: {err.strip()[-500:]}")
+
+
+def first_line(proc):
+    """Waits (bounded) for `listening on`, then stops the process; returns (stdout, stderr)."""
+    deadline = time.monotonic() + BINARY_TIMEOUT_SECS
+    seen = ""
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        seen += line
+        if "listening on" in line or not line:
+            break
+    proc.terminate()
+    out, err = proc.communicate(timeout=BINARY_TIMEOUT_SECS)
+    return seen + out, err
+
+
+def check_real_valkyrie(t, r, binary, work):
+    st = component(r, "storage")
+    if st is None:
+        return
+    argv, err = run_script(container(st, "valkyrie"), f"{st['metadata']['name']}-0", work)
+    if argv is None:
+        return
+    help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=BINARY_TIMEOUT_SECS, check=False).stdout
+    for a in argv[1:]:
+        if a.startswith("--"):
+            t.that(re.search(rf"{re.escape(a)}\b", help_text), f"valkyrie has no flag {a}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check_real_nginx(t, r, binary, work, disk_volume):
+    """The rendered nginx.conf runs and speaks the gateway's WebDAV protocol."""
+    st = component(r, "storage")
+    nginx = container(st, "nginx") if st else None
+    command = (nginx or {}).get("command", [])
+    if nginx is None or disk_volume is None or "-c" not in command:
+        return  # check_storage has said what is wrong
+    conf = file_from_mount(r, st, nginx, command[command.index("-c") + 1])
+    disk_mount = mount_of(nginx, disk_volume)["mountPath"]
+    if conf is None:
+        return
+    root = os.path.join(work, "nginx")
+    os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
+    os.makedirs(os.path.join(root, "disk"), exist_ok=True)
+    port = free_port()
+    # The pod's paths, moved into the temp folder in one pass (the folder is under /tmp).
+    moved = {disk_mount.rstrip("/") + "/": root + "/disk/", "/tmp/": root + "/tmp/"}
+    conf = re.sub("|".join(re.escape(k) for k in moved), lambda m: moved[m.group(0)], conf)
+    conf = re.sub(r"listen\s+\d+;", f"listen 127.0.0.1:{port};", conf)
+    if os.geteuid() == 0:
+        # The pod runs nginx as the disk's owner; as root here, workers would be nobody.
+        conf = "user root;\n" + conf
+    path = os.path.join(work, "nginx.conf")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(conf)
+    log = open(os.path.join(work, "nginx.log"), "w+", encoding="utf-8")
+    proc = subprocess.Popen([binary, "-e", "stderr", "-p", root, "-c", path], stdout=log, stderr=log, start_new_session=True)
+    try:
+        deadline = time.monotonic() + NGINX_START_SECS
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        log.seek(0)
+        if not t.that(proc.poll() is None, f"nginx did not start on the rendered config: {log.read()}"):
+            return
+        base = "/" + [loc for loc in nginx_conf_facts(conf)["dav"]][0].strip("/")
+        host = f"127.0.0.1:{port}"
+
+        def call(method, url, body=None, headers=None):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request(method, url, body=body, headers=headers or {})
+            resp = c.getresponse()
+            data = resp.read()
+            c.close()
+            return resp.status, data
+
+        body = b"dedup " * 1000
+        status, _ = call("PUT", f"{base}/tmp/abc", body)
+        t.that(status in (201, 204), f"nginx PUT into tmp/ answered {status}")
+        status, _ = call("MOVE", f"{base}/tmp/abc", headers={"Destination": f"http://{host}{base}/ab/cd/abcd", "Overwrite": "T"})
+        t.that(status in (201, 204), f"nginx MOVE to the content address answered {status}")
+        status, data = call("GET", f"{base}/ab/cd/abcd")
+        t.that(status == 200 and data == body, f"nginx GET after MOVE answered {status} with {len(data)} bytes")
+        status, _ = call("DELETE", f"{base}/ab/cd/abcd")
+        t.that(status == 204, f"nginx DELETE answered {status}")
+        status, _ = call("GET", "/_health")
+        t.that(status == 200, f"nginx /_health answered {status}")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=NGINX_START_SECS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("rendered")
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--gateways", type=int)
+    parser.add_argument("--storage", type=int)
+    parser.add_argument("--existing-secret")
+    parser.add_argument("--gateway-bin")
+    parser.add_argument("--valkyrie-bin")
+    parser.add_argument("--nginx")
+    args = parser.parse_args()
+    r = Rendered(args.rendered, args.namespace, args.existing_secret)
+    t = Checks()
+    work = tempfile.mkdtemp(prefix="helm-wiring-")
+    try:
+        check_services(r, t)
+        check_pdbs(r, t)
+        check_volumes_and_env(r, t)
+        gateway = check_gateway(r, t, args.gateways, work)
+        disk_volume = check_storage(r, t, args.storage, gateway, work)
+        check_service_monitor(r, t)
+        if args.gateway_bin and gateway and gateway["config_text"]:
+            check_real_gateway(t, gateway, args.gateway_bin, work)
+        if args.valkyrie_bin:
+            check_real_valkyrie(t, r, args.valkyrie_bin, work)
+        if args.nginx:
+            check_real_nginx(t, r, args.nginx, work, disk_volume)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    # One line per distinct failure: a check repeated per pod fails the same way.
+    for failure in dict.fromkeys(t.failures):
+        print(f"FAIL {failure}", file=sys.stderr)
+    print(f"{args.rendered}: {t.passed} checks passed, {len(t.failures)} failed")
+    return 1 if t.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

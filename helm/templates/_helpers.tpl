@@ -1,0 +1,115 @@
+{{/*
+Names, labels and the addresses every object agrees on. The gateway's peers, the disk
+URLs in its config file and the valkyrie catalog URL are all built here, so that one
+change of a name cannot leave the pieces pointing at each other's old names.
+*/}}
+
+{{- define "dedup-gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's prefix; short enough that "<prefix>-gateway-headless" fits in 63. */}}
+{{- define "dedup-gateway.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "dedup-gateway.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* All labels of one component's objects: call with (list . "gateway"). */}}
+{{- define "dedup-gateway.labels" -}}
+{{- $ctx := index . 0 -}}
+{{ include "dedup-gateway.selectorLabels" . }}
+helm.sh/chart: {{ include "dedup-gateway.chart" $ctx }}
+app.kubernetes.io/managed-by: {{ $ctx.Release.Service }}
+app.kubernetes.io/version: {{ $ctx.Chart.AppVersion | quote }}
+{{- end -}}
+
+{{/* Selector labels of one component: call with (list . "gateway") or (list . "storage"). */}}
+{{- define "dedup-gateway.selectorLabels" -}}
+{{- $ctx := index . 0 -}}
+app.kubernetes.io/name: {{ include "dedup-gateway.name" $ctx }}
+app.kubernetes.io/instance: {{ $ctx.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "dedup-gateway.gateway.name" -}}
+{{- printf "%s-gateway" (include "dedup-gateway.fullname" .) -}}
+{{- end -}}
+
+{{- define "dedup-gateway.gateway.headless" -}}
+{{- printf "%s-gateway-headless" (include "dedup-gateway.fullname" .) -}}
+{{- end -}}
+
+{{- define "dedup-gateway.storage.name" -}}
+{{- printf "%s-storage" (include "dedup-gateway.fullname" .) -}}
+{{- end -}}
+
+{{- define "dedup-gateway.secretName" -}}
+{{- default (printf "%s-secret" (include "dedup-gateway.fullname" .)) .Values.secret.existingSecret -}}
+{{- end -}}
+
+{{- define "dedup-gateway.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The cluster DNS suffix of a namespaced service: "<svc>.<ns>.svc.<domain>". */}}
+{{- define "dedup-gateway.svcDomain" -}}
+{{- printf "%s.svc.%s" .Release.Namespace .Values.clusterDomain -}}
+{{- end -}}
+
+{{/*
+The gateway's --peers: "1=<pod 0>:PORT,2=<pod 1>:PORT,...", each node named by its S3
+listen address (node-to-node RPCs use the same port), through the headless service.
+*/}}
+{{- define "dedup-gateway.gateway.peers" -}}
+{{- $name := include "dedup-gateway.gateway.name" . -}}
+{{- $suffix := printf "%s.%s" (include "dedup-gateway.gateway.headless" .) (include "dedup-gateway.svcDomain" .) -}}
+{{- $peers := list -}}
+{{- range $i := until (int .Values.gateway.replicas) -}}
+{{- $peers = append $peers (printf "%d=%s-%d.%s:%d" (add1 $i) $name $i $suffix (int $.Values.gateway.port)) -}}
+{{- end -}}
+{{- join "," $peers -}}
+{{- end -}}
+
+{{/* The WebDAV base URL of storage node N's disk: call with (list . N). */}}
+{{- define "dedup-gateway.storage.diskUrl" -}}
+{{- $ctx := index . 0 -}}
+{{- printf "http://%s-%d.%s.%s:%d/%s" (include "dedup-gateway.storage.name" $ctx) (int (index . 1)) (include "dedup-gateway.storage.name" $ctx) (include "dedup-gateway.svcDomain" $ctx) (int $ctx.Values.storage.port) $ctx.Values.storage.diskName -}}
+{{- end -}}
+
+{{/* The S3 service's URL inside the cluster: valkyrie's --catalog. */}}
+{{- define "dedup-gateway.gateway.url" -}}
+{{- printf "http://%s.%s:%d" (include "dedup-gateway.gateway.name" .) (include "dedup-gateway.svcDomain" .) (int .Values.gateway.service.port) -}}
+{{- end -}}
+
+{{/*
+Checks of values the templates cannot render sensibly; a failed check stops `helm install`
+with the reason instead of starting pods that crash.
+*/}}
+{{- define "dedup-gateway.validate" -}}
+{{- $gw := int .Values.gateway.replicas -}}
+{{- $st := int .Values.storage.replicas -}}
+{{- if lt $gw 1 -}}
+{{- fail "gateway.replicas must be at least 1" -}}
+{{- end -}}
+{{- if ne (mod $st 2) 0 -}}
+{{- fail (printf "storage.replicas must be even (two storage nodes make one disk pair), not %d" $st) -}}
+{{- end -}}
+{{- if and (gt $gw 1) (eq $st 0) (empty .Values.gateway.extraPairs) -}}
+{{- fail "gateway.replicas > 1 needs disk pairs every gateway reaches: set storage.replicas (2, 4, ...) or gateway.extraPairs" -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z0-9][a-z0-9-]*$" .Values.storage.diskName) -}}
+{{- fail "storage.diskName must be a plain folder name (lowercase letters, digits, '-')" -}}
+{{- end -}}
+{{- end -}}
