@@ -10,11 +10,6 @@ use gateway::config::FileConfig;
 use gateway::server::{self, Config};
 use gateway::store::Limits;
 
-// mimalloc: glibc's malloc/free were a tenth of the CPU of a replicated write (many small
-// short-lived allocations across threads: log entries, RPC bodies, redb pages).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "gateway",
