@@ -236,9 +236,16 @@ pub async fn scrub_status(_: Admin, State(app): State<Arc<AppState>>) -> Respons
     )
 }
 
-/// `GET /_metrics`: Prometheus text of the Valkyrie workers (no secrets; unauthenticated
-/// so that a scraper needs no token).
-pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
+/// `GET /_metrics`: Prometheus text of the Valkyrie workers. It names disk paths and the
+/// pair layout, so it needs the metrics token (a scraper holds no admin rights) or the
+/// admin token, unless the operator opened it (`--metrics-open`).
+pub async fn metrics(State(app): State<Arc<AppState>>, headers: http::HeaderMap) -> Response {
+    if !app
+        .internal
+        .metrics_ok(app.admin_token.as_deref(), &headers)
+    {
+        return error_json(StatusCode::FORBIDDEN, "metrics token required");
+    }
     let mut out = String::new();
     for w in app.workers.workers() {
         let pair = w.pair.0.to_string();

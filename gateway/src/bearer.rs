@@ -1,11 +1,24 @@
-//! Bearer tokens of the gateway's internal APIs (native, admin, catalog).
+//! Bearer tokens of the gateway's internal APIs (native, admin, catalog, metrics).
+//!
+//! Each internal API has its own token so that a holder gets only the rights it needs: a
+//! Prometheus scraper reads `/_metrics` and nothing else, a remote Valkyrie worker calls
+//! `/_catalog/` and nothing else. The admin token is accepted on both as well, since an
+//! operator may read metrics and older Valkyrie deployments hold the admin token.
 
 use http::{HeaderMap, header};
 
+/// Environment variable of the `/_metrics` token (config key `metrics_token`).
+pub const METRICS_TOKEN_ENV: &str = "GATEWAY_METRICS_TOKEN";
+/// Environment variable of the `/_catalog/` token (config key `catalog_token`).
+pub const CATALOG_TOKEN_ENV: &str = "GATEWAY_CATALOG_TOKEN";
+
 /// Whether `headers` carry `Authorization: Bearer <token>` for the configured token,
 /// compared in constant time so that it cannot be guessed byte by byte from timing.
+///
+/// An empty configured token is no token: it would otherwise match `Bearer ` with nothing
+/// after it, opening the API to anyone.
 pub fn bearer_ok(configured: Option<&str>, headers: &HeaderMap) -> bool {
-    let Some(token) = configured else {
+    let Some(token) = configured.filter(|t| !t.is_empty()) else {
         return false;
     };
     headers
@@ -15,4 +28,77 @@ pub fn bearer_ok(configured: Option<&str>, headers: &HeaderMap) -> bool {
         .is_some_and(|given| {
             crate::s3::sigv4::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
         })
+}
+
+/// Who may call `/_metrics` and `/_catalog/`, besides the holder of the admin token.
+#[derive(Clone, Debug, Default)]
+pub struct InternalAccess {
+    /// `GATEWAY_METRICS_TOKEN` / `metrics_token`.
+    pub metrics_token: Option<String>,
+    /// `--metrics-open` / `metrics_open`: `/_metrics` answers anyone (it shows disk paths
+    /// and the layout, so this is an explicit choice).
+    pub metrics_open: bool,
+    /// `GATEWAY_CATALOG_TOKEN` / `catalog_token`.
+    pub catalog_token: Option<String>,
+}
+
+impl InternalAccess {
+    /// `/_metrics`: open by choice, or the metrics token, or the admin token.
+    pub fn metrics_ok(&self, admin_token: Option<&str>, headers: &HeaderMap) -> bool {
+        self.metrics_open
+            || bearer_ok(self.metrics_token.as_deref(), headers)
+            || bearer_ok(admin_token, headers)
+    }
+
+    /// `/_catalog/`: the catalog token, or the admin token.
+    pub fn catalog_ok(&self, admin_token: Option<&str>, headers: &HeaderMap) -> bool {
+        bearer_ok(self.catalog_token.as_deref(), headers) || bearer_ok(admin_token, headers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(authorization: Option<&str>) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        if let Some(v) = authorization {
+            h.insert(header::AUTHORIZATION, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn an_empty_token_opens_nothing() {
+        assert!(bearer_ok(Some("t"), &with(Some("Bearer t"))));
+        assert!(!bearer_ok(Some("t"), &with(Some("Bearer u"))));
+        assert!(!bearer_ok(Some(""), &with(Some("Bearer "))));
+        assert!(!bearer_ok(Some(""), &with(Some("Bearer"))));
+        assert!(!bearer_ok(None, &with(Some("Bearer "))));
+    }
+
+    #[test]
+    fn each_token_opens_its_own_api_and_admin_opens_both() {
+        let access = InternalAccess {
+            metrics_token: Some("m".into()),
+            metrics_open: false,
+            catalog_token: Some("c".into()),
+        };
+        let admin = Some("a");
+        let ok = |t: &str| {
+            let h = with(Some(&format!("Bearer {t}")));
+            (access.metrics_ok(admin, &h), access.catalog_ok(admin, &h))
+        };
+        assert_eq!(ok("m"), (true, false));
+        assert_eq!(ok("c"), (false, true));
+        assert_eq!(ok("a"), (true, true));
+        assert_eq!(ok("x"), (false, false));
+        assert!(!access.metrics_ok(admin, &with(None)));
+        let open = InternalAccess {
+            metrics_open: true,
+            ..InternalAccess::default()
+        };
+        assert!(open.metrics_ok(None, &with(None)));
+        assert!(!open.catalog_ok(None, &with(None)));
+    }
 }

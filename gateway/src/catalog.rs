@@ -152,7 +152,8 @@ impl From<CatalogError> for HttpError {
 type Answer = Result<Response, HttpError>;
 
 fn guard(app: &Arc<AppState>, headers: &HeaderMap) -> Result<LocalCatalog, HttpError> {
-    if crate::bearer::bearer_ok(app.admin_token.as_deref(), headers) {
+    // The catalog token (its own rights only), or the admin token older workers hold.
+    if app.internal.catalog_ok(app.admin_token.as_deref(), headers) {
         Ok(LocalCatalog::new(app.clone()))
     } else {
         Err(HttpError(

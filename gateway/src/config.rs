@@ -43,8 +43,19 @@ pub struct FileConfig {
     pub max_object_bytes: Option<u64>,
     pub memory_stage_bytes: Option<u64>,
     pub choice_root: Option<u32>,
+    /// Tokens: `GATEWAY_*_TOKEN` in the environment wins; empty means off (see [`token`]).
     pub admin_token: Option<String>,
     pub native_token: Option<String>,
+    /// The `/_metrics` token (a scraper's, no other right).
+    pub metrics_token: Option<String>,
+    /// `/_metrics` without any token (it shows disk paths: an explicit choice).
+    pub metrics_open: Option<bool>,
+    /// The `/_catalog/` token of remote Valkyrie workers (no other right).
+    pub catalog_token: Option<String>,
+    /// Accept SigV4 credential scopes of any region, not only `region`.
+    pub any_region: Option<bool>,
+    /// How far ahead a V2 presigned URL's `Expires` may be (default 7 days).
+    pub presigned_v2_expires_max_secs: Option<u64>,
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
     /// The cluster secret (`GATEWAY_CLUSTER_SECRET` wins; also accepted in `[cluster]`).
@@ -66,6 +77,16 @@ pub struct ClusterSection {
     pub peers: Option<String>,
     pub cluster_secret: Option<String>,
     pub snapshot_logs: Option<u64>,
+}
+
+/// A token setting from its environment variable's value and the config file's: the
+/// environment wins, and an empty value from either is no token, so the API it guards is
+/// off. (An empty token must never be a token: `Authorization: Bearer ` would match it.)
+pub fn token(env_value: Option<String>, file_value: Option<&str>) -> Option<String> {
+    env_value
+        .filter(|t| !t.is_empty())
+        .or_else(|| file_value.map(str::to_owned))
+        .filter(|t| !t.is_empty())
 }
 
 /// Parses `1=HOST:PORT,2=HOST:PORT`: ids unique, every address HOST:PORT.
@@ -179,6 +200,33 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.cluster.unwrap().node_id, Some(2));
+    }
+
+    #[test]
+    fn an_empty_token_is_off_from_the_file_as_from_the_environment() {
+        let c = FileConfig::parse(
+            "admin_token = \"\"\nnative_token = \"n\"\nmetrics_token = \"\"\n\
+             catalog_token = \"c\"\nmetrics_open = true\nany_region = true\n\
+             presigned_v2_expires_max_secs = 3600",
+        )
+        .unwrap();
+        assert_eq!(token(None, c.admin_token.as_deref()), None);
+        assert_eq!(token(None, c.metrics_token.as_deref()), None);
+        assert_eq!(token(Some(String::new()), None), None);
+        assert_eq!(token(Some(String::new()), Some("")), None);
+        assert_eq!(token(None, c.native_token.as_deref()), Some("n".to_owned()));
+        assert_eq!(
+            token(Some("e".into()), c.catalog_token.as_deref()),
+            Some("e".to_owned())
+        );
+        // An empty environment value leaves the file's token in force, as before.
+        assert_eq!(
+            token(Some(String::new()), c.catalog_token.as_deref()),
+            Some("c".to_owned())
+        );
+        assert_eq!(c.metrics_open, Some(true));
+        assert_eq!(c.any_region, Some(true));
+        assert_eq!(c.presigned_v2_expires_max_secs, Some(3600));
     }
 
     #[test]

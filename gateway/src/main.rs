@@ -67,9 +67,22 @@ struct ServeArgs {
     /// Address to listen on; port 0 picks a free port, printed at start [default: 127.0.0.1:9000]
     #[arg(long)]
     listen: Option<SocketAddr>,
-    /// Region reported to clients; signatures from any region are accepted [default: us-east-1]
+    /// Region of the gateway: reported to clients, and the only region a signature's
+    /// credential scope may name (see --any-region) [default: us-east-1]
     #[arg(long)]
     region: Option<String>,
+    /// Accept signatures whose credential scope names any region, not only --region (for
+    /// clients that cannot be told the region)
+    #[arg(long)]
+    any_region: bool,
+    /// Longest time ahead a V2 presigned URL's Expires may be, in seconds [default: 604800
+    /// = 7 days, as SigV4]
+    #[arg(long)]
+    presigned_v2_expires_max_secs: Option<u64>,
+    /// Serve /_metrics without a token (it shows disk paths and the layout); otherwise it
+    /// needs GATEWAY_METRICS_TOKEN or the admin token
+    #[arg(long)]
+    metrics_open: bool,
     /// Accept virtual-hosted-style requests for `<bucket>.<domain>`
     #[arg(long)]
     domain: Option<String>,
@@ -143,6 +156,11 @@ fn env_token(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|t| !t.is_empty())
 }
 
+/// A token from its environment variable, else the config file; empty from either is off.
+fn token(env_name: &str, file_value: &Option<String>) -> Option<String> {
+    gateway::config::token(std::env::var(env_name).ok(), file_value.as_deref())
+}
+
 fn serve_config(args: ServeArgs) -> Result<Config, String> {
     let file = match &args.config {
         Some(path) => FileConfig::load(path).map_err(|e| e.to_string())?,
@@ -214,8 +232,20 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
         },
         domain: args.domain.or(file.domain.clone()),
         choice_root: args.choice_root.or(file.choice_root).unwrap_or(2),
-        admin_token: env_token(gateway::admin::ADMIN_TOKEN_ENV).or(file.admin_token.clone()),
-        native_token: env_token(gateway::native::NATIVE_TOKEN_ENV).or(file.native_token.clone()),
+        admin_token: token(gateway::admin::ADMIN_TOKEN_ENV, &file.admin_token),
+        native_token: token(gateway::native::NATIVE_TOKEN_ENV, &file.native_token),
+        internal: gateway::bearer::InternalAccess {
+            metrics_token: token(gateway::bearer::METRICS_TOKEN_ENV, &file.metrics_token),
+            metrics_open: args.metrics_open || file.metrics_open.unwrap_or(false),
+            catalog_token: token(gateway::bearer::CATALOG_TOKEN_ENV, &file.catalog_token),
+        },
+        signatures: gateway::s3::auth::SignaturePolicy {
+            any_region: args.any_region || file.any_region.unwrap_or(false),
+            presigned_v2_expires_max_secs: args
+                .presigned_v2_expires_max_secs
+                .or(file.presigned_v2_expires_max_secs)
+                .unwrap_or(gateway::s3::auth::PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT),
+        },
         pairs: file.checked_pairs()?,
         valkyrie: {
             let mut v = file.valkyrie.clone().unwrap_or_default();

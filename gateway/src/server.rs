@@ -34,6 +34,10 @@ pub struct Config {
     pub choice_root: u32,
     pub admin_token: Option<String>,
     pub native_token: Option<String>,
+    /// Tokens of `/_metrics` and `/_catalog/`.
+    pub internal: crate::bearer::InternalAccess,
+    /// Region check and V2 expiry cap of the S3 signatures.
+    pub signatures: s3::auth::SignaturePolicy,
     /// Disk pairs from the configuration file.
     pub pairs: Vec<(PairId, [DiskRef; 2])>,
     /// Settings of the in-process Valkyrie workers.
@@ -51,6 +55,10 @@ pub struct AppState {
     pub credentials: Credentials,
     pub admin_token: Option<String>,
     pub native_token: Option<String>,
+    /// Tokens of `/_metrics` and `/_catalog/`.
+    pub internal: crate::bearer::InternalAccess,
+    /// Region check and V2 expiry cap of the S3 signatures.
+    pub signatures: s3::auth::SignaturePolicy,
     pub region: String,
     /// Virtual-hosted-style requests: `bucket.<domain>`.
     pub domain: Option<String>,
@@ -237,6 +245,8 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         credentials,
         admin_token: config.admin_token.clone(),
         native_token: config.native_token.clone(),
+        internal: config.internal.clone(),
+        signatures: config.signatures.clone(),
         region: config.region.clone(),
         domain: config.domain.clone(),
         workers: Workers::new(config.valkyrie.clone(), true),

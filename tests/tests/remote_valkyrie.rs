@@ -24,7 +24,8 @@ fn valkyrie_bin() -> PathBuf {
 struct RemoteWorker(Child);
 
 impl RemoteWorker {
-    fn start(gw: &Gateway, disk: &Path, index: u8) -> RemoteWorker {
+    /// `token`: the gateway's catalog token (GATEWAY_CATALOG_TOKEN), all a worker needs.
+    fn start(gw: &Gateway, token: &str, disk: &Path, index: u8) -> RemoteWorker {
         let child = Command::new(valkyrie_bin())
             .args(["--disk", disk.to_str().expect("utf-8 path")])
             .args(["--pair", "0", "--index", &index.to_string()])
@@ -32,7 +33,7 @@ impl RemoteWorker {
             .args(["--quarantine-secs", "2", "--slave-delay-secs", "2"])
             .args(["--scrub-interval-secs", "1", "--grace-secs", "1"])
             .args(["--deletion-interval-secs", "1"])
-            .env("VALKYRIE_CATALOG_TOKEN", gw.admin_token())
+            .env("VALKYRIE_CATALOG_TOKEN", token)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -64,11 +65,15 @@ async fn remote_workers_delete_and_repair_through_the_catalog() {
         nginx.url("d1")
     );
     std::fs::write(&config, text).expect("write config");
-    let gw = Gateway::start_with(&["--config", config.to_str().expect("utf-8 path")], &[]);
+    let catalog_token = e2e::random_token(32);
+    let gw = Gateway::start_with(
+        &["--config", config.to_str().expect("utf-8 path")],
+        &[("GATEWAY_CATALOG_TOKEN", &catalog_token)],
+    );
     let disks = [nginx.disk_dir("d0"), nginx.disk_dir("d1")];
     let _workers = [
-        RemoteWorker::start(&gw, &disks[0], 0),
-        RemoteWorker::start(&gw, &disks[1], 1),
+        RemoteWorker::start(&gw, &catalog_token, &disks[0], 0),
+        RemoteWorker::start(&gw, &catalog_token, &disks[1], 1),
     ];
 
     let s3 = gw.client();

@@ -5,6 +5,9 @@
 //!     --catalog http://10.0.0.1:9000 [--quarantine-secs 604800 ...]
 //! ```
 //!
+//! `VALKYRIE_CATALOG_TOKEN` is the gateway's catalog token (`GATEWAY_CATALOG_TOKEN`), which
+//! opens the `/_catalog/` API only; the gateway's admin token is still accepted there.
+//!
 //! Runs the worker until SIGTERM (or SIGINT). Metrics: SIGUSR1 prints a JSON snapshot on
 //! stdout, and one is logged every `--metrics-log-secs`. With `--unmove` it drains the pair
 //! from this (surviving) disk instead, prints the final progress as JSON and exits: 0 when
@@ -43,7 +46,7 @@ struct Args {
     #[arg(long, value_parser = clap::value_parser!(u8).range(0..=1))]
     index: u8,
     /// The gateway's base URL (its `/_catalog/` API); the token is read from
-    /// VALKYRIE_CATALOG_TOKEN.
+    /// VALKYRIE_CATALOG_TOKEN: the gateway's GATEWAY_CATALOG_TOKEN (or its admin token).
     #[arg(long)]
     catalog: String,
     #[arg(long, default_value_t = Settings::default().quarantine_secs)]

@@ -23,6 +23,29 @@ use super::error::{ErrorCode, S3Error};
 use super::sigv4::{self, AuthError, Payload};
 use crate::server::AppState;
 
+/// How strict signature checks are beyond the signature itself (flags of `gateway serve`).
+#[derive(Clone, Debug)]
+pub struct SignaturePolicy {
+    /// `--any-region` / `any_region`: accept a credential scope naming any region instead of
+    /// only the gateway's own (`--region`), for clients that cannot be told the region.
+    pub any_region: bool,
+    /// `--presigned-v2-expires-max-secs` / `presigned_v2_expires_max_secs`: how far ahead a
+    /// V2 presigned URL's `Expires` may be.
+    pub presigned_v2_expires_max_secs: u64,
+}
+
+impl Default for SignaturePolicy {
+    fn default() -> Self {
+        SignaturePolicy {
+            any_region: false,
+            presigned_v2_expires_max_secs: PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT,
+        }
+    }
+}
+
+/// Seven days, the longest a SigV4 presigned URL may live (`X-Amz-Expires`).
+pub const PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT: u64 = sigv4::MAX_PRESIGNED_EXPIRES;
+
 /// What the handlers learn about the body from the authentication layer.
 #[derive(Clone, Default)]
 pub struct BodyInfo {
@@ -62,6 +85,13 @@ fn auth_error(e: AuthError, presigned: bool) -> S3Error {
             "The difference between the request time and the current time is too large.".into(),
         ),
         AuthError::Expired => (AccessDenied, "Request has expired".into()),
+        AuthError::ExpiresTooFar(max_secs) => (
+            AccessDenied,
+            format!(
+                "Request has expired: Expires is more than {max_secs} seconds in the future, \
+                 the longest this gateway allows"
+            ),
+        ),
         AuthError::ExpiresTooLarge => (
             AuthorizationQueryParametersError,
             "X-Amz-Expires must be less than a week (in seconds) that is 604800".into(),
@@ -107,14 +137,24 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
         return next.run(req).await;
     }
     let (mut parts, body) = req.into_parts();
+    let policy = &app.signatures;
     if super::sigv2::is_presigned_v2(&parts.uri) {
-        let now_secs = crate::store::now_ms() / 1000;
+        // The same Host reading as the router's, so the bucket signed is the one served.
+        let host = parts
+            .headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok());
+        let check = super::sigv2::Presigned {
+            host_bucket: super::request::virtual_host_bucket(host, app.domain.as_deref()),
+            now_secs: crate::store::now_ms() / 1000,
+            expires_max_secs: policy.presigned_v2_expires_max_secs,
+        };
         return match super::sigv2::verify_presigned(
             &parts.method,
             &parts.uri,
             &parts.headers,
             |key| app.credentials.secret_for(key),
-            now_secs,
+            check,
         ) {
             // GET and HEAD only: there is no body to check.
             Ok(_) => next.run(Request::from_parts(parts, body)).await,
@@ -127,6 +167,7 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
         &parts.headers,
         |key| app.credentials.secret_for(key),
         SystemTime::now(),
+        (!policy.any_region).then_some(app.region.as_str()),
     ) {
         Ok(v) => v,
         Err(e) => {

@@ -2,8 +2,10 @@
 
 use std::collections::BTreeMap;
 
+use std::borrow::Cow;
+
 use http::Uri;
-use percent_encoding::percent_decode_str;
+use percent_encoding::{percent_decode, percent_decode_str};
 
 use super::error::{ErrorCode, S3Error};
 
@@ -27,6 +29,33 @@ fn decode(raw: &str, what: &str) -> Result<String, S3Error> {
         })
 }
 
+/// One query name or value decoded as S3 executes it and as the signatures are checked:
+/// form decoding, so a raw `+` is a space (as `%20` is) and only `%2B` is a plus.
+///
+/// The SigV4 and SigV2 checks and the handlers all decode with this one function: if the
+/// signature were computed over one reading of a `+` and the request executed with
+/// another, a URL signed for the prefix `a+b` would list `a b`.
+pub fn form_decode(raw: &str) -> Cow<'_, [u8]> {
+    if raw.contains('+') {
+        Cow::Owned(percent_decode(raw.replace('+', " ").as_bytes()).collect())
+    } else {
+        percent_decode(raw.as_bytes()).into()
+    }
+}
+
+/// The bucket named by a virtual-hosted-style Host (`bucket.<domain>`, any port), when a
+/// domain is configured and the Host is a subdomain of it.
+pub fn virtual_host_bucket<'h>(host: Option<&'h str>, domain: Option<&str>) -> Option<&'h str> {
+    let (host, domain) = (host?, domain?);
+    let host = host
+        .rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(host, |(h, _)| h);
+    host.strip_suffix(domain)
+        .and_then(|b| b.strip_suffix('.'))
+        .filter(|b| !b.is_empty())
+}
+
 impl Target {
     /// The target of a request: virtual-hosted style (`bucket.<domain>` in Host, the path
     /// is the key) when `domain` is configured and the Host is a subdomain of it, else
@@ -36,19 +65,7 @@ impl Target {
         host: Option<&str>,
         domain: Option<&str>,
     ) -> Result<Self, S3Error> {
-        let bucket = match (host, domain) {
-            (Some(host), Some(domain)) => {
-                let host = host
-                    .rsplit_once(':')
-                    .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
-                    .map_or(host, |(h, _)| h);
-                host.strip_suffix(domain)
-                    .and_then(|b| b.strip_suffix('.'))
-                    .filter(|b| !b.is_empty())
-            }
-            _ => None,
-        };
-        let Some(bucket) = bucket else {
+        let Some(bucket) = virtual_host_bucket(host, domain) else {
             return Self::from_uri(uri);
         };
         let key = uri.path().strip_prefix('/').unwrap_or(uri.path());
@@ -95,10 +112,15 @@ impl Query {
             .filter(|p| !p.is_empty())
         {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            // Form-style: '+' is a space in a query value; SDKs send %2B for a plus.
-            let k = decode(&k.replace('+', " "), "query parameter")?;
-            let v = decode(&v.replace('+', " "), "query parameter")?;
-            map.insert(k, v);
+            let utf8 = |raw: &str| {
+                String::from_utf8(form_decode(raw).into_owned()).map_err(|_| {
+                    S3Error::new(
+                        ErrorCode::InvalidArgument,
+                        "query parameter is not valid UTF-8",
+                    )
+                })
+            };
+            map.insert(utf8(k)?, utf8(v)?);
         }
         Ok(Query(map))
     }
@@ -251,6 +273,35 @@ mod tests {
                 .number("max-keys")
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_raw_plus_in_the_query_is_a_space_and_only_percent_2b_a_plus() {
+        assert_eq!(&*form_decode("a+b"), b"a b");
+        assert_eq!(&*form_decode("a%20b"), b"a b");
+        assert_eq!(&*form_decode("a%2Bb"), b"a+b");
+        assert_eq!(&*form_decode("a%2bb+%2B"), b"a+b +");
+        assert_eq!(&*form_decode("%E2%9C%93"), "✓".as_bytes());
+        let q = Query::parse(&"/b?prefix=x+y%2Bz%20w".parse().unwrap()).unwrap();
+        assert_eq!(q.get("prefix"), Some("x y+z w"));
+        assert!(Query::parse(&"/b?prefix=%FF".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn virtual_host_buckets() {
+        let d = Some("s3.example.com");
+        assert_eq!(
+            virtual_host_bucket(Some("mail.s3.example.com:9000"), d),
+            Some("mail")
+        );
+        assert_eq!(
+            virtual_host_bucket(Some("mail.s3.example.com"), d),
+            Some("mail")
+        );
+        assert_eq!(virtual_host_bucket(Some("s3.example.com"), d), None);
+        assert_eq!(virtual_host_bucket(Some("mails3.example.com"), d), None);
+        assert_eq!(virtual_host_bucket(Some("mail.s3.example.com"), None), None);
+        assert_eq!(virtual_host_bucket(None, d), None);
     }
 
     #[test]

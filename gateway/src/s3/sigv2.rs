@@ -3,6 +3,12 @@
 //! botocore (boto3, aws cli v1) still presigns with V2 by default against a custom
 //! endpoint, and webmail back ends hand those URLs to browsers, so the gateway accepts
 //! them for GET and HEAD. Everything else must be signed with SigV4.
+//!
+//! The resource signed is S3's CanonicalizedResource: `/bucket/key` whatever the addressing
+//! style, so a virtual-hosted URL (bucket in the Host) signs its bucket too and cannot be
+//! replayed against another bucket's Host. A V2 URL carries an absolute `Expires`, which
+//! S3 does not bound; the gateway refuses one further ahead than a configured cap (7 days
+//! by default, as SigV4's `X-Amz-Expires`), so a leaked URL does not stay valid for years.
 
 use base64::Engine as _;
 use hmac::{KeyInit as _, Mac as _};
@@ -55,11 +61,22 @@ pub fn is_presigned_v2(uri: &Uri) -> bool {
         && q.split('&').any(|p| p.starts_with("Signature="))
 }
 
+/// Decodes as the handlers do (a raw `+` is a space), so what is signed is what runs.
 fn decode(s: &str) -> Result<String, AuthError> {
-    percent_encoding::percent_decode_str(&s.replace('+', " "))
-        .decode_utf8()
-        .map(|c| c.into_owned())
+    String::from_utf8(super::request::form_decode(s).into_owned())
         .map_err(|_| AuthError::Malformed("query parameter is not valid UTF-8".into()))
+}
+
+/// What a V2 presigned request is checked against, besides the secret.
+#[derive(Clone, Copy, Debug)]
+pub struct Presigned<'a> {
+    /// The bucket named by a virtual-hosted-style Host, if the request is one; it is then
+    /// part of the signed resource (`/bucket` + path).
+    pub host_bucket: Option<&'a str>,
+    /// Server time, seconds since the epoch.
+    pub now_secs: u64,
+    /// Refuse an `Expires` more than this many seconds after `now_secs`.
+    pub expires_max_secs: u64,
 }
 
 /// Verifies a V2 presigned request; returns the access key.
@@ -68,8 +85,9 @@ pub fn verify_presigned(
     uri: &Uri,
     headers: &HeaderMap,
     secret_for: impl Fn(&str) -> Option<String>,
-    now_secs: u64,
+    check: Presigned<'_>,
 ) -> Result<String, AuthError> {
+    let now_secs = check.now_secs;
     if method != Method::GET && method != Method::HEAD {
         return Err(AuthError::UnsupportedAlgorithm);
     }
@@ -107,9 +125,15 @@ pub fn verify_presigned(
     if now_secs > expires_secs {
         return Err(AuthError::Expired);
     }
+    if expires_secs.saturating_sub(now_secs) > check.expires_max_secs {
+        return Err(AuthError::ExpiresTooFar(check.expires_max_secs));
+    }
     let secret = secret_for(&access_key).ok_or(AuthError::UnknownAccessKey)?;
     sub.sort();
-    let mut resource = uri.path().to_string();
+    let mut resource = match check.host_bucket {
+        Some(bucket) => format!("/{bucket}{}", uri.path()),
+        None => uri.path().to_string(),
+    };
     for (i, (k, v)) in sub.iter().enumerate() {
         resource.push(if i == 0 { '?' } else { '&' });
         resource.push_str(k);
@@ -161,6 +185,15 @@ pub fn verify_presigned(
 mod tests {
     use super::*;
 
+    /// Path style, no cap on `Expires` beyond the test's own.
+    fn at(now_secs: u64) -> Presigned<'static> {
+        Presigned {
+            host_bucket: None,
+            now_secs,
+            expires_max_secs: 7 * 86_400,
+        }
+    }
+
     /// The example from the S3 documentation on query string authentication (V2).
     #[test]
     fn the_documented_example_verifies() {
@@ -169,21 +202,121 @@ mod tests {
         let headers = HeaderMap::new();
         assert!(is_presigned_v2(&uri));
         assert_eq!(
-            verify_presigned(&Method::GET, &uri, &headers, secret, 1_175_139_000).unwrap(),
+            verify_presigned(&Method::GET, &uri, &headers, secret, at(1_175_139_000)).unwrap(),
             "AKIAIOSFODNN7EXAMPLE"
         );
         assert_eq!(
-            verify_presigned(&Method::GET, &uri, &headers, secret, 1_175_139_621),
+            verify_presigned(&Method::GET, &uri, &headers, secret, at(1_175_139_621)),
             Err(AuthError::Expired)
         );
         let tampered: Uri = "/johnsmith/photos/kitten.jpg?AWSAccessKeyId=AKIAIOSFODNN7EXAMPLE&Signature=NpgCjnDzrM%2BWFzoENXmpNDUsSn8%3D&Expires=1175139620".parse().unwrap();
         assert_eq!(
-            verify_presigned(&Method::GET, &tampered, &headers, secret, 1_175_139_000),
+            verify_presigned(&Method::GET, &tampered, &headers, secret, at(1_175_139_000)),
             Err(AuthError::SignatureMismatch)
         );
         assert_eq!(
-            verify_presigned(&Method::PUT, &uri, &headers, secret, 1_175_139_000),
+            verify_presigned(&Method::PUT, &uri, &headers, secret, at(1_175_139_000)),
             Err(AuthError::UnsupportedAlgorithm)
+        );
+    }
+
+    /// The documented example is virtual-hosted (`johnsmith.s3.amazonaws.com`): its
+    /// signed resource is `/johnsmith/photos/puppy.jpg` while the path is only the key.
+    #[test]
+    fn a_virtual_hosted_url_signs_its_bucket() {
+        let uri: Uri = "/photos/puppy.jpg?AWSAccessKeyId=AKIAIOSFODNN7EXAMPLE&Signature=NpgCjnDzrM%2BWFzoENXmpNDUsSn8%3D&Expires=1175139620".parse().unwrap();
+        let secret = |_: &str| Some("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".to_string());
+        let headers = HeaderMap::new();
+        let in_bucket = |bucket| Presigned {
+            host_bucket: bucket,
+            ..at(1_175_139_000)
+        };
+        assert_eq!(
+            verify_presigned(
+                &Method::GET,
+                &uri,
+                &headers,
+                secret,
+                in_bucket(Some("johnsmith"))
+            ),
+            Ok("AKIAIOSFODNN7EXAMPLE".into())
+        );
+        for other in [Some("janesmith"), None] {
+            assert_eq!(
+                verify_presigned(&Method::GET, &uri, &headers, secret, in_bucket(other)),
+                Err(AuthError::SignatureMismatch),
+                "{other:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn expires_further_than_the_cap_is_refused() {
+        let uri: Uri = "/johnsmith/photos/puppy.jpg?AWSAccessKeyId=AKIAIOSFODNN7EXAMPLE&Signature=NpgCjnDzrM%2BWFzoENXmpNDUsSn8%3D&Expires=1175139620".parse().unwrap();
+        let secret = |_: &str| Some("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY".to_string());
+        let headers = HeaderMap::new();
+        let capped = |now_secs, expires_max_secs| Presigned {
+            host_bucket: None,
+            now_secs,
+            expires_max_secs,
+        };
+        let expires = 1_175_139_620;
+        assert!(
+            verify_presigned(
+                &Method::GET,
+                &uri,
+                &headers,
+                secret,
+                capped(expires - 600, 600)
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            verify_presigned(
+                &Method::GET,
+                &uri,
+                &headers,
+                secret,
+                capped(expires - 601, 600)
+            ),
+            Err(AuthError::ExpiresTooFar(600))
+        );
+    }
+
+    /// A raw `+` in a signed sub-resource value is a space, as the handler will read it.
+    #[test]
+    fn a_raw_plus_in_a_subresource_signs_as_a_space() {
+        use base64::Engine as _;
+        use hmac::{KeyInit as _, Mac as _};
+        let secret = |_: &str| Some("s".to_string());
+        let sign = |resource: &str| {
+            let mut mac = hmac::Hmac::<sha1::Sha1>::new_from_slice(b"s").unwrap();
+            mac.update(format!("GET\n\n\n2000000000\n{resource}").as_bytes());
+            let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+            percent_encoding::utf8_percent_encode(&sig, percent_encoding::NON_ALPHANUMERIC)
+                .to_string()
+        };
+        let run = |query_value: &str, signed_resource: &str| {
+            let uri: Uri = format!(
+                "/b/k?response-content-type={query_value}&AWSAccessKeyId=AK&Expires=2000000000&Signature={}",
+                sign(signed_resource)
+            )
+            .parse()
+            .unwrap();
+            verify_presigned(
+                &Method::GET,
+                &uri,
+                &HeaderMap::new(),
+                secret,
+                at(1_999_999_000),
+            )
+            .map(drop)
+        };
+        assert_eq!(run("a+b", "/b/k?response-content-type=a b"), Ok(()));
+        assert_eq!(run("a%2Bb", "/b/k?response-content-type=a+b"), Ok(()));
+        assert_eq!(
+            run("a+b", "/b/k?response-content-type=a+b"),
+            Err(AuthError::SignatureMismatch)
         );
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! The gateway has to accept exactly what Amazon S3 accepts from real clients (aws-sdk-s3,
 //! boto3, the aws cli, rclone, s3cmd), so the canonical request is rebuilt here with S3's own
-//! rules (the path is decoded once and re-encoded once, never normalised; `+` in the query
-//! stays a literal `+`) rather than with a generic signer; only the two HMAC primitives of
+//! rules (the path is decoded once and re-encoded once, never normalised; a raw `+` in the
+//! query is a space, as the handlers read it, see [`super::request::form_decode`]) rather than
+//! with a generic signer; only the two HMAC primitives of
 //! `aws-sigv4` are reused. Both header (`Authorization`) and query-string (presigned URL)
 //! authentication are handled. For streaming uploads only the seed signature can be checked
 //! here: [`SigningContext`] carries what the `chunked` decoder needs to check the per-chunk
@@ -13,6 +14,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use super::request::form_decode;
 use aws_sigv4::sign::v4::{calculate_signature, generate_signing_key};
 use http::{HeaderMap, Method, Uri};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode, percent_encode};
@@ -87,6 +89,10 @@ pub enum AuthError {
         "X-Amz-Expires must be less than a week (in seconds); that is, the given X-Amz-Expires must be less than 604800 seconds"
     )]
     ExpiresTooLarge,
+    /// `AccessDenied` "Request has expired": a V2 presigned URL whose `Expires` is further
+    /// ahead than the gateway's cap (the seconds it allows).
+    #[error("Expires is more than {0} seconds in the future")]
+    ExpiresTooFar(u64),
     /// `AccessDenied`: no usable `x-amz-date` or `Date` header for header authentication.
     #[error("AWS authentication requires a valid Date or x-amz-date header")]
     MissingDate,
@@ -238,7 +244,9 @@ pub struct Verified {
 }
 
 /// Verifies the SigV4 signature of a request, header or presigned, against the secret that
-/// `secret_for` returns for the access key, at server time `now`.
+/// `secret_for` returns for the access key, at server time `now`. With `expected_region`, a
+/// credential scope naming another region is refused before anything else is checked, as S3
+/// does (`None` accepts any region).
 ///
 /// The body is not read: for [`Payload::Sha256`] the caller must compare the body's digest, and
 /// for the streaming payloads decode it with the `chunked` module using [`Verified::context`].
@@ -251,6 +259,7 @@ pub fn verify(
     headers: &HeaderMap,
     secret_for: impl Fn(&str) -> Option<String>,
     now: SystemTime,
+    expected_region: Option<&str>,
 ) -> Result<Verified, AuthError> {
     let query = query_pairs(uri.query().unwrap_or(""));
     let presigned = query.iter().any(|(name, _)| {
@@ -264,6 +273,7 @@ pub fn verify(
         uri,
         headers,
         query: &query,
+        expected_region,
     };
     match (headers.get(http::header::AUTHORIZATION), presigned) {
         (Some(_), true) => Err(AuthError::Malformed(
@@ -294,8 +304,10 @@ struct Request<'a> {
     method: &'a Method,
     uri: &'a Uri,
     headers: &'a HeaderMap,
-    /// Percent-decoded query pairs, in request order.
+    /// Form-decoded query pairs, in request order.
     query: &'a [(Vec<u8>, Vec<u8>)],
+    /// The gateway's region, when a credential scope must name it.
+    expected_region: Option<&'a str>,
 }
 
 /// The parsed `Credential=` value.
@@ -313,6 +325,7 @@ fn verify_header(
     now: SystemTime,
 ) -> Result<Verified, AuthError> {
     let auth = parse_authorization(authorization)?;
+    check_region(&auth.credential, request.expected_region, false)?;
     let content_sha = request.headers.get(CONTENT_SHA256).ok_or_else(|| {
         AuthError::Malformed(
             "Missing required header for this request: x-amz-content-sha256".to_owned(),
@@ -350,6 +363,7 @@ fn verify_presigned(
         return Err(AuthError::UnsupportedAlgorithm);
     }
     let credential = parse_credential(&required("X-Amz-Credential")?)?;
+    check_region(&credential, request.expected_region, true)?;
     let amz_date = required("X-Amz-Date")?;
     let expires = parse_expires(&required("X-Amz-Expires")?)?;
     let signed_headers = parse_signed_headers(&required("X-Amz-SignedHeaders")?)?;
@@ -555,6 +569,30 @@ fn check_scope_date(credential: &Credential, when: OffsetDateTime) -> Result<(),
     }
 }
 
+/// The credential scope must name the gateway's region: S3 refuses a signature for another
+/// region rather than answering SignatureDoesNotMatch, so that the client learns the region
+/// (its SDK may retry there). `expected` is `None` when any region is accepted.
+fn check_region(
+    credential: &Credential,
+    expected: Option<&str>,
+    presigned: bool,
+) -> Result<(), AuthError> {
+    match expected {
+        Some(expected) if credential.region != expected => {
+            let context = if presigned {
+                "Error parsing the X-Amz-Credential parameter"
+            } else {
+                "The authorization header is malformed"
+            };
+            Err(AuthError::Malformed(format!(
+                "{context}; the region '{}' is wrong; expecting '{expected}'",
+                credential.region
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The signing time of a header-authenticated request: `x-amz-date`, else `Date`.
 fn request_date(headers: &HeaderMap) -> Result<OffsetDateTime, AuthError> {
     if let Some(value) = headers.get("x-amz-date") {
@@ -626,14 +664,18 @@ fn abs_diff(a: SystemTime, b: SystemTime) -> Duration {
     a.duration_since(b).unwrap_or_else(|e| e.duration())
 }
 
-/// Splits a raw query string on `&` and the first `=` and percent-decodes each side once.
-/// `+` is *not* a space here: S3 signs it as a literal `+` (`%2B`).
+/// Splits a raw query string on `&` and the first `=` and decodes each side once, as the
+/// handlers will ([`form_decode`]): a raw `+` is a space and signs as `%20`, `%2B` is a plus
+/// and signs as `%2B`. What is signed is then exactly what is executed.
 fn query_pairs(raw: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     raw.split('&')
         .filter(|pair| !pair.is_empty())
         .map(|pair| {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (decode(name), decode(value))
+            (
+                form_decode(name).into_owned(),
+                form_decode(value).into_owned(),
+            )
         })
         .collect()
 }
@@ -816,6 +858,18 @@ mod tests {
 
     fn secrets(access_key: &str) -> Option<String> {
         (access_key == AK).then(|| SECRET.to_owned())
+    }
+
+    /// The documents' examples come from several regions; the region check has its own
+    /// tests ([`a_credential_for_another_region_is_refused`]), so here any region is accepted.
+    fn verify(
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        secret_for: impl Fn(&str) -> Option<String>,
+        now: SystemTime,
+    ) -> Result<Verified, AuthError> {
+        super::verify(method, uri, headers, secret_for, now, None)
     }
 
     fn at(amz_date: &str) -> SystemTime {
@@ -1434,12 +1488,95 @@ mod tests {
                 ),
             ),
         ]);
-        // Raw '!' and '*' are re-encoded, '+' in the query is a plus, '/' in a value is encoded,
-        // `..` and `//` are left alone, and `&&` yields nothing.
-        let target = uri("/b/a%20b/c%2Bd/%c3%bc/..//x!*?z=2&prefix=a+b/c&&acl&z=1&A=upper");
+        // Raw '!' and '*' are re-encoded, '%2B' in the query is a plus, '/' in a value is
+        // encoded, `..` and `//` are left alone, and `&&` yields nothing.
+        let target = uri("/b/a%20b/c%2Bd/%c3%bc/..//x!*?z=2&prefix=a%2Bb/c&&acl&z=1&A=upper");
         let verified = verify(&Method::PUT, &target, &h, secrets, at("20130524T000000Z"))
             .expect("hand-written canonical request matches");
         assert_eq!(verified.payload, Payload::Unsigned);
+    }
+
+    /// A raw `+` in the query is a space, as the handlers read it: it signs as `%20` (as a
+    /// space sent as `%20` does), never as `%2B`, which is the one spelling of a plus.
+    #[test]
+    fn a_raw_plus_in_the_query_signs_as_a_space() {
+        let signed_for = |canonical_prefix: &str, sent_prefix: &str| {
+            let canonical = format!(
+                "GET\n/b\nlist-type=2&prefix={canonical_prefix}\nhost:h\n\
+                 x-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:20130524T000000Z\n\n\
+                 host;x-amz-content-sha256;x-amz-date\nUNSIGNED-PAYLOAD"
+            );
+            let signature = sign_canonical(&canonical, "20130524T000000Z");
+            let h = headers(&[
+                ("host", "h"),
+                ("x-amz-content-sha256", "UNSIGNED-PAYLOAD"),
+                ("x-amz-date", "20130524T000000Z"),
+                (
+                    "authorization",
+                    &auth("host;x-amz-content-sha256;x-amz-date", &signature),
+                ),
+            ]);
+            let target = uri(&format!("/b?list-type=2&prefix={sent_prefix}"));
+            verify(&Method::GET, &target, &h, secrets, at("20130524T000000Z")).map(|_| ())
+        };
+        assert_eq!(signed_for("a%20b", "a+b"), Ok(()));
+        assert_eq!(signed_for("a%20b", "a%20b"), Ok(()));
+        assert_eq!(signed_for("a%2Bb", "a%2Bb"), Ok(()));
+        assert_eq!(
+            signed_for("a%2Bb", "a+b"),
+            Err(AuthError::SignatureMismatch)
+        );
+        assert_eq!(
+            signed_for("a%20b", "a%2Bb"),
+            Err(AuthError::SignatureMismatch)
+        );
+    }
+
+    #[test]
+    fn a_credential_for_another_region_is_refused() {
+        let (method, uri_, headers_) = get_object_example();
+        let now = at("20130524T000000Z");
+        super::verify(&method, &uri_, &headers_, secrets, now, Some("us-east-1"))
+            .expect("the example's own region");
+        let wrong = super::verify(&method, &uri_, &headers_, secrets, now, Some("eu-west-1"));
+        assert_eq!(
+            wrong.map(|_| ()),
+            Err(AuthError::Malformed(
+                "The authorization header is malformed; the region 'us-east-1' is wrong; \
+                 expecting 'eu-west-1'"
+                    .into()
+            ))
+        );
+        // Refused before the key or the signature is looked at, as S3 does.
+        let mut forged = headers_.clone();
+        forged.insert(
+            "authorization",
+            http::HeaderValue::from_str(&auth(
+                "host;range;x-amz-content-sha256;x-amz-date",
+                &"0".repeat(64),
+            ))
+            .expect("test value"),
+        );
+        assert!(matches!(
+            super::verify(&method, &uri_, &forged, secrets, now, Some("eu-west-1")),
+            Err(AuthError::Malformed(m)) if m.contains("the region 'us-east-1' is wrong")
+        ));
+        let presigned = uri_presigned();
+        let h = headers(&[("host", "examplebucket.s3.amazonaws.com")]);
+        assert!(matches!(
+            super::verify(&Method::GET, &presigned, &h, secrets, now, Some("eu-west-1")),
+            Err(AuthError::Malformed(m)) if m == "Error parsing the X-Amz-Credential parameter; \
+                the region 'us-east-1' is wrong; expecting 'eu-west-1'"
+        ));
+        super::verify(
+            &Method::GET,
+            &presigned,
+            &h,
+            secrets,
+            now,
+            Some("us-east-1"),
+        )
+        .expect("presigned in the example's own region");
     }
 
     /// Requests captured from botocore 1.43 (boto3 / aws cli) with an access key and secret full
