@@ -8,6 +8,8 @@
 //! data = "/var/lib/gateway"
 //! listen = "0.0.0.0:9000"
 //! choice_root = 2
+//! send_timeout_secs = 60
+//! max_connections = 4096
 //!
 //! [[pairs]]
 //! id = 0
@@ -42,6 +44,12 @@ pub struct FileConfig {
     pub domain: Option<String>,
     pub max_object_bytes: Option<u64>,
     pub memory_stage_bytes: Option<u64>,
+    pub memory_read_bytes: Option<u64>,
+    pub header_read_timeout_secs: Option<u64>,
+    pub keepalive_idle_secs: Option<u64>,
+    pub body_idle_timeout_secs: Option<u64>,
+    pub send_timeout_secs: Option<u64>,
+    pub max_connections: Option<usize>,
     pub choice_root: Option<u32>,
     /// Tokens: `GATEWAY_*_TOKEN` in the environment wins; empty means off (see [`token`]).
     pub admin_token: Option<String>,
@@ -170,6 +178,9 @@ mod tests {
             data = "/d"
             listen = "127.0.0.1:9100"
             choice_root = 3
+            header_read_timeout_secs = 5
+            max_connections = 16
+            memory_read_bytes = 1048576
             [[pairs]]
             id = 4
             disks = ["local:/srv/a", "http://127.0.0.1:8081/b"]
@@ -177,6 +188,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.choice_root, Some(3));
+        assert_eq!(c.header_read_timeout_secs, Some(5));
+        assert_eq!(c.max_connections, Some(16));
+        assert_eq!(c.memory_read_bytes, Some(1 << 20));
         let pairs = c.checked_pairs().unwrap();
         assert_eq!(pairs[0].0, PairId(4));
         assert_eq!(pairs[0].1[1].as_str(), "http://127.0.0.1:8081/b");

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use gateway::admin_client::{AdminClient, ClusterCommand, DiskCommand, PairsCommand, ScrubCommand};
 use gateway::config::FileConfig;
+use gateway::server::connections::{self, ConnectionLimits};
 use gateway::server::{self, Config};
 use gateway::store::Limits;
 
@@ -94,6 +95,27 @@ struct ServeArgs {
     /// [default: 268435456 = 256 MiB]
     #[arg(long)]
     memory_stage_bytes: Option<u64>,
+    /// Bytes of object bodies being sent that may be held in memory at once; a GET over
+    /// it waits (up to 10 s, then 503 SlowDown) [default: 268435456 = 256 MiB]
+    #[arg(long)]
+    memory_read_bytes: Option<u64>,
+    /// Seconds a client has to send a whole request head, from its connection or its first
+    /// byte [default: 30]
+    #[arg(long)]
+    header_read_timeout_secs: Option<u64>,
+    /// Seconds a connection with no request in progress is kept open [default: 60]
+    #[arg(long)]
+    keepalive_idle_secs: Option<u64>,
+    /// Seconds an upload may wait for its next body bytes [default: 60]
+    #[arg(long)]
+    body_idle_timeout_secs: Option<u64>,
+    /// Seconds a response may wait for a client that reads nothing [default: 60]
+    #[arg(long)]
+    send_timeout_secs: Option<u64>,
+    /// Connections in flight; one more is answered 503 SlowDown and closed (lowered to fit
+    /// the open files limit) [default: 4096]
+    #[arg(long)]
+    max_connections: Option<usize>,
     /// n of the n-th root of free space that weights the pair choice [default: 2]
     #[arg(long)]
     choice_root: Option<u32>,
@@ -228,7 +250,36 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
                 .memory_stage_bytes
                 .or(file.memory_stage_bytes)
                 .unwrap_or(defaults.memory_stage_bytes),
+            memory_read_bytes: args
+                .memory_read_bytes
+                .or(file.memory_read_bytes)
+                .unwrap_or(defaults.memory_read_bytes),
             ..defaults
+        },
+        connections: {
+            let d = ConnectionLimits::default();
+            ConnectionLimits {
+                header_read_timeout_secs: args
+                    .header_read_timeout_secs
+                    .or(file.header_read_timeout_secs)
+                    .unwrap_or(d.header_read_timeout_secs),
+                keepalive_idle_secs: args
+                    .keepalive_idle_secs
+                    .or(file.keepalive_idle_secs)
+                    .unwrap_or(d.keepalive_idle_secs),
+                body_idle_timeout_secs: args
+                    .body_idle_timeout_secs
+                    .or(file.body_idle_timeout_secs)
+                    .unwrap_or(d.body_idle_timeout_secs),
+                send_timeout_secs: args
+                    .send_timeout_secs
+                    .or(file.send_timeout_secs)
+                    .unwrap_or(d.send_timeout_secs),
+                max_connections: args
+                    .max_connections
+                    .or(file.max_connections)
+                    .unwrap_or(d.max_connections),
+            }
         },
         domain: args.domain.or(file.domain.clone()),
         choice_root: args.choice_root.or(file.choice_root).unwrap_or(2),
@@ -259,6 +310,27 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
     })
 }
 
+/// Raises the open files limit to its hard limit and keeps the connection bound below
+/// it, so that a flood of connections meets 503 SlowDown, not EMFILE.
+fn fit_open_files_limit(limits: &mut ConnectionLimits) {
+    match connections::raise_open_files_limit() {
+        Ok(files) => {
+            let room = files.saturating_sub(connections::RESERVED_FILES).max(1);
+            let room = usize::try_from(room).unwrap_or(usize::MAX);
+            if limits.max_connections > room {
+                tracing::warn!(
+                    max_connections = limits.max_connections,
+                    open_files_limit = files,
+                    lowered_to = room,
+                    "max_connections does not fit the open files limit"
+                );
+                limits.max_connections = room;
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
+    }
+}
+
 /// Blocking threads the runtime may start (on demand; idle ones end). More than tokio's
 /// 512: the blocking tasks of many concurrent uploads and reads wait on disks.
 const BLOCKING_THREADS_MAX: usize = 2048;
@@ -287,9 +359,12 @@ fn main() -> ExitCode {
     };
     let result: Result<(), String> = match cli.command {
         Cmd::Serve(args) => match serve_config(*args) {
-            Ok(config) => runtime
-                .block_on(server::serve(config))
-                .map_err(|e| e.to_string()),
+            Ok(mut config) => {
+                fit_open_files_limit(&mut config.connections);
+                runtime
+                    .block_on(server::serve(config))
+                    .map_err(|e| e.to_string())
+            }
             Err(e) => Err(e),
         },
         Cmd::Admin { endpoint, command } => {

@@ -64,7 +64,7 @@ impl From<StoreError> for NativeError {
             StoreError::EntityTooLarge { .. } | StoreError::IncompleteBody => {
                 NativeError::new(StatusCode::BAD_REQUEST, e.to_string())
             }
-            StoreError::NoWritablePair | StoreError::Unavailable(_) => {
+            StoreError::NoWritablePair | StoreError::Unavailable(_) | StoreError::SlowDown => {
                 NativeError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
             }
             other => NativeError::internal(other),
@@ -262,6 +262,12 @@ async fn read(
         Ok(Some(ReadBody::Stream(stream))) => Body::from_stream(stream),
         Ok(None) => return Err(mismatch()),
         Err(ContentReadError::NoRecord(_)) => return Err(not_found()),
+        Err(ContentReadError::Busy) => {
+            return Err(NativeError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many reads in flight, retry later",
+            ));
+        }
         // No readable copy at all (nodes down, files missing): nothing says the guard is
         // wrong, so this is not a 409.
         Err(e) => return Err(NativeError::internal(e)),

@@ -1,5 +1,7 @@
 //! Process wiring: open the data folder, load PairDB, build the router, serve.
 
+pub mod connections;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,6 +12,7 @@ use axum::routing::get;
 use placement::pairdb::PairTable;
 use placement::{DiskRef, PairId, PairRecord};
 
+pub use self::connections::ConnectionLimits;
 use crate::credentials::{Credentials, CredentialsError, Origin};
 use crate::meta::raft::{self, ClusterConfig, Metadata};
 use crate::meta::{Command, MetaError};
@@ -47,6 +50,8 @@ pub struct Config {
     pub cluster: Option<ClusterConfig>,
     /// `--snapshot-logs`: applied entries between two snapshots.
     pub snapshot_logs: u64,
+    /// Timeouts and the bound on connections in flight.
+    pub connections: ConnectionLimits,
 }
 
 /// Everything a request handler needs.
@@ -257,11 +262,12 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     }
     // Serving starts before the group has a leader: the peers' votes and appends arrive
     // on this port.
-    let server = tokio::spawn(
-        axum::serve(listener, router(state.clone()))
-            .with_graceful_shutdown(shutdown_signal())
-            .into_future(),
-    );
+    let server = tokio::spawn(connections::serve(
+        listener,
+        router(state.clone()),
+        config.connections.clone(),
+        shutdown_signal(),
+    ));
     if single {
         metadata
             .wait_leader(Duration::from_secs(SINGLE_NODE_START_SECS))

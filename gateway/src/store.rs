@@ -13,7 +13,7 @@
 mod error;
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt as _};
@@ -45,6 +45,9 @@ pub struct Limits {
     /// Total bytes of bodies held in memory at once while their hash is computed (see
     /// [`ObjectStore::stage`]); past it, bodies stream to temp files on disk.
     pub memory_stage_bytes: u64,
+    /// Total bytes of bodies being sent that reads may hold in memory at once (see
+    /// [`ObjectStore::reserve_read`]); past it, a read waits. 0: no bound.
+    pub memory_read_bytes: u64,
     pub key_bytes_max: usize,
     pub user_meta_bytes_max: usize,
 }
@@ -54,6 +57,7 @@ impl Default for Limits {
         Limits {
             object_bytes_max: 5 * 1024 * 1024 * 1024,
             memory_stage_bytes: 256 * 1024 * 1024,
+            memory_read_bytes: 256 * 1024 * 1024,
             key_bytes_max: 1024,
             user_meta_bytes_max: 2048,
         }
@@ -234,6 +238,45 @@ impl Staged {
     }
 }
 
+/// Bytes a streamed read holds in memory at most: the chunk queued for the socket, the
+/// chunk held back until the CRC32 of the whole body is known, and the chunk read ahead
+/// (1 MiB each from a local disk). A client that stops reading pins all three until the
+/// send timeout closes its connection.
+pub const STREAM_HELD_BYTES: u64 = 3 * 1024 * 1024;
+/// How long a read waits for room in [`Limits::memory_read_bytes`] before it is refused
+/// with SlowDown.
+pub const READ_BUDGET_WAIT_SECS: u64 = 10;
+
+/// A share of the read memory budget, released when the body that holds it is dropped
+/// (sent, or its connection closed).
+struct ReadShare {
+    bytes: Bytes,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl AsRef<[u8]> for ReadShare {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl ReadBody {
+    /// The body, holding `permit` until it is dropped.
+    fn holding(self, permit: Option<OwnedSemaphorePermit>) -> ReadBody {
+        let Some(permit) = permit else { return self };
+        match self {
+            ReadBody::Buffered(bytes) => ReadBody::Buffered(Bytes::from_owner(ReadShare {
+                bytes,
+                _permit: permit,
+            })),
+            ReadBody::Stream(stream) => ReadBody::Stream(Box::pin(stream.map(move |chunk| {
+                let _held = &permit;
+                chunk
+            }))),
+        }
+    }
+}
+
 /// A body's chunks as received, small ones copied together.
 #[derive(Default)]
 struct ChunkList {
@@ -325,6 +368,10 @@ pub enum ContentReadError {
     NoGoodCopy(#[from] read::ReadError),
     #[error(transparent)]
     Meta(#[from] MetaError),
+    /// The read memory budget stayed full for [`READ_BUDGET_WAIT_SECS`]: a retry may
+    /// succeed.
+    #[error("too many reads in flight")]
+    Busy,
 }
 
 /// Why staged content could not be committed.
@@ -353,6 +400,8 @@ pub struct ObjectStore {
     limits: Limits,
     /// Permits are bytes of [`Limits::memory_stage_bytes`].
     stage_memory: Arc<Semaphore>,
+    /// Permits are bytes of [`Limits::memory_read_bytes`]; None: no bound.
+    read_memory: Option<Arc<Semaphore>>,
     choice_root: u32,
 }
 
@@ -376,12 +425,17 @@ impl ObjectStore {
         let budget = usize::try_from(limits.memory_stage_bytes)
             .unwrap_or(usize::MAX)
             .min(Semaphore::MAX_PERMITS);
+        let read_memory = (limits.memory_read_bytes > 0).then(|| {
+            let bytes = usize::try_from(limits.memory_read_bytes).unwrap_or(usize::MAX);
+            Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS)))
+        });
         ObjectStore {
             meta,
             pairs,
             bad_copies: Arc::new(BadCopies::new()),
             limits,
             stage_memory: Arc::new(Semaphore::new(budget)),
+            read_memory,
             choice_root,
         }
     }
@@ -696,37 +750,76 @@ impl ObjectStore {
     /// The dedup decision and the metadata commit of staged content.
     ///
     /// `command(source)` builds the command that references the content. If FileDB already
-    /// has the content, the command runs with [`ContentSource::Existing`] and the staged
-    /// copies are dropped (a body held in memory never touched a disk); if the content is
-    /// absent (or vanished before the commit), both copies are given their content address
-    /// first and the command runs with [`ContentSource::Stored`]. `T` is the command's
-    /// answer.
+    /// has the content and one of its copies looks good (see [`Self::has_good_copy`]), the
+    /// command runs with [`ContentSource::Existing`] and the staged copies are dropped (a
+    /// body held in memory never touched a disk); if the content is absent (or vanished
+    /// before the commit), both copies are given their content address first and the
+    /// command runs with [`ContentSource::Stored`].
+    ///
+    /// If FileDB has the content but neither copy is there with its size, the upload heals
+    /// it: our copies are written as for new content, the record is moved to their pair
+    /// (`Relocate`, only if it still names the lost pair), and the command runs with
+    /// `Stored`. An upload is never acknowledged onto content that has no good copy. `T` is
+    /// the command's answer.
     pub async fn commit_content<T: Answer>(
         &self,
         staged: Staged,
         command: impl Fn(ContentSource) -> Command,
     ) -> Result<T, CommitError> {
-        let exists = self.file_local(staged.digests.sha1).await?.is_some();
-        if exists {
-            match self
-                .meta
-                .referencing(command(ContentSource::Existing))
+        let sha1 = staged.digests.sha1;
+        let mut lost_on = None;
+        if let Some(file) = self.file_local(sha1).await? {
+            if self
+                .has_good_copy(sha1, file.pair, staged.digests.size_bytes)
                 .await
             {
-                // The content went away between the lookup and the commit: store ours.
-                // (`Inc` says so with NotFound, the object and part commands with
-                // ContentGone.)
-                Ok(Referenced::ContentGone) | Err(MetaError::NotFound) => {}
-                Ok(Referenced::Done(answer)) => {
-                    staged.discard().await;
-                    return Ok(answer);
+                match self
+                    .meta
+                    .referencing(command(ContentSource::Existing))
+                    .await
+                {
+                    // The content went away between the lookup and the commit: store ours.
+                    // (`Inc` says so with NotFound, the object and part commands with
+                    // ContentGone.)
+                    Ok(Referenced::ContentGone) | Err(MetaError::NotFound) => {}
+                    Ok(Referenced::Done(answer)) => {
+                        staged.discard().await;
+                        return Ok(answer);
+                    }
+                    Err(e) => {
+                        staged.discard().await;
+                        return Err(e.into());
+                    }
                 }
-                Err(e) => {
-                    staged.discard().await;
-                    return Err(e.into());
+            } else {
+                tracing::warn!(%sha1, pair = %file.pair, "no good copy of uploaded content: healing it with the upload's copies");
+                lost_on = Some(file.pair);
+            }
+        }
+        let pair = self.store_copies(staged).await?;
+        if let Some(from) = lost_on {
+            if from != pair {
+                // The record follows the new copies. Not switched: a racing heal or UNMOVE
+                // moved it first (to copies of its own), or the content was deleted and
+                // the command below inserts it again.
+                let moved = self.meta.relocate(sha1, from, pair).await?;
+                tracing::info!(%sha1, %from, to = %pair, moved, "healed content record");
+            }
+            // The copies are new: reads may start from either disk again.
+            if let Some(entry) = self.pairs.get(pair) {
+                for d in entry.disks.iter() {
+                    self.bad_copies.clear(sha1, d.disk_ref());
                 }
             }
         }
+        // On error our renamed copies are orphans without a record; Valkyrie removes them.
+        // With our own copies the content cannot be gone: ContentGone here is a bug.
+        Ok(self.meta.call(command(ContentSource::Stored(pair))).await?)
+    }
+
+    /// Gives staged content its content address on both disks of a pair (a body held in
+    /// memory is written first); the pair.
+    async fn store_copies(&self, staged: Staged) -> Result<PairId, CommitError> {
         let on_disk = match staged.body {
             StagedBody::Disk(upload) => upload,
             StagedBody::Memory { chunks, _permit } => {
@@ -744,9 +837,30 @@ impl ObjectStore {
         let size_bytes = on_disk.digests.size_bytes;
         on_disk.commit().await?;
         self.charge_space(pair, size_bytes);
-        // On error our renamed copies are orphans without a record; Valkyrie removes them.
-        // With our own copies the content cannot be gone: ContentGone here is a bug.
-        Ok(self.meta.call(command(ContentSource::Stored(pair))).await?)
+        Ok(pair)
+    }
+
+    /// Whether stored content has a copy worth referencing: on a disk of `pair`, present
+    /// with `size_bytes` and not known bad from a read. A stat per disk, no data read and
+    /// nothing written, so that a duplicate still costs no disk write; a copy of the right
+    /// size but wrong bytes passes until a read or the scrubber finds it, after which the
+    /// next upload heals it. A disk that cannot answer does not count as good.
+    async fn has_good_copy(&self, sha1: Sha1, pair: PairId, size_bytes: u64) -> bool {
+        let Some(entry) = self.pairs.get(pair) else {
+            return false;
+        };
+        // The master disk first: reads start there, and one good copy is enough.
+        let first = sha1.master_disk();
+        self.copy_looks_good(&entry.disks[first], sha1, size_bytes)
+            .await
+            || self
+                .copy_looks_good(&entry.disks[1 - first], sha1, size_bytes)
+                .await
+    }
+
+    async fn copy_looks_good(&self, disk: &Disk, sha1: Sha1, size_bytes: u64) -> bool {
+        !self.bad_copies.contains(sha1, disk.disk_ref())
+            && matches!(disk.size_of(&sha1).await, Ok(Some(s)) if s == size_bytes)
     }
 
     /// Reads an object whose record the caller already holds (after checking its
@@ -769,18 +883,52 @@ impl ObjectStore {
             size_bytes: record.size_bytes,
             crc32: record.crc32,
         };
+        let served_bytes = range.map_or(record.size_bytes, |(first, last)| last - first + 1);
+        let share = self
+            .reserve_read(served_bytes)
+            .await
+            .map_err(|_| StoreError::SlowDown)?;
         let body = self
             .read_content(record.sha1, expect, range)
             .await
             .map_err(|e| match e {
                 ContentReadError::Meta(e) => e.into(),
                 other => StoreError::Internal(format!("object {bucket}/{key}: {other}")),
-            })?;
+            })?
+            .holding(share);
         Ok(ObjectRead {
             record,
             range,
             body,
         })
+    }
+
+    /// Waits (up to [`READ_BUDGET_WAIT_SECS`]) for room in the read memory budget for a
+    /// body of `size_bytes` being sent: all of it if it is read whole, else
+    /// [`STREAM_HELD_BYTES`]. The share goes with the body ([`ReadBody::holding`]).
+    async fn reserve_read(
+        &self,
+        size_bytes: u64,
+    ) -> Result<Option<OwnedSemaphorePermit>, ContentReadError> {
+        let Some(budget) = &self.read_memory else {
+            return Ok(None);
+        };
+        let held = if size_bytes <= VERIFY_BEFORE_SEND_BYTES_MAX {
+            size_bytes
+        } else {
+            STREAM_HELD_BYTES.min(size_bytes)
+        };
+        // A body larger than the whole budget takes all of it, and so is read alone.
+        let budget_bytes = self
+            .limits
+            .memory_read_bytes
+            .min(Semaphore::MAX_PERMITS as u64);
+        let permits = u32::try_from(held.min(budget_bytes)).unwrap_or(u32::MAX);
+        let wait = Duration::from_secs(READ_BUDGET_WAIT_SECS);
+        match tokio::time::timeout(wait, budget.clone().acquire_many_owned(permits)).await {
+            Ok(permit) => Ok(permit.ok()),
+            Err(_) => Err(ContentReadError::Busy),
+        }
     }
 
     pub fn choice_root(&self) -> u32 {
@@ -973,8 +1121,12 @@ impl ObjectStore {
         sha1: Sha1,
         guard: Expect,
     ) -> Result<Option<ReadBody>, ContentReadError> {
+        let share = self.reserve_read(guard.size_bytes).await?;
         if guard.size_bytes > VERIFY_BEFORE_SEND_BYTES_MAX {
-            return self.read_content(sha1, guard, None).await.map(Some);
+            return self
+                .read_content(sha1, guard, None)
+                .await
+                .map(|body| Some(body.holding(share)));
         }
         let disks = self.content_disks(sha1).await?;
         for i in self.bad_copies.read_order(sha1, &disks) {
@@ -983,7 +1135,7 @@ impl ObjectStore {
                 Ok(bytes) if Sha1(sha1::Sha1::digest(&bytes).into()) == sha1 => {
                     let matches = bytes.len() as u64 == guard.size_bytes
                         && crc32fast::hash(&bytes) == guard.crc32;
-                    return Ok(matches.then_some(ReadBody::Buffered(bytes)));
+                    return Ok(matches.then(|| ReadBody::Buffered(bytes).holding(share)));
                 }
                 Ok(_) => {
                     tracing::error!(%sha1, disk = %disk.disk_ref(), "copy does not hash to its name");
@@ -1252,6 +1404,42 @@ mod tests {
             .unwrap();
         assert_eq!(content_and_temp_files(dir.path()), before);
         assert_eq!(store.file(sha1).await.unwrap().unwrap().refs, 2);
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_of_content_with_no_good_copy_heals_it() {
+        let (dir, store) = store_with_two_pairs().await;
+        let body = Bytes::from(vec![5u8; 100_000]);
+        let size = Some(body.len() as u64);
+        let stream = || futures_util::stream::iter([Ok::<_, Infallible>(body.clone())]);
+        let first = store.stage(size, stream()).await.unwrap();
+        let sha1 = first.digests.sha1;
+        store
+            .commit_content::<FileRecord>(first, inc_or_insert(sha1))
+            .await
+            .unwrap();
+        for (path, _) in content_and_temp_files(dir.path()) {
+            std::fs::remove_file(path).unwrap();
+        }
+        let again = store.stage(size, stream()).await.unwrap();
+        let record = store
+            .commit_content::<FileRecord>(again, inc_or_insert(sha1))
+            .await
+            .unwrap();
+        assert_eq!(record.refs, 2);
+        assert_eq!(
+            content_and_temp_files(dir.path()).len(),
+            2,
+            "both copies again"
+        );
+        let expect = Expect {
+            size_bytes: body.len() as u64,
+            crc32: crc32fast::hash(&body),
+        };
+        let ReadBody::Buffered(got) = store.read_content(sha1, expect, None).await.unwrap() else {
+            panic!("a small body is read whole")
+        };
+        assert_eq!(got, body);
     }
 
     #[tokio::test]

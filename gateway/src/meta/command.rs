@@ -142,8 +142,9 @@ pub enum Command {
         sha1: Sha1,
         pair: PairId,
     },
-    /// UNMOVE copied the content to pair `to`: switch the record, only if it still names
-    /// `from` (a concurrent dec or re-upload must not be lost).
+    /// UNMOVE copied the content to pair `to`, or an upload healed content with no good
+    /// copy left on `from` by writing new copies to `to`: switch the record, only if it
+    /// still names `from` (a concurrent dec or re-upload must not be lost).
     Relocate {
         sha1: Sha1,
         from: PairId,

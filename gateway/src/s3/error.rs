@@ -31,6 +31,7 @@ pub enum ErrorCode {
     MetadataTooLarge,
     MethodNotAllowed,
     MissingContentLength,
+    RequestHeaderSectionTooLarge,
     NoSuchBucket,
     NoSuchKey,
     NoSuchCORSConfiguration,
@@ -78,6 +79,7 @@ impl ErrorCode {
             MetadataTooLarge => "MetadataTooLarge",
             MethodNotAllowed => "MethodNotAllowed",
             MissingContentLength => "MissingContentLength",
+            RequestHeaderSectionTooLarge => "RequestHeaderSectionTooLarge",
             NoSuchBucket => "NoSuchBucket",
             NoSuchKey => "NoSuchKey",
             NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
@@ -143,6 +145,7 @@ impl ErrorCode {
             | KeyTooLongError
             | MalformedXML
             | MetadataTooLarge
+            | RequestHeaderSectionTooLarge
             | XAmzContentSHA256Mismatch => StatusCode::BAD_REQUEST,
         }
     }
@@ -312,6 +315,7 @@ impl From<StoreError> for S3Error {
                 C::ServiceUnavailable,
                 "No disk pair has room for this object",
             ),
+            StoreError::SlowDown => S3Error::new(C::SlowDown, "Please reduce your request rate."),
             StoreError::Unavailable(why) => {
                 tracing::warn!(%why, "metadata unavailable");
                 S3Error::new(

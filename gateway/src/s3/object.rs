@@ -38,8 +38,10 @@ pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a s
     }
 }
 
-/// Content-Type, `x-amz-meta-*` and the stored standard headers of a request.
+/// Content-Type, `x-amz-meta-*` and the stored standard headers of a request, whose
+/// header section must be within S3's bound (the store checks the user metadata's).
 pub fn attrs_from(headers: &HeaderMap) -> Result<ObjectAttrs, S3Error> {
+    super::request::check_header_section(headers)?;
     let mut user_meta = Vec::new();
     for (name, value) in headers {
         if let Some(n) = name.as_str().strip_prefix(META_PREFIX) {

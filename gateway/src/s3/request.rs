@@ -98,6 +98,30 @@ impl Target {
     }
 }
 
+/// Bound on a request's header section for the requests that store headers with an
+/// object (PUT, CopyObject with REPLACE, CreateMultipartUpload), as S3's 8 KB: a stored
+/// header of any size would be served back on every GET and HEAD, where clients (boto3,
+/// the aws cli) refuse it.
+pub const HEADER_SECTION_BYTES_MAX: usize = 8 * 1024;
+
+/// Refuses a header section over [`HEADER_SECTION_BYTES_MAX`], counted as sent: each
+/// `name: value` line with its CRLF.
+pub fn check_header_section(headers: &http::HeaderMap) -> Result<(), S3Error> {
+    let bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if bytes > HEADER_SECTION_BYTES_MAX {
+        return Err(S3Error::new(
+            ErrorCode::RequestHeaderSectionTooLarge,
+            format!(
+                "Your request header section exceeds the maximum allowed size ({HEADER_SECTION_BYTES_MAX} bytes)."
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The decoded query parameters of a request; a name without `=` maps to "".
 #[derive(Clone, Debug, Default)]
 pub struct Query(BTreeMap<String, String>);
@@ -217,6 +241,18 @@ pub fn check_bucket_name(name: &str) -> Result<(), S3Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_header_section_over_8_kb_is_refused() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("content-type", "text/plain".parse().unwrap());
+        assert!(check_header_section(&headers).is_ok());
+        let big = "a".repeat(HEADER_SECTION_BYTES_MAX);
+        headers.insert("content-disposition", big.parse().unwrap());
+        let e = check_header_section(&headers).unwrap_err();
+        assert_eq!(e.code, ErrorCode::RequestHeaderSectionTooLarge);
+        assert_eq!(e.code.status().as_u16(), 400);
+    }
 
     fn target(p: &str) -> Target {
         Target::from_uri(&p.parse().unwrap()).unwrap()

@@ -65,6 +65,9 @@ pub enum StoreError {
     /// No disk pair takes writes now: a retry may succeed.
     #[error("no writable disk pair has room")]
     NoWritablePair,
+    /// Too many reads in flight hold the read memory budget: a retry may succeed.
+    #[error("too many reads in flight")]
+    SlowDown,
     /// The metadata cluster cannot decide now (no leader, no quorum): a retry may
     /// succeed. Nothing was acknowledged.
     #[error("metadata unavailable: {0}")]
