@@ -47,6 +47,8 @@ pub struct Config {
     pub cluster: Option<ClusterConfig>,
     /// `--snapshot-logs`: applied entries between two snapshots.
     pub snapshot_logs: u64,
+    /// `--request-log-level`: the level of the per-request log line, or off.
+    pub request_log: s3::request_log::RequestLogLevel,
 }
 
 /// Everything a request handler needs.
@@ -66,6 +68,8 @@ pub struct AppState {
     pub workers: Workers,
     /// The secret node-to-node RPCs must carry (none: they are all refused).
     pub cluster_secret: Option<String>,
+    /// `--request-log-level`: the level of the per-request log line, or off.
+    pub request_log: s3::request_log::RequestLogLevel,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -186,6 +190,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             s3::cors::cors_headers,
         ))
         .layer(axum::middleware::from_fn(s3::response_hygiene))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            s3::request_log::log_request,
+        ))
         .with_state(state.clone());
     Router::new()
         .route("/_health", get(|| async { "ok\n" }))
@@ -251,6 +259,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         domain: config.domain.clone(),
         workers: Workers::new(config.valkyrie.clone(), true),
         cluster_secret: config.cluster.as_ref().map(|c| c.secret.clone()),
+        request_log: config.request_log,
     });
     if let Err(e) = state.store.reload_pairs().await {
         tracing::warn!(error = ?e, "loading PairDB");
