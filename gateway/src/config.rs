@@ -64,6 +64,8 @@ pub struct FileConfig {
     pub any_region: Option<bool>,
     /// How far ahead a V2 presigned URL's `Expires` may be (default 7 days).
     pub presigned_v2_expires_max_secs: Option<u64>,
+    /// Level of the per-S3-request log line: off, error, warn, info (default), debug.
+    pub request_log_level: Option<crate::s3::request_log::RequestLogLevel>,
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
     /// The cluster secret (`GATEWAY_CLUSTER_SECRET` wins; also accepted in `[cluster]`).

@@ -7,9 +7,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use gateway::admin_client::{AdminClient, ClusterCommand, DiskCommand, PairsCommand, ScrubCommand};
 use gateway::config::FileConfig;
+use gateway::s3::request_log::RequestLogLevel;
 use gateway::server::connections::{self, ConnectionLimits};
 use gateway::server::{self, Config};
 use gateway::store::Limits;
+use valkyrie::logging::LogFormat;
 
 #[derive(Parser)]
 #[command(
@@ -20,6 +22,10 @@ use gateway::store::Limits;
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
+    /// How log lines on stderr are written: text (coloured only on a terminal) or json
+    /// (one object per line)
+    #[arg(long, global = true, value_enum, env = "GATEWAY_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -145,6 +151,10 @@ struct ServeArgs {
     /// Log entries applied between two metadata snapshots (log compaction) [default: 20000]
     #[arg(long)]
     snapshot_logs: Option<u64>,
+    /// Level of the one log line per S3 request (request id, method, bucket, key, status,
+    /// bytes in and out, duration), or off [default: info]
+    #[arg(long, value_enum)]
+    request_log_level: Option<RequestLogLevel>,
 }
 
 #[derive(Subcommand)]
@@ -229,6 +239,10 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
     Ok(Config {
         cluster,
         snapshot_logs,
+        request_log: args
+            .request_log_level
+            .or(file.request_log_level)
+            .unwrap_or_default(),
         data_dir: args
             .data
             .or(file.data.clone())
@@ -336,14 +350,8 @@ fn fit_open_files_limit(limits: &mut ConnectionLimits) {
 const BLOCKING_THREADS_MAX: usize = 2048;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    valkyrie::logging::init(cli.log_format);
     // Disk writes, reads and hashing are short blocking tasks (a batch each), so the pool
     // fills only with work in progress; metadata calls queue behind them when it is full.
     let runtime = match tokio::runtime::Builder::new_multi_thread()

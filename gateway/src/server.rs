@@ -52,6 +52,8 @@ pub struct Config {
     pub snapshot_logs: u64,
     /// Timeouts and the bound on connections in flight.
     pub connections: ConnectionLimits,
+    /// `--request-log-level`: the level of the per-request log line, or off.
+    pub request_log: s3::request_log::RequestLogLevel,
 }
 
 /// Everything a request handler needs.
@@ -71,6 +73,8 @@ pub struct AppState {
     pub workers: Workers,
     /// The secret node-to-node RPCs must carry (none: they are all refused).
     pub cluster_secret: Option<String>,
+    /// `--request-log-level`: the level of the per-request log line, or off.
+    pub request_log: s3::request_log::RequestLogLevel,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -191,6 +195,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             s3::cors::cors_headers,
         ))
         .layer(axum::middleware::from_fn(s3::response_hygiene))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            s3::request_log::log_request,
+        ))
         .with_state(state.clone());
     Router::new()
         .route("/_health", get(|| async { "ok\n" }))
@@ -256,6 +264,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         domain: config.domain.clone(),
         workers: Workers::new(config.valkyrie.clone(), true),
         cluster_secret: config.cluster.as_ref().map(|c| c.secret.clone()),
+        request_log: config.request_log,
     });
     if let Err(e) = state.store.reload_pairs().await {
         tracing::warn!(error = ?e, "loading PairDB");

@@ -124,6 +124,7 @@ impl Cluster {
                     args,
                     env: vec![(CLUSTER_SECRET_ENV.to_string(), secret.clone())],
                     label: Some(format!("node {id}")),
+                    stderr_file: None,
                 }
             })
             .collect();

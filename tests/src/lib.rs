@@ -95,6 +95,8 @@ pub struct Gateway {
     /// Extra `serve` flags and environment, kept across restarts.
     extra_args: Vec<String>,
     extra_env: Vec<(String, String)>,
+    /// Where stderr goes instead of the kept log (see [`GatewayOptions::stderr_file`]).
+    stderr_file: Option<PathBuf>,
 }
 
 /// Where a gateway keeps its data.
@@ -133,6 +135,10 @@ pub struct GatewayOptions {
     pub env: Vec<(String, String)>,
     /// Names the process in failure messages; `None`: `gateway`.
     pub label: Option<String>,
+    /// Append the process's stderr to this file, as a service manager would, instead of a
+    /// pipe read into the kept log (so failure messages then show stdout only); `None`: the
+    /// pipe.
+    pub stderr_file: Option<PathBuf>,
 }
 
 impl Gateway {
@@ -187,6 +193,7 @@ impl Gateway {
             log: Arc::new(Mutex::new(VecDeque::new())),
             extra_args: opts.args,
             extra_env: opts.env,
+            stderr_file: opts.stderr_file,
         };
         match gw.spawn(gw.port) {
             Ok(port) => gw.port = port,
@@ -197,6 +204,16 @@ impl Gateway {
 
     /// Spawns the binary listening on `127.0.0.1:port` and waits for its `listening on` line.
     fn spawn(&mut self, port: u16) -> Result<u16, String> {
+        let stderr_to = match &self.stderr_file {
+            Some(path) => Stdio::from(
+                fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .unwrap_or_else(|e| panic!("open stderr file {}: {e}", path.display())),
+            ),
+            None => Stdio::piped(),
+        };
         let mut child = Command::new(&self.bin)
             .arg("serve")
             .arg("--data")
@@ -210,14 +227,15 @@ impl Gateway {
             .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(stderr_to)
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
         let stdout = child.stdout.take().expect("piped stdout");
-        let stderr = child.stderr.take().expect("piped stderr");
         let (tx, rx) = mpsc::channel::<u16>();
         drain(stdout, "stdout", self.log.clone(), Some(tx));
-        drain(stderr, "stderr", self.log.clone(), None);
+        if let Some(stderr) = child.stderr.take() {
+            drain(stderr, "stderr", self.log.clone(), None);
+        }
         match rx.recv_timeout(STARTUP_TIMEOUT) {
             Ok(bound) => {
                 if port != 0 && bound != port {

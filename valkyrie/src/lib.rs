@@ -50,6 +50,7 @@ pub mod clock;
 pub mod deletion;
 pub mod error;
 pub mod layout;
+pub mod logging;
 pub mod metrics;
 pub mod quarantine;
 pub mod rate;

@@ -22,6 +22,7 @@ use clap::Parser;
 use placement::{Disk, PairId};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use valkyrie::catalog::pair_table;
+use valkyrie::logging::LogFormat;
 use valkyrie::{
     Catalog, Clock, HttpCatalog, HttpCatalogConfig, Settings, Shutdown, UnmoveOptions,
     UnmoveTracker, Worker, WorkerConfig,
@@ -80,6 +81,10 @@ struct Args {
     /// UNMOVE's read rate; 0 means unlimited.
     #[arg(long, default_value_t = UnmoveOptions::default().bytes_per_sec)]
     unmove_bytes_per_sec: u64,
+    /// How log lines on stderr are written: text (coloured only on a terminal) or json
+    /// (one object per line).
+    #[arg(long, value_enum, env = "VALKYRIE_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 impl Args {
@@ -100,14 +105,8 @@ impl Args {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let args = Args::parse();
+    valkyrie::logging::init(args.log_format);
     let Ok(token) = std::env::var(TOKEN_ENV) else {
         tracing::error!("{TOKEN_ENV} is not set");
         return ExitCode::from(2);

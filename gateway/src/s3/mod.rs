@@ -15,6 +15,7 @@ pub mod error;
 mod multipart;
 mod object;
 pub mod request;
+pub mod request_log;
 mod settings;
 pub mod sigv2;
 pub mod sigv4;
