@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime};
 use placement::{Disk, PairId, Sha1};
 use sha1::Digest as _;
 
+use crate::meta::native_refs::NativeRefs;
 use crate::meta::{MetaError, MetaStore};
 
 /// Problems listed in full up to this many; beyond, only counted.
@@ -44,6 +45,8 @@ pub struct Report {
     pub quarantined: u64,
     pub young_orphans: u64,
     pub do_not_delete: u64,
+    /// Contents with references taken through the native API.
+    pub native_refs: u64,
     pub errors: u64,
     pub problems: Vec<String>,
 }
@@ -68,7 +71,7 @@ impl fmt::Display for Report {
         }
         writeln!(
             f,
-            "fsck: {} objects, {} parts, {} files, {} copies verified, {} junk, {} deleting, {} quarantined, {} young orphans, {} DO_NOT_DELETE, {} errors",
+            "fsck: {} objects, {} parts, {} files, {} copies verified, {} junk, {} deleting, {} quarantined, {} young orphans, {} DO_NOT_DELETE, {} with native references, {} errors",
             self.objects,
             self.parts,
             self.files,
@@ -78,6 +81,7 @@ impl fmt::Display for Report {
             self.quarantined,
             self.young_orphans,
             self.do_not_delete,
+            self.native_refs,
             self.errors
         )?;
         writeln!(
@@ -129,17 +133,30 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
         .build()
         .map_err(|e| MetaError::Storage(e.to_string()))?;
     let mut report = Report::default();
-    let mut expected: HashMap<Sha1, u32> = HashMap::new();
+    // Every reference FileDB counts: objects, parts, and the native API's (count and
+    // wrapping magic sum each).
+    let mut expected: HashMap<Sha1, NativeRefs> = HashMap::new();
+    let mut add = |sha1: Sha1, count: u32, magic: u32| {
+        let e = expected.entry(sha1).or_default();
+        e.count = e.count.saturating_add(count);
+        e.magic = e.magic.wrapping_add(magic);
+    };
     let mut objects = Vec::new();
     meta.for_each_object(|b, k, o| {
-        *expected.entry(o.sha1).or_default() += 1;
+        add(o.sha1, 1, o.magic.get());
         objects.push((format!("{b}/{k}"), o.sha1));
     })?;
     report.objects = objects.len() as u64;
     meta.for_each_part(|_, _, p| {
-        *expected.entry(p.sha1).or_default() += 1;
+        add(p.sha1, 1, p.magic.get());
         report.parts += 1;
     })?;
+    let mut natives = Vec::new();
+    meta.for_each_native(|sha1, n| {
+        add(sha1, n.count, n.magic);
+        natives.push(sha1);
+    })?;
+    report.native_refs = natives.len() as u64;
     let mut files = HashMap::new();
     meta.for_each_file(|sha1, rec| {
         files.insert(sha1, rec);
@@ -149,6 +166,13 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
         if !files.contains_key(sha1) {
             report.error(format!(
                 "object {name}: content {sha1} has no FileDB record"
+            ));
+        }
+    }
+    for sha1 in &natives {
+        if !files.contains_key(sha1) {
+            report.error(format!(
+                "native references to {sha1}, which has no FileDB record"
             ));
         }
     }
@@ -164,11 +188,21 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
     let mut sorted: Vec<_> = files.iter().collect();
     sorted.sort_by_key(|(s, _)| **s);
     for (sha1, rec) in sorted {
-        let want = expected.get(sha1).copied().unwrap_or(0);
+        let want = expected.get(sha1).copied().unwrap_or_default();
         if rec.do_not_delete() {
             report.do_not_delete += 1;
-        } else if rec.refs != want {
-            report.error(format!("{sha1}: refs {} but {want} references", rec.refs));
+        } else if rec.refs != want.count {
+            report.error(format!(
+                "{sha1}: refs {} but {} references",
+                rec.refs, want.count
+            ));
+        } else if rec.magic != want.magic {
+            // The right number of references, not the ones that were taken: some reference
+            // was released with another's magic.
+            report.error(format!(
+                "{sha1}: magic {} but its references' magics sum to {}",
+                rec.magic, want.magic
+            ));
         }
         let Some(pair) = disks.get(&rec.pair) else {
             report.error(format!(

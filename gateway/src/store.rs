@@ -1027,6 +1027,16 @@ impl ObjectStore {
             .file_local(sha1)
             .await?
             .ok_or(ContentReadError::NoRecord(sha1))?;
+        if let Some(entry) = self.pairs.get(file.pair) {
+            return Ok(entry.disks);
+        }
+        // The record was read after a pair command was applied here but before the
+        // in-memory PairDB followed it (it reloads on a notification, asynchronously;
+        // right after a restart it starts from the last checkpoint). The local PairDB is
+        // at least as new as the record: load it now.
+        self.reload_pairs()
+            .await
+            .map_err(|e| ContentReadError::Meta(MetaError::Storage(e.to_string())))?;
         self.pairs
             .get(file.pair)
             .map(|entry| entry.disks)

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod nginx;
+pub mod torture;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
@@ -953,7 +954,7 @@ impl AdminFile {
 }
 
 /// A flat JSON object (string, number, bool and null values) as key -> text of the value.
-fn parse_flat_json(text: &str) -> Result<BTreeMap<String, String>, String> {
+pub fn parse_flat_json(text: &str) -> Result<BTreeMap<String, String>, String> {
     let mut chars = text.trim().chars().peekable();
     let mut out = BTreeMap::new();
     let skip_ws = |c: &mut std::iter::Peekable<std::str::Chars<'_>>| {
@@ -1426,6 +1427,33 @@ pub fn crc32(data: &[u8]) -> u32 {
         crc = table[((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8);
     }
     !crc
+}
+
+/// A TOML config file for `serve --config`, kept as long as the value lives (restarts
+/// read it again, so a test may rewrite it between runs).
+pub struct ConfigFile {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+}
+
+impl ConfigFile {
+    pub fn new(toml: &str) -> ConfigFile {
+        let dir = tempfile::Builder::new()
+            .prefix("e2e-conf-")
+            .tempdir()
+            .expect("temp dir for the config");
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, toml).expect("write config");
+        ConfigFile { _dir: dir, path }
+    }
+
+    pub fn rewrite(&self, toml: &str) {
+        std::fs::write(&self.path, toml).expect("rewrite config");
+    }
+
+    pub fn arg(&self) -> &str {
+        self.path.to_str().expect("utf-8 temp path")
+    }
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use e2e::{
-    Gateway, assert_same_body, create_bucket, gateway_bin, get_bytes, poll_until, put_bytes,
-    random_body, random_body_read_first_from, s3_error, sha1_hex,
+    ConfigFile, Gateway, assert_same_body, create_bucket, gateway_bin, get_bytes, poll_until,
+    put_bytes, random_body, random_body_read_first_from, s3_error, sha1_hex,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -239,33 +239,6 @@ fn the_json_reader_reads_what_the_admin_api_writes() {
 
 // ---------------------------------------------------------------------------------------
 // Helpers.
-
-/// A TOML config file for `serve --config`, kept as long as the value lives (restarts
-/// read it again, so a test may rewrite it between runs).
-struct ConfigFile {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-}
-
-impl ConfigFile {
-    fn new(toml: &str) -> ConfigFile {
-        let dir = tempfile::Builder::new()
-            .prefix("e2e-valkyrie-conf-")
-            .tempdir()
-            .expect("temp dir for the config");
-        let path = dir.path().join("gateway.toml");
-        std::fs::write(&path, toml).expect("write config");
-        ConfigFile { _dir: dir, path }
-    }
-
-    fn rewrite(&self, toml: &str) {
-        std::fs::write(&self.path, toml).expect("rewrite config");
-    }
-
-    fn arg(&self) -> &str {
-        self.path.to_str().expect("utf-8 temp path")
-    }
-}
 
 fn now_secs() -> u64 {
     SystemTime::now()

@@ -15,7 +15,7 @@ use super::tables::{
     self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FileRecord, OBJECT_SEQ,
     OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord,
 };
-use super::{MetaError, filedb};
+use super::{MetaError, filedb, native_refs};
 
 type Files<'t> = Table<'t, [u8; 20], [u8; 16]>;
 type Deleting<'t> = Table<'t, [u8; 20], [u8; 12]>;
@@ -256,21 +256,27 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             }
         }
         Command::Inc { sha1, magic } => {
-            let mut files = txn.open_table(FILES)?;
-            inc(&mut files, sha1, *magic).map(Response::File)
+            let rec = inc(&mut txn.open_table(FILES)?, sha1, *magic)?;
+            native_refs::taken(txn, sha1, *magic)?;
+            Ok(Response::File(rec))
         }
         Command::InsertOrInc { sha1, magic, pair } => {
-            let mut files = txn.open_table(FILES)?;
-            insert_or_inc(&mut files, sha1, *magic, *pair).map(Response::File)
+            let rec = insert_or_inc(&mut txn.open_table(FILES)?, sha1, *magic, *pair)?;
+            native_refs::taken(txn, sha1, *magic)?;
+            Ok(Response::File(rec))
         }
         Command::Dec {
             sha1,
             magic,
             now_secs,
         } => {
-            let mut files = txn.open_table(FILES)?;
-            let mut deleting = txn.open_table(DELETING)?;
-            dec(&mut files, &mut deleting, sha1, *magic, *now_secs).map(Response::Dec)
+            let outcome = {
+                let mut files = txn.open_table(FILES)?;
+                let mut deleting = txn.open_table(DELETING)?;
+                dec(&mut files, &mut deleting, sha1, *magic, *now_secs)?
+            };
+            native_refs::released(txn, sha1, *magic)?;
+            Ok(Response::Dec(outcome))
         }
     }
 }

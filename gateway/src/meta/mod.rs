@@ -12,6 +12,7 @@ pub mod calls;
 pub mod command;
 pub mod filedb;
 pub mod list;
+pub mod native_refs;
 pub mod raft;
 pub mod tables;
 
@@ -120,6 +121,7 @@ impl MetaStore {
         txn.open_table(UPLOADS)?;
         txn.open_table(PARTS)?;
         txn.open_table(RAFT_STATE)?;
+        native_refs::build(&txn)?;
         txn.commit()?;
         Ok(db)
     }
@@ -343,6 +345,20 @@ impl MetaStore {
                 number,
                 tables::decode_versioned("parts", v.value())?,
             );
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with the native references of every content that has some.
+    pub fn for_each_native(
+        &self,
+        mut f: impl FnMut(Sha1, native_refs::NativeRefs),
+    ) -> Result<(), MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(native_refs::NATIVE_REFS)?;
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            f(Sha1(k.value()), native_refs::NativeRefs::decode(&v.value()));
         }
         Ok(())
     }

@@ -132,9 +132,21 @@ async fn one_round(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaEr
 }
 
 /// The read index of this node as leader: confirmed by a quorum's heartbeat answers.
+///
+/// openraft's read log id is its commit index, or the first entry of the leader's term if
+/// that is later. A leader restarted by `kill -9` before anyone else was elected comes
+/// back as leader of the same term with the commit index it last saved, which may lag
+/// (it is saved without fsync, after the commit): entries it had committed and
+/// acknowledged since are in its log but above that index, and a read at it would miss
+/// them. Every acknowledged write is in the leader's log, so the read index is raised to
+/// the last entry of that log: a read may wait for entries still being replicated (they
+/// commit under this leader, or the wait times out with a 503), never miss one.
 pub async fn local_read_index(raft: &MetaRaft) -> Result<u64, MetaError> {
     match tokio::time::timeout(READ_TIMEOUT, raft.get_read_log_id()).await {
-        Ok(Ok((read, _applied))) => Ok(read.map_or(0, |l| l.index)),
+        Ok(Ok((read, _applied))) => {
+            let last = raft.metrics().borrow().last_log_index.unwrap_or(0);
+            Ok(read.map_or(0, |l| l.index).max(last))
+        }
         Ok(Err(e)) => Err(MetaError::Unavailable(e.to_string())),
         Err(_) => Err(MetaError::Unavailable(format!(
             "leadership not confirmed by a quorum within {READ_TIMEOUT:?}"

@@ -24,6 +24,7 @@ use redb::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::super::native_refs::{self, NATIVE_REFS};
 use super::super::tables::{
     BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
 };
@@ -151,6 +152,7 @@ macro_rules! for_each_table {
         $m!(6u8, PARTS, $($args)*);
         $m!(7u8, COUNTERS, $($args)*);
         $m!(8u8, RAFT_STATE, $($args)*);
+        $m!(9u8, NATIVE_REFS, $($args)*);
     }};
 }
 
@@ -345,6 +347,8 @@ pub fn load(src: &Path, dest: &Path) -> Result<SnapshotHeader, SnapshotError> {
         };
     }
     for_each_table!(open,);
+    // A snapshot from a version without the native references table gets it built here.
+    native_refs::build(&t).map_err(|e| SnapshotError::Db(e.to_string()))?;
     t.commit()?;
     drop(db);
     std::fs::File::open(dest)?.sync_all()?;
