@@ -1405,6 +1405,22 @@ async fn fsck_is_clean_after_normal_use_and_names_what_is_wrong() {
     std::fs::write(&path, &single).expect("put the good bytes back");
     assert_fsck_clean(gw.data_dir(), &[]);
 
+    // A live copy found only in quarantine (the deletion loop's rename raced a re-upload):
+    // not lost, the next read or scrub restores it; counted, not an error. With the wrong
+    // bytes it is a violation.
+    let quarantined = path.with_file_name(format!("{ss}.deleted.1700000000"));
+    std::fs::rename(&path, &quarantined).expect("quarantine a live copy");
+    let run = fsck(gw.data_dir(), &[]);
+    assert_eq!(run.code, Some(0), "{run}");
+    assert!(run.stdout.contains(" 1 live copies in quarantine"), "{run}");
+    corrupt_in_place(&quarantined);
+    let run = fsck(gw.data_dir(), &[]);
+    assert_eq!(run.code, Some(1), "{run}");
+    assert!(run.stdout.contains(&ss), "{run}");
+    std::fs::remove_file(&quarantined).expect("drop the quarantined copy");
+    std::fs::write(&path, &single).expect("put the good bytes back");
+    assert_fsck_clean(gw.data_dir(), &[]);
+
     // A content file without a record, two days old: an orphan past the default grace.
     let orphan = random_body(1004, 3_000);
     let so = sha1_hex(&orphan);
