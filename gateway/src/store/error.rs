@@ -110,6 +110,12 @@ impl From<WriteError> for StoreError {
     fn from(e: WriteError) -> Self {
         match e {
             WriteError::NoSpace { .. } => StoreError::NoWritablePair,
+            // A disk that filled up behind the free-space figure, or went read-only: the
+            // same answer as no pair with room (503, retry later), not an internal error.
+            WriteError::Disk(d) if d.is_unwritable() => {
+                tracing::warn!(error = %d, "a disk refused a write: full or read-only");
+                StoreError::NoWritablePair
+            }
             other => StoreError::Write(other),
         }
     }

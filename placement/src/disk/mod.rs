@@ -83,6 +83,21 @@ impl DiskError {
         }
     }
 
+    /// Whether the disk refuses writes for lack of room or because it is read-only (a
+    /// WebDAV node says so with 507 Insufficient Storage).
+    pub fn is_unwritable(&self) -> bool {
+        match self {
+            DiskError::Io { source, .. } => matches!(
+                source.kind(),
+                io::ErrorKind::StorageFull
+                    | io::ErrorKind::ReadOnlyFilesystem
+                    | io::ErrorKind::QuotaExceeded
+            ),
+            DiskError::Http { status, .. } => *status == 507,
+            _ => false,
+        }
+    }
+
     /// Whether the error only says that the disk cannot report its free space.
     pub fn is_space_unknown(&self) -> bool {
         matches!(self, DiskError::SpaceUnknown(_))
@@ -242,5 +257,39 @@ impl TempFile {
             TempFile::Local(t) => t.discard().await,
             TempFile::WebDav(t) => t.discard().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn io_error(kind: io::ErrorKind) -> DiskError {
+        DiskError::Io {
+            disk: DiskRef::local("/d"),
+            op: "write",
+            source: io::Error::from(kind),
+        }
+    }
+
+    #[test]
+    fn full_and_read_only_disks_are_unwritable_other_errors_are_not() {
+        for kind in [
+            io::ErrorKind::StorageFull,
+            io::ErrorKind::ReadOnlyFilesystem,
+            io::ErrorKind::QuotaExceeded,
+        ] {
+            assert!(io_error(kind).is_unwritable(), "{kind:?}");
+        }
+        for kind in [io::ErrorKind::NotFound, io::ErrorKind::PermissionDenied] {
+            assert!(!io_error(kind).is_unwritable(), "{kind:?}");
+        }
+        let http = |status| DiskError::Http {
+            disk: DiskRef::local("/d"),
+            op: "PUT",
+            status,
+        };
+        assert!(http(507).is_unwritable());
+        assert!(!http(500).is_unwritable());
     }
 }
