@@ -580,3 +580,123 @@ fn loaders_racing_on_the_same_content_over_nginx() {
     assert_eq!(got.status, 200, "{}", got.text());
     assert_same_body(&got.body, &body, "after the race");
 }
+
+/// Sends the head and `first`, waits `pause`, sends `rest` (a write error is not a
+/// failure: the gateway may answer and close early), then reads the status and body.
+fn send_with_a_gap(
+    port: u16,
+    target: &str,
+    headers: &[(String, String)],
+    first: &[u8],
+    pause: Duration,
+    rest: &[u8],
+) -> Result<(u16, String), String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(60)));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(60)));
+    let mut head = format!("PUT {target} HTTP/1.1\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream
+        .write_all(head.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let _ = stream.write_all(first);
+    std::thread::sleep(pause);
+    let _ = stream.write_all(rest);
+    let mut answer = Vec::new();
+    // Bounded by the read timeout; an answer without a body ends at EOF or the timeout.
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                answer.extend_from_slice(&buf[..n]);
+                if answer.len() > 64 * KIB || answer.windows(8).any(|w| w == b"</Error>") {
+                    break;
+                }
+            }
+            Err(_) if !answer.is_empty() => break,
+            Err(e) => return Err(format!("no answer: {e}")),
+        }
+    }
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status line in {text:?}"))?;
+    Ok((status, text))
+}
+
+/// A storage node stopped while an upload streams to it: the client gets a clear S3
+/// error (the copy on the stopped node cannot be made durable), nothing is recorded, the
+/// other node keeps no temp file, and stored objects are still served.
+#[tokio::test]
+async fn a_node_stopped_in_the_middle_of_an_upload_fails_it_cleanly() {
+    let n0 = Nginx::start(&["d0"]);
+    let mut n1 = Nginx::start(&["d1"]);
+    let cfg = tempfile::tempdir().expect("temp dir");
+    let config = write_config(cfg.path(), &[(0, [&n0.url("d0"), &n1.url("d1")])]);
+    let gw = start_gateway(&config, &[]);
+    let s3 = gw.client();
+    create_bucket(&s3, "mail").await;
+    let before = random_body(3100, 200 * KIB);
+    put_bytes(&s3, "mail", "before", &before).await;
+
+    // A body above the memory stage streams to both nodes as it arrives.
+    let body = random_body(3101, 24 * MIB);
+    let len = body.len().to_string();
+    let headers = signed_headers(
+        &gw,
+        "PUT",
+        "/mail/interrupted",
+        &[("content-length", len.as_str())],
+    );
+    let port = gw.port();
+    let sender = std::thread::spawn(move || {
+        send_with_a_gap(
+            port,
+            "/mail/interrupted",
+            &headers,
+            &body[..8 * MIB],
+            Duration::from_millis(1500),
+            &body[8 * MIB..],
+        )
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    n1.stop();
+    let answer = sender.join().expect("sender thread");
+    match &answer {
+        Ok((status, text)) => {
+            assert!(
+                (500..600).contains(status) && text.contains("<Code>"),
+                "an upload whose node stopped: {status} {text}"
+            );
+        }
+        // The gateway may close the connection once it failed the upload; what matters
+        // is that nothing says 200.
+        Err(e) => println!("the interrupted upload got no answer: {e}"),
+    }
+
+    let (status, _) = s3_error(
+        s3.head_object()
+            .bucket("mail")
+            .key("interrupted")
+            .send()
+            .await,
+    );
+    assert_eq!(status, 404, "a failed upload was recorded");
+    assert_eq!(get_bytes(&s3, "mail", "before").await, before);
+    let disk = n0.disk_dir("d0");
+    assert!(
+        poll_until(Duration::from_secs(20), || {
+            let files = all_files_under(&disk);
+            files.len() == 1 && all_files_under(&n0.body_temp_dir()).is_empty()
+        }),
+        "temp files left on the node that stayed up: {:?} {:?}",
+        all_files_under(&disk),
+        all_files_under(&n0.body_temp_dir())
+    );
+}
