@@ -66,6 +66,10 @@ pub struct FileConfig {
     pub presigned_v2_expires_max_secs: Option<u64>,
     /// Level of the per-S3-request log line: off, error, warn, info (default), debug.
     pub request_log_level: Option<crate::s3::request_log::RequestLogLevel>,
+    /// Seconds one lifecycle "day" lasts (default 86400).
+    pub lifecycle_day_secs: Option<u64>,
+    /// Age at which a multipart upload is aborted, rule or not (default 7 days).
+    pub upload_max_age_secs: Option<u64>,
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
     /// The cluster secret (`GATEWAY_CLUSTER_SECRET` wins; also accepted in `[cluster]`).

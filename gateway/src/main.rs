@@ -155,6 +155,14 @@ struct ServeArgs {
     /// bytes in and out, duration), or off [default: info]
     #[arg(long, value_enum)]
     request_log_level: Option<RequestLogLevel>,
+    /// Seconds one lifecycle "day" lasts, so that tests and staging systems see rules act
+    /// in seconds [default: 86400]
+    #[arg(long)]
+    lifecycle_day_secs: Option<u64>,
+    /// A multipart upload older than this many seconds is aborted and its parts released,
+    /// with or without a lifecycle rule [default: 604800 = 7 days]
+    #[arg(long)]
+    upload_max_age_secs: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -236,7 +244,25 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
             })
         }
     };
+    let lifecycle = {
+        let d = gateway::lifecycle::Settings::default();
+        gateway::lifecycle::Settings {
+            day_secs: args
+                .lifecycle_day_secs
+                .or(file.lifecycle_day_secs)
+                .unwrap_or(d.day_secs),
+            upload_max_age_secs: args
+                .upload_max_age_secs
+                .or(file.upload_max_age_secs)
+                .unwrap_or(d.upload_max_age_secs),
+            ..d
+        }
+    };
+    if lifecycle.day_secs == 0 {
+        return Err("--lifecycle-day-secs must be at least 1".into());
+    }
     Ok(Config {
+        lifecycle,
         cluster,
         snapshot_logs,
         request_log: args

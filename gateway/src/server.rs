@@ -54,6 +54,8 @@ pub struct Config {
     pub connections: ConnectionLimits,
     /// `--request-log-level`: the level of the per-request log line, or off.
     pub request_log: s3::request_log::RequestLogLevel,
+    /// `--lifecycle-day-secs`, `--upload-max-age-secs`.
+    pub lifecycle: crate::lifecycle::Settings,
 }
 
 /// Everything a request handler needs.
@@ -75,6 +77,8 @@ pub struct AppState {
     pub cluster_secret: Option<String>,
     /// `--request-log-level`: the level of the per-request log line, or off.
     pub request_log: s3::request_log::RequestLogLevel,
+    /// Lifecycle settings (the length of a lifecycle day for `x-amz-expiration`).
+    pub lifecycle: crate::lifecycle::Settings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -265,6 +269,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         workers: Workers::new(config.valkyrie.clone(), true),
         cluster_secret: config.cluster.as_ref().map(|c| c.secret.clone()),
         request_log: config.request_log,
+        lifecycle: config.lifecycle.clone(),
     });
     if let Err(e) = state.store.reload_pairs().await {
         tracing::warn!(error = ?e, "loading PairDB");
@@ -307,6 +312,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     }
     follow_pairs(&state);
     follow_leadership(&state);
+    crate::lifecycle::worker::spawn(state.clone(), config.lifecycle.clone());
     state.store.refresh_space().await;
     {
         let state = state.clone();

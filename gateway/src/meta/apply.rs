@@ -15,7 +15,7 @@ use super::tables::{
     self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FileRecord, OBJECT_SEQ,
     OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord,
 };
-use super::{MetaError, filedb, native_refs};
+use super::{MetaError, filedb, lifecycle, native_refs};
 
 type Files<'t> = Table<'t, [u8; 20], [u8; 16]>;
 type Deleting<'t> = Table<'t, [u8; 20], [u8; 12]>;
@@ -57,6 +57,13 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
                 cors: None,
             })?;
             buckets.insert(bucket.as_str(), bytes.as_slice())?;
+            drop(buckets);
+            // Uploads left by a bucket deleted before DeleteBucket refused them: a new
+            // bucket of the same name must not inherit them.
+            for upload_id in lifecycle::uploads_of(txn, bucket)? {
+                drop_upload(txn, &upload_id, created_ms / 1000)?;
+            }
+            lifecycle::forget(txn, bucket)?;
             Ok(Response::Done)
         }
         Command::SetBucketCors { bucket, rules } => {
@@ -84,7 +91,13 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             {
                 return Err(MetaError::BucketNotEmpty);
             }
+            // As S3: uploads in progress keep the bucket from being deleted, so that no
+            // upload or part outlives its bucket.
+            if !lifecycle::uploads_of(txn, bucket)?.is_empty() {
+                return Err(MetaError::BucketNotEmpty);
+            }
             buckets.remove(bucket.as_str())?;
+            lifecycle::forget(txn, bucket)?;
             Ok(Response::Done)
         }
         Command::PutObject {
@@ -278,8 +291,46 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             native_refs::released(txn, sha1, *magic)?;
             Ok(Response::Dec(outcome))
         }
+        Command::SetBucketLifecycle { bucket, rules } => {
+            lifecycle::set(txn, bucket, rules)?;
+            Ok(Response::Done)
+        }
+        Command::ExpireObjects {
+            bucket,
+            objects,
+            resume_after,
+            day_secs,
+            now_secs,
+        } => {
+            check_bucket(txn, bucket)?;
+            if objects.len() > EXPIRE_KEYS_MAX {
+                return Err(MetaError::Unexpected(format!(
+                    "ExpireObjects of {} keys",
+                    objects.len()
+                )));
+            }
+            let due =
+                lifecycle::expirable(txn, bucket, objects, resume_after, *day_secs, *now_secs)?;
+            for ((key, _), due) in objects.iter().zip(&due) {
+                if !due {
+                    continue;
+                }
+                let removed = txn
+                    .open_table(OBJECTS)?
+                    .remove((bucket.as_str(), key.as_bytes()))?
+                    .map(|v| tables::decode_versioned::<ObjectRecord>("objects", v.value()))
+                    .transpose()?;
+                if let Some(old) = removed {
+                    release(txn, &old.sha1, old.magic, *now_secs)?;
+                }
+            }
+            Ok(Response::ObjectsDeleted(due))
+        }
     }
 }
+
+/// Bound on the keys of one `ExpireObjects` (as DeleteObjects): one transaction stays short.
+pub const EXPIRE_KEYS_MAX: usize = 1000;
 
 fn check_bucket(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
     match txn.open_table(BUCKETS)?.get(bucket)? {

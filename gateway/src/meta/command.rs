@@ -8,6 +8,8 @@
 use placement::{Magic, PairFlags, PairId, PairRecord, Sha1};
 use serde::{Deserialize, Serialize};
 
+use crate::lifecycle::rules::LifecycleRule;
+
 use super::tables::{CorsRule, FileRecord, ObjectRecord, PartRecord, UploadRecord};
 
 /// Where the content of a new reference is.
@@ -154,6 +156,23 @@ pub enum Command {
     Dec {
         sha1: Sha1,
         magic: Magic,
+        now_secs: u64,
+    },
+    /// Sets (or with `None` removes) a bucket's lifecycle rules; the expiry pass over the
+    /// bucket starts again from its first key.
+    SetBucketLifecycle {
+        bucket: String,
+        rules: Option<Vec<LifecycleRule>>,
+    },
+    /// The lifecycle worker's batch: removes each `(key, seq)` that is still that version
+    /// and that the bucket's current rules expire by `now_secs` (with lifecycle days of
+    /// `day_secs`), releasing its content; then records `resume_after` as the pass's
+    /// cursor (None: the pass is over). At most 1000 keys.
+    ExpireObjects {
+        bucket: String,
+        objects: Vec<(String, u64)>,
+        resume_after: Option<String>,
+        day_secs: u64,
         now_secs: u64,
     },
 }

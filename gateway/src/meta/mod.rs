@@ -11,6 +11,7 @@ pub mod apply;
 pub mod calls;
 pub mod command;
 pub mod filedb;
+pub mod lifecycle;
 pub mod list;
 pub mod native_refs;
 pub mod raft;
@@ -122,6 +123,7 @@ impl MetaStore {
         txn.open_table(PARTS)?;
         txn.open_table(RAFT_STATE)?;
         native_refs::build(&txn)?;
+        txn.open_table(lifecycle::LIFECYCLE)?;
         txn.commit()?;
         Ok(db)
     }

@@ -12,6 +12,7 @@ pub mod checksum;
 pub mod chunked;
 pub mod cors;
 pub mod error;
+pub mod lifecycle;
 mod multipart;
 mod object;
 pub mod request;
@@ -55,12 +56,19 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
         (&Method::PUT, Target::Bucket(b)) if sub == Some("cors") => cors::put(app, &b, req).await,
         (&Method::GET, Target::Bucket(b)) if sub == Some("cors") => cors::get(app, &b).await,
         (&Method::DELETE, Target::Bucket(b)) if sub == Some("cors") => cors::delete(app, &b).await,
+        (&Method::PUT, Target::Bucket(b)) if sub == Some("lifecycle") => {
+            lifecycle::put(app, &b, req).await
+        }
+        (&Method::DELETE, Target::Bucket(b)) if sub == Some("lifecycle") => {
+            lifecycle::delete(app, &b).await
+        }
         (&Method::PUT, Target::Bucket(b)) if sub.is_none() => bucket::create(app, &b).await,
         (&Method::HEAD, Target::Bucket(b)) => bucket::head(app, &b).await,
         (&Method::DELETE, Target::Bucket(b)) if sub.is_none() => bucket::delete(app, &b).await,
         (&Method::GET, Target::Bucket(b)) => match sub {
             Some("location") => bucket::location(app, &b).await,
             Some("uploads") => multipart::list_uploads(app, &b, &query).await,
+            Some("lifecycle") => lifecycle::get(app, &b).await,
             None => bucket::list_objects(app, &b, &query).await,
             Some(other) if let Some(answer) = settings::bucket_setting(app, &b, other).await => {
                 answer
