@@ -832,6 +832,150 @@ mod tests {
     }
 
     #[test]
+    fn expiry_removes_only_the_version_read_and_only_what_the_rules_expire() {
+        use crate::lifecycle::{Expiration, LifecycleRule, RuleFilter};
+        let (_d, s) = store();
+        s.execute(&Command::CreateBucket {
+            bucket: "b".into(),
+            created_ms: 1,
+        })
+        .unwrap();
+        let put = |key: &str, sha1: Sha1, magic: u32| {
+            let mut object = NewObject::new(sha1, m(magic), 1, 0, [0; 16]);
+            object.created_ms = 10_000;
+            let r = s
+                .execute(&Command::PutObject {
+                    bucket: "b".into(),
+                    key: key.into(),
+                    object,
+                    source: ContentSource::Stored(PairId(0)),
+                    now_secs: 10,
+                    precondition: None,
+                })
+                .unwrap();
+            match r {
+                Response::ObjectPut { seq, .. } => seq,
+                other => panic!("{other:?}"),
+            }
+        };
+        let seq_a = put("logs/a", sha(1), 1);
+        let seq_b = put("logs/b", sha(2), 2);
+        let seq_c = put("other/c", sha(3), 3);
+        // logs/b is overwritten after the sweep read it.
+        put("logs/b", sha(4), 4);
+        let rule = LifecycleRule {
+            id: "r".into(),
+            enabled: true,
+            filter: RuleFilter::Prefix("logs/".into()),
+            expiration: Some(Expiration::Days(1)),
+            abort_upload_days: None,
+        };
+        s.execute(&Command::SetBucketLifecycle {
+            bucket: "b".into(),
+            rules: Some(vec![rule]),
+        })
+        .unwrap();
+        let expire = |now_secs| Command::ExpireObjects {
+            bucket: "b".into(),
+            objects: vec![
+                ("logs/a".into(), seq_a),
+                ("logs/b".into(), seq_b),
+                ("other/c".into(), seq_c),
+            ],
+            resume_after: Some("other/c".into()),
+            day_secs: 10,
+            now_secs,
+        };
+        // Created at 10 s, 1 day of 10 s: due at 30 s.
+        assert_eq!(
+            s.execute(&expire(29)).unwrap(),
+            Response::ObjectsDeleted(vec![false, false, false])
+        );
+        assert_eq!(
+            s.lifecycle("b").unwrap().unwrap().resume_after.as_deref(),
+            Some("other/c")
+        );
+        assert_eq!(
+            s.execute(&expire(30)).unwrap(),
+            Response::ObjectsDeleted(vec![true, false, false])
+        );
+        assert!(s.object("b", "logs/a").unwrap().is_none());
+        assert!(s.deleting(&sha(1)).unwrap().is_some(), "released once");
+        assert_eq!(s.object("b", "logs/b").unwrap().unwrap().sha1, sha(4));
+        assert!(s.object("b", "other/c").unwrap().is_some());
+        // Expired once only: a repeat removes nothing.
+        assert_eq!(
+            s.execute(&expire(30)).unwrap(),
+            Response::ObjectsDeleted(vec![false, false, false])
+        );
+        // Without rules nothing expires.
+        s.execute(&Command::SetBucketLifecycle {
+            bucket: "b".into(),
+            rules: None,
+        })
+        .unwrap();
+        let mut late = expire(1_000);
+        if let Command::ExpireObjects { objects, .. } = &mut late {
+            objects[1].1 = s.object("b", "logs/b").unwrap().unwrap().seq;
+        }
+        assert_eq!(
+            s.execute(&late).unwrap(),
+            Response::ObjectsDeleted(vec![false, false, false])
+        );
+    }
+
+    #[test]
+    fn uploads_in_progress_keep_a_bucket_and_a_new_bucket_inherits_none() {
+        let (_d, s) = store();
+        let create = Command::CreateBucket {
+            bucket: "b".into(),
+            created_ms: 1,
+        };
+        s.execute(&create).unwrap();
+        let upload = UploadRecord {
+            bucket: "b".into(),
+            key: "k".into(),
+            content_type: None,
+            user_meta: Vec::new(),
+            headers: Vec::new(),
+            created_ms: 1,
+        };
+        s.execute(&Command::CreateUpload {
+            upload_id: "u1".into(),
+            upload: upload.clone(),
+        })
+        .unwrap();
+        let part = PartRecord {
+            sha1: sha(5),
+            magic: m(5),
+            size_bytes: 1,
+            md5: [0; 16],
+            crc32: 0,
+            created_ms: 1,
+        };
+        s.execute(&Command::PutPart {
+            upload_id: "u1".into(),
+            part_number: 1,
+            part,
+            source: ContentSource::Stored(PairId(0)),
+            now_secs: 1,
+        })
+        .unwrap();
+        let delete = Command::DeleteBucket { bucket: "b".into() };
+        assert!(matches!(s.execute(&delete), Err(MetaError::BucketNotEmpty)));
+        // An upload left behind by an older gateway (bucket deleted under it): the
+        // bucket's re-creation ends it and releases its part.
+        let txn = s.db().begin_write().unwrap();
+        txn.open_table(BUCKETS).unwrap().remove("b").unwrap();
+        txn.commit().unwrap();
+        s.execute(&create).unwrap();
+        assert!(s.upload("u1").unwrap().is_none());
+        assert!(s.parts("u1").unwrap().is_empty());
+        assert!(s.deleting(&sha(5)).unwrap().is_some());
+        s.execute(&delete).unwrap();
+    }
+
+    #[test]
     fn commands_survive_a_serialization_round_trip() {
         let c = Command::Dec {
             sha1: sha(1),
