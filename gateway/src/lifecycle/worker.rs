@@ -31,10 +31,14 @@ const CURSOR_SAVE_BATCHES: u32 = 16;
 /// Pause after a failed pass (no leader, storage error) before the next.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
-fn now_secs() -> u64 {
+fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn now_secs() -> u64 {
+    now_ms() / 1000
 }
 
 /// What one pass did, for the log.
@@ -144,11 +148,14 @@ impl LifecycleWorker {
                     Ok(out)
                 })
                 .await?;
-            let now = now_secs();
+            let now_ms = now_ms();
+            let now = now_ms / 1000;
             let mut done = 0;
             for (id, upload, rules, bucket_gone) in &batch {
                 let created_secs = upload.created_ms / 1000;
-                let too_old = now.saturating_sub(created_secs) >= self.settings.upload_max_age_secs;
+                // In milliseconds: whole seconds would end an upload up to a second early.
+                let too_old = now_ms.saturating_sub(upload.created_ms)
+                    >= self.settings.upload_max_age_secs.saturating_mul(1000);
                 let by_rule = rules.as_deref().is_some_and(|rules| {
                     rules::upload_abort(rules, &upload.key, created_secs, self.settings.day_secs)
                         .is_some_and(|at| at <= now)
