@@ -15,7 +15,7 @@ use super::tables::{
     self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FileRecord, OBJECT_SEQ,
     OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord,
 };
-use super::{MetaError, filedb};
+use super::{MetaError, filedb, keys};
 
 type Files<'t> = Table<'t, [u8; 20], [u8; 16]>;
 type Deleting<'t> = Table<'t, [u8; 20], [u8; 12]>;
@@ -48,28 +48,21 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             Ok(Response::Pair(*id, record))
         }
         Command::CreateBucket { bucket, created_ms } => {
-            let mut buckets = txn.open_table(BUCKETS)?;
-            if buckets.get(bucket.as_str())?.is_some() {
-                return Err(MetaError::BucketExists);
-            }
-            let bytes = tables::encode_versioned(&BucketRecord {
-                created_ms: *created_ms,
-                cors: None,
-            })?;
-            buckets.insert(bucket.as_str(), bytes.as_slice())?;
-            Ok(Response::Done)
+            create_bucket(txn, bucket, *created_ms, &None)
         }
+        Command::CreateOwnedBucket {
+            bucket,
+            created_ms,
+            owner,
+        } => create_bucket(txn, bucket, *created_ms, owner),
         Command::SetBucketCors { bucket, rules } => {
             let mut buckets = txn.open_table(BUCKETS)?;
-            let mut record: BucketRecord = match buckets.get(bucket.as_str())? {
-                Some(v) => tables::decode_versioned("buckets", v.value())?,
+            let mut record = match buckets.get(bucket.as_str())? {
+                Some(v) => BucketRecord::decode(v.value())?,
                 None => return Err(MetaError::NoSuchBucket),
             };
             record.cors = rules.clone();
-            buckets.insert(
-                bucket.as_str(),
-                tables::encode_versioned(&record)?.as_slice(),
-            )?;
+            buckets.insert(bucket.as_str(), record.encode()?.as_slice())?;
             Ok(Response::Done)
         }
         Command::DeleteBucket { bucket } => {
@@ -85,6 +78,8 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
                 return Err(MetaError::BucketNotEmpty);
             }
             buckets.remove(bucket.as_str())?;
+            // A later bucket of the same name, perhaps another key's, starts with no grants.
+            keys::drop_grants(txn, bucket)?;
             Ok(Response::Done)
         }
         Command::PutObject {
@@ -272,7 +267,48 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             let mut deleting = txn.open_table(DELETING)?;
             dec(&mut files, &mut deleting, sha1, *magic, *now_secs).map(Response::Dec)
         }
+        Command::CreateKey { access_key, record } => {
+            keys::create_key(txn, access_key, record).map(|()| Response::Done)
+        }
+        Command::DeleteKey { access_key } => {
+            keys::delete_key(txn, access_key).map(|()| Response::Done)
+        }
+        Command::SetKeyRights {
+            access_key,
+            bucket,
+            set,
+            clear,
+        } => {
+            check_bucket(txn, bucket)?;
+            keys::change_grant(txn, access_key, bucket, *set, *clear).map(|()| Response::Done)
+        }
     }
+}
+
+/// A new bucket owned by `owner`; an existing one is the caller's (BucketExists) or
+/// another key's (BucketOwnedByAnother), as S3 tells the two apart.
+fn create_bucket(
+    txn: &WriteTransaction,
+    bucket: &str,
+    created_ms: u64,
+    owner: &Option<String>,
+) -> Result<Response, MetaError> {
+    let mut buckets = txn.open_table(BUCKETS)?;
+    if let Some(v) = buckets.get(bucket)? {
+        let existing = BucketRecord::decode(v.value())?;
+        return Err(if existing.owner == *owner {
+            MetaError::BucketExists
+        } else {
+            MetaError::BucketOwnedByAnother
+        });
+    }
+    let record = BucketRecord {
+        created_ms,
+        cors: None,
+        owner: owner.clone(),
+    };
+    buckets.insert(bucket, record.encode()?.as_slice())?;
+    Ok(Response::Done)
 }
 
 fn check_bucket(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {

@@ -24,6 +24,7 @@ use redb::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::super::keys::KEYS;
 use super::super::tables::{
     BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
 };
@@ -151,6 +152,7 @@ macro_rules! for_each_table {
         $m!(6u8, PARTS, $($args)*);
         $m!(7u8, COUNTERS, $($args)*);
         $m!(8u8, RAFT_STATE, $($args)*);
+        $m!(9u8, KEYS, $($args)*);
     }};
 }
 
