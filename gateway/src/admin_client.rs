@@ -46,7 +46,7 @@ impl AdminClient {
         })
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         path: &str,

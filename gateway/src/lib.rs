@@ -12,6 +12,8 @@
 
 pub mod admin;
 pub mod admin_client;
+pub mod admin_keys;
+pub mod admin_keys_client;
 pub mod bearer;
 pub mod catalog;
 pub mod cluster;

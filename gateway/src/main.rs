@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use gateway::admin_client::{AdminClient, ClusterCommand, DiskCommand, PairsCommand, ScrubCommand};
+use gateway::admin_keys_client::KeysCommand;
 use gateway::config::FileConfig;
 use gateway::s3::request_log::RequestLogLevel;
 use gateway::server::connections::{self, ConnectionLimits};
@@ -190,6 +191,11 @@ enum AdminCmd {
     /// Write a consistent snapshot of the metadata (every acknowledged write) to FILE,
     /// while the gateway serves; `gateway restore --from FILE` starts a node from it.
     Backup { file: PathBuf },
+    /// Access keys: create, list, info, delete, allow, deny.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
 }
 
 fn env_token(name: &str) -> Option<String> {
@@ -410,6 +416,7 @@ fn main() -> ExitCode {
                     AdminCmd::Scrub { command } => client.scrub(command).await?,
                     AdminCmd::Disk { command } => client.disk(command).await?,
                     AdminCmd::Cluster { command } => client.cluster(command).await?,
+                    AdminCmd::Keys { command } => client.keys(command).await?,
                     AdminCmd::Backup { file } => {
                         let n = client.backup(&file).await?;
                         format!("wrote {} ({n} bytes)\n", file.display())

@@ -18,7 +18,7 @@ use crate::meta::raft::{self, ClusterConfig, Metadata};
 use crate::meta::{Command, MetaError};
 use crate::store::{Limits, ObjectStore};
 use crate::workers::Workers;
-use crate::{admin, catalog, cluster, native, s3};
+use crate::{admin, admin_keys, catalog, cluster, native, s3};
 
 /// How often disk fill is measured for the pair choice.
 const SPACE_REFRESH_SECS: u64 = 30;
@@ -215,6 +215,18 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/_admin/pairs/{id}/{action}",
             axum::routing::post(admin::pair_action),
         )
+        .route(
+            "/_admin/keys",
+            get(admin_keys::list).post(admin_keys::create),
+        )
+        .route(
+            "/_admin/keys/{key}",
+            get(admin_keys::info).delete(admin_keys::delete),
+        )
+        .route(
+            "/_admin/keys/{key}/{action}",
+            axum::routing::post(admin_keys::grant),
+        )
         .route("/_admin/scrub", get(admin::scrub_status))
         .route("/_admin/unmove", get(admin::unmove_status))
         .route("/_admin/disks/fail", axum::routing::post(admin::fail_disk))
@@ -226,11 +238,33 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback_service(s3_api)
 }
 
+/// The data folder holds the secrets of the access keys (`meta.redb`, `raft.redb`,
+/// snapshots) and the bootstrap `credentials`: a folder this process creates is its
+/// user's only (0700); an existing one others can read is left as the operator set it,
+/// with a warning.
+fn protect_data_dir(dir: &std::path::Path, fresh: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if fresh {
+        return std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    }
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            dir = %dir.display(),
+            mode = format!("{:o}", mode & 0o777),
+            "the data folder holds access key secrets and is open to other users; chmod 700 it"
+        );
+    }
+    Ok(())
+}
+
 /// Runs the gateway until SIGINT or SIGTERM.
 pub async fn serve(config: Config) -> Result<(), ServeError> {
     let io_err = |e| ServeError::DataDir(config.data_dir.clone(), e);
+    let fresh = !config.data_dir.exists();
     std::fs::create_dir_all(&config.data_dir).map_err(io_err)?;
     let data_dir = config.data_dir.canonicalize().map_err(io_err)?;
+    protect_data_dir(&data_dir, fresh).map_err(io_err)?;
     if config.cluster.is_some() {
         if config.pairs.is_empty() {
             return Err(ServeError::ClusterWithoutPairs);

@@ -15,7 +15,7 @@ use super::tables::{
     self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FileRecord, OBJECT_SEQ,
     OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord,
 };
-use super::{MetaError, filedb, lifecycle, native_refs};
+use super::{MetaError, filedb, keys, lifecycle, native_refs};
 
 type Files<'t> = Table<'t, [u8; 20], [u8; 16]>;
 type Deleting<'t> = Table<'t, [u8; 20], [u8; 12]>;
@@ -48,35 +48,21 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             Ok(Response::Pair(*id, record))
         }
         Command::CreateBucket { bucket, created_ms } => {
-            let mut buckets = txn.open_table(BUCKETS)?;
-            if buckets.get(bucket.as_str())?.is_some() {
-                return Err(MetaError::BucketExists);
-            }
-            let bytes = tables::encode_versioned(&BucketRecord {
-                created_ms: *created_ms,
-                cors: None,
-            })?;
-            buckets.insert(bucket.as_str(), bytes.as_slice())?;
-            drop(buckets);
-            // Uploads left by a bucket deleted before DeleteBucket refused them: a new
-            // bucket of the same name must not inherit them.
-            for upload_id in lifecycle::uploads_of(txn, bucket)? {
-                drop_upload(txn, &upload_id, created_ms / 1000)?;
-            }
-            lifecycle::forget(txn, bucket)?;
-            Ok(Response::Done)
+            create_bucket(txn, bucket, *created_ms, &None)
         }
+        Command::CreateOwnedBucket {
+            bucket,
+            created_ms,
+            owner,
+        } => create_bucket(txn, bucket, *created_ms, owner),
         Command::SetBucketCors { bucket, rules } => {
             let mut buckets = txn.open_table(BUCKETS)?;
-            let mut record: BucketRecord = match buckets.get(bucket.as_str())? {
-                Some(v) => tables::decode_versioned("buckets", v.value())?,
+            let mut record = match buckets.get(bucket.as_str())? {
+                Some(v) => BucketRecord::decode(v.value())?,
                 None => return Err(MetaError::NoSuchBucket),
             };
             record.cors = rules.clone();
-            buckets.insert(
-                bucket.as_str(),
-                tables::encode_versioned(&record)?.as_slice(),
-            )?;
+            buckets.insert(bucket.as_str(), record.encode()?.as_slice())?;
             Ok(Response::Done)
         }
         Command::DeleteBucket { bucket } => {
@@ -98,6 +84,8 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             }
             buckets.remove(bucket.as_str())?;
             lifecycle::forget(txn, bucket)?;
+            // A later bucket of the same name, perhaps another key's, starts with no grants.
+            keys::drop_grants(txn, bucket)?;
             Ok(Response::Done)
         }
         Command::PutObject {
@@ -326,11 +314,59 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             }
             Ok(Response::ObjectsDeleted(due))
         }
+        Command::CreateKey { access_key, record } => {
+            keys::create_key(txn, access_key, record).map(|()| Response::Done)
+        }
+        Command::DeleteKey { access_key } => {
+            keys::delete_key(txn, access_key).map(|()| Response::Done)
+        }
+        Command::SetKeyRights {
+            access_key,
+            bucket,
+            set,
+            clear,
+        } => {
+            check_bucket(txn, bucket)?;
+            keys::change_grant(txn, access_key, bucket, *set, *clear).map(|()| Response::Done)
+        }
     }
 }
 
 /// Bound on the keys of one `ExpireObjects` (as DeleteObjects): one transaction stays short.
 pub const EXPIRE_KEYS_MAX: usize = 1000;
+
+/// A new bucket owned by `owner`; an existing one is the caller's (BucketExists) or
+/// another key's (BucketOwnedByAnother), as S3 tells the two apart.
+fn create_bucket(
+    txn: &WriteTransaction,
+    bucket: &str,
+    created_ms: u64,
+    owner: &Option<String>,
+) -> Result<Response, MetaError> {
+    let mut buckets = txn.open_table(BUCKETS)?;
+    if let Some(v) = buckets.get(bucket)? {
+        let existing = BucketRecord::decode(v.value())?;
+        return Err(if existing.owner == *owner {
+            MetaError::BucketExists
+        } else {
+            MetaError::BucketOwnedByAnother
+        });
+    }
+    let record = BucketRecord {
+        created_ms,
+        cors: None,
+        owner: owner.clone(),
+    };
+    buckets.insert(bucket, record.encode()?.as_slice())?;
+    drop(buckets);
+    // Uploads left by a bucket deleted before DeleteBucket refused them: a new bucket of
+    // the same name must not inherit them.
+    for upload_id in lifecycle::uploads_of(txn, bucket)? {
+        drop_upload(txn, &upload_id, created_ms / 1000)?;
+    }
+    lifecycle::forget(txn, bucket)?;
+    Ok(Response::Done)
+}
 
 fn check_bucket(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
     match txn.open_table(BUCKETS)?.get(bucket)? {

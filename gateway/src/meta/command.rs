@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::lifecycle::rules::LifecycleRule;
 
+use super::keys::{KeyRecord, Rights};
 use super::tables::{CorsRule, FileRecord, ObjectRecord, PartRecord, UploadRecord};
 
 /// Where the content of a new reference is.
@@ -175,6 +176,45 @@ pub enum Command {
         day_secs: u64,
         now_secs: u64,
     },
+    /// Adds an access key (id and secret chosen by the caller, so `apply` stays
+    /// deterministic); refused if the id exists or [`super::keys::KEYS_MAX`] is reached.
+    CreateKey {
+        access_key: String,
+        record: KeyRecord,
+    },
+    /// Removes an access key: its next request is refused. Buckets it owns stay (the
+    /// bootstrap key and keys granted rights still reach them).
+    DeleteKey {
+        access_key: String,
+    },
+    /// Sets then clears rights of a key on an existing bucket.
+    SetKeyRights {
+        access_key: String,
+        bucket: String,
+        set: Rights,
+        clear: Rights,
+    },
+    /// Creates a bucket owned by `owner` (`None`: the bootstrap key). `CreateBucket`
+    /// stays for log entries written before owners, as a bucket of the bootstrap key.
+    CreateOwnedBucket {
+        bucket: String,
+        created_ms: u64,
+        owner: Option<String>,
+    },
+}
+
+impl Command {
+    /// Whether applying the command may change the `keys` table, whose in-memory copy
+    /// must then be reloaded. DeleteBucket drops the bucket's grants.
+    pub fn touches_keys(&self) -> bool {
+        matches!(
+            self,
+            Command::CreateKey { .. }
+                | Command::DeleteKey { .. }
+                | Command::SetKeyRights { .. }
+                | Command::DeleteBucket { .. }
+        )
+    }
 }
 
 /// What a `dec` did to the content's record.
