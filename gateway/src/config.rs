@@ -66,6 +66,8 @@ pub struct FileConfig {
     pub presigned_v2_expires_max_secs: Option<u64>,
     /// Level of the per-S3-request log line: off, error, warn, info (default), debug.
     pub request_log_level: Option<crate::s3::request_log::RequestLogLevel>,
+    /// Seconds between two scans behind `gateway_stored_*` (default 30).
+    pub stats_scan_secs: Option<u64>,
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
     /// The cluster secret (`GATEWAY_CLUSTER_SECRET` wins; also accepted in `[cluster]`).

@@ -12,10 +12,12 @@
 
 pub mod admin;
 pub mod admin_client;
+pub mod admin_progress;
 pub mod bearer;
 pub mod catalog;
 pub mod cluster;
 pub mod config;
+pub mod config_example;
 pub mod credentials;
 pub mod fsck;
 pub mod meta;
@@ -24,4 +26,5 @@ pub mod native;
 pub mod s3;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod workers;

@@ -53,6 +53,12 @@ enum Cmd {
         #[arg(long, default_value = "./data")]
         data: PathBuf,
     },
+    /// The configuration file: `example` prints a complete one, every setting with its
+    /// default and a comment.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCmd,
+    },
     /// Operate a running gateway through its admin API (token from GATEWAY_ADMIN_TOKEN).
     Admin {
         /// The gateway's address.
@@ -155,6 +161,10 @@ struct ServeArgs {
     /// bytes in and out, duration), or off [default: info]
     #[arg(long, value_enum)]
     request_log_level: Option<RequestLogLevel>,
+    /// Seconds between two scans of the metadata behind gateway_stored_* (a scan also
+    /// waits at least 4 times its own duration) [default: 30]
+    #[arg(long)]
+    stats_scan_secs: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -182,6 +192,12 @@ enum AdminCmd {
     /// Write a consistent snapshot of the metadata (every acknowledged write) to FILE,
     /// while the gateway serves; `gateway restore --from FILE` starts a node from it.
     Backup { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Print a complete configuration file (TOML) with every setting and its default.
+    Example,
 }
 
 fn env_token(name: &str) -> Option<String> {
@@ -239,6 +255,12 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
     Ok(Config {
         cluster,
         snapshot_logs,
+        stats: gateway::telemetry::stored::Settings {
+            interval_secs: args
+                .stats_scan_secs
+                .or(file.stats_scan_secs)
+                .unwrap_or(gateway::telemetry::stored::Settings::default().interval_secs),
+        },
         request_log: args
             .request_log_level
             .or(file.request_log_level)
@@ -392,6 +414,12 @@ fn main() -> ExitCode {
                 print!("{out}");
                 Ok(())
             })
+        }
+        Cmd::Config {
+            command: ConfigCmd::Example,
+        } => {
+            print!("{}", gateway::config_example::text());
+            Ok(())
         }
         Cmd::Restore { from, data } => match gateway::meta::raft::restore(&from, &data) {
             Ok(report) => {

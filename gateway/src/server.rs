@@ -54,6 +54,8 @@ pub struct Config {
     pub connections: ConnectionLimits,
     /// `--request-log-level`: the level of the per-request log line, or off.
     pub request_log: s3::request_log::RequestLogLevel,
+    /// `--stats-scan-secs`: how often the stored-bytes scan behind `gateway_stored_*` runs.
+    pub stats: crate::telemetry::stored::Settings,
 }
 
 /// Everything a request handler needs.
@@ -75,6 +77,8 @@ pub struct AppState {
     pub cluster_secret: Option<String>,
     /// `--request-log-level`: the level of the per-request log line, or off.
     pub request_log: s3::request_log::RequestLogLevel,
+    /// Request counters, recent errors and the cached stored-bytes scan.
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -215,6 +219,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_admin/unmove", get(admin::unmove_status))
         .route("/_admin/disks/fail", axum::routing::post(admin::fail_disk))
         .route("/_metrics", get(admin::metrics))
+        .route("/_status", get(admin::status))
         .with_state(state.clone())
         .merge(native::router(state.clone()))
         .merge(cluster::router(state.clone()))
@@ -265,6 +270,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         workers: Workers::new(config.valkyrie.clone(), true),
         cluster_secret: config.cluster.as_ref().map(|c| c.secret.clone()),
         request_log: config.request_log,
+        telemetry: Default::default(),
     });
     if let Err(e) = state.store.reload_pairs().await {
         tracing::warn!(error = ?e, "loading PairDB");
@@ -318,6 +324,11 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             }
         });
     }
+    tokio::spawn(state.telemetry.stats.clone().run(
+        state.store.meta_store().clone(),
+        state.store.pair_table().clone(),
+        config.stats,
+    ));
     if let Origin::Generated = origin {
         println!(
             "generated credentials (stored in {}, shown only once):\n  access key: {}\n  secret key: {}",

@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod nginx;
+pub mod prom;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;

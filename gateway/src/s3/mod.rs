@@ -14,6 +14,7 @@ pub mod cors;
 pub mod error;
 mod multipart;
 mod object;
+pub mod operation;
 pub mod request;
 pub mod request_log;
 mod settings;
