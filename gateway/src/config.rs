@@ -70,6 +70,8 @@ pub struct FileConfig {
     pub lifecycle_day_secs: Option<u64>,
     /// Age at which a multipart upload is aborted, rule or not (default 7 days).
     pub upload_max_age_secs: Option<u64>,
+    /// Seconds between two scans behind `gateway_stored_*` (default 30).
+    pub stats_scan_secs: Option<u64>,
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
     /// The cluster secret (`GATEWAY_CLUSTER_SECRET` wins; also accepted in `[cluster]`).

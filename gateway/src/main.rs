@@ -54,6 +54,12 @@ enum Cmd {
         #[arg(long, default_value = "./data")]
         data: PathBuf,
     },
+    /// The configuration file: `example` prints a complete one, every setting with its
+    /// default and a comment.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCmd,
+    },
     /// Operate a running gateway through its admin API (token from GATEWAY_ADMIN_TOKEN).
     Admin {
         /// The gateway's address.
@@ -164,6 +170,10 @@ struct ServeArgs {
     /// with or without a lifecycle rule [default: 604800 = 7 days]
     #[arg(long)]
     upload_max_age_secs: Option<u64>,
+    /// Seconds between two scans of the metadata behind gateway_stored_* (a scan also
+    /// waits at least 4 times its own duration) [default: 30]
+    #[arg(long)]
+    stats_scan_secs: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -196,6 +206,12 @@ enum AdminCmd {
         #[command(subcommand)]
         command: KeysCommand,
     },
+}
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Print a complete configuration file (TOML) with every setting and its default.
+    Example,
 }
 
 fn env_token(name: &str) -> Option<String> {
@@ -271,6 +287,12 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
         lifecycle,
         cluster,
         snapshot_logs,
+        stats: gateway::telemetry::stored::Settings {
+            interval_secs: args
+                .stats_scan_secs
+                .or(file.stats_scan_secs)
+                .unwrap_or(gateway::telemetry::stored::Settings::default().interval_secs),
+        },
         request_log: args
             .request_log_level
             .or(file.request_log_level)
@@ -425,6 +447,12 @@ fn main() -> ExitCode {
                 print!("{out}");
                 Ok(())
             })
+        }
+        Cmd::Config {
+            command: ConfigCmd::Example,
+        } => {
+            print!("{}", gateway::config_example::text());
+            Ok(())
         }
         Cmd::Restore { from, data } => match gateway::meta::raft::restore(&from, &data) {
             Ok(report) => {

@@ -56,6 +56,8 @@ pub struct Config {
     pub request_log: s3::request_log::RequestLogLevel,
     /// `--lifecycle-day-secs`, `--upload-max-age-secs`.
     pub lifecycle: crate::lifecycle::Settings,
+    /// `--stats-scan-secs`: how often the stored-bytes scan behind `gateway_stored_*` runs.
+    pub stats: crate::telemetry::stored::Settings,
 }
 
 /// Everything a request handler needs.
@@ -79,6 +81,8 @@ pub struct AppState {
     pub request_log: s3::request_log::RequestLogLevel,
     /// Lifecycle settings (the length of a lifecycle day for `x-amz-expiration`).
     pub lifecycle: crate::lifecycle::Settings,
+    /// Request counters, recent errors and the cached stored-bytes scan.
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -231,6 +235,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_admin/unmove", get(admin::unmove_status))
         .route("/_admin/disks/fail", axum::routing::post(admin::fail_disk))
         .route("/_metrics", get(admin::metrics))
+        .route("/_status", get(admin::status))
         .with_state(state.clone())
         .merge(native::router(state.clone()))
         .merge(cluster::router(state.clone()))
@@ -304,6 +309,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         cluster_secret: config.cluster.as_ref().map(|c| c.secret.clone()),
         request_log: config.request_log,
         lifecycle: config.lifecycle.clone(),
+        telemetry: Default::default(),
     });
     if let Err(e) = state.store.reload_pairs().await {
         tracing::warn!(error = ?e, "loading PairDB");
@@ -358,6 +364,11 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             }
         });
     }
+    tokio::spawn(state.telemetry.stats.clone().run(
+        state.store.meta_store().clone(),
+        state.store.pair_table().clone(),
+        config.stats,
+    ));
     if let Origin::Generated = origin {
         println!(
             "generated credentials (stored in {}, shown only once):\n  access key: {}\n  secret key: {}",

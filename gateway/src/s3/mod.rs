@@ -16,6 +16,7 @@ pub mod error;
 pub mod lifecycle;
 mod multipart;
 mod object;
+pub mod operation;
 pub mod request;
 pub mod request_log;
 mod settings;
