@@ -18,6 +18,8 @@ pub mod cluster;
 pub mod config;
 pub mod credentials;
 pub mod fsck;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod meta;
 pub mod multipart;
 pub mod native;

@@ -7,13 +7,13 @@
 
 pub mod auth;
 mod body_check;
-mod bucket;
+pub(crate) mod bucket;
 pub mod checksum;
 pub mod chunked;
 pub mod cors;
 pub mod error;
-mod multipart;
-mod object;
+pub(crate) mod multipart;
+pub(crate) mod object;
 pub mod request;
 pub mod request_log;
 mod settings;
