@@ -28,8 +28,13 @@ pub struct HashRates {
     pub sha1: f64,
     pub md5: f64,
     pub crc32: f64,
-    /// One pass computing SHA-1, MD5 and CRC32 of each chunk, as the gateway's PUT does.
+    /// SHA-1 with collision detection (sha1dc, mitigating), the gateway's content name.
+    pub sha1dc: f64,
+    /// One pass computing SHA-1 (with collision detection), MD5 and CRC32 of each chunk,
+    /// as the gateway's PUT does.
     pub combined: f64,
+    /// The same pass with plain SHA-1: what the collision detection costs the pass.
+    pub combined_plain: f64,
 }
 
 const CHUNK: usize = 1 << 20;
@@ -74,7 +79,25 @@ pub fn hash_rates(len: usize, rng: &mut Rng) -> HashRates {
         }
         h.finalize() as u64
     });
+    let sha1dc = best(&|b| {
+        let mut h = sha1dc::mitigate::Hasher::new();
+        for c in b.chunks(HASH_CHUNK) {
+            h.update(c);
+        }
+        h.finalize().unwrap_or_else(|m| m.digest()).as_bytes()[0] as u64
+    });
     let combined = best(&|b| {
+        let mut s = sha1dc::mitigate::Hasher::new();
+        let (mut m, mut c) = (md5::Md5::new(), crc32fast::Hasher::new());
+        for chunk in b.chunks(HASH_CHUNK) {
+            s.update(chunk);
+            m.update(chunk);
+            c.update(chunk);
+        }
+        let s = s.finalize().unwrap_or_else(|m| m.digest());
+        s.as_bytes()[0] as u64 ^ m.finalize()[0] as u64 ^ c.finalize() as u64
+    });
+    let combined_plain = best(&|b| {
         let (mut s, mut m, mut c) = (sha1::Sha1::new(), md5::Md5::new(), crc32fast::Hasher::new());
         for chunk in b.chunks(HASH_CHUNK) {
             s.update(chunk);
@@ -87,7 +110,9 @@ pub fn hash_rates(len: usize, rng: &mut Rng) -> HashRates {
         sha1,
         md5,
         crc32,
+        sha1dc,
         combined,
+        combined_plain,
     }
 }
 

@@ -18,7 +18,6 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use placement::{Disk, PairId, Sha1};
-use sha1::Digest as _;
 
 use crate::meta::native_refs::NativeRefs;
 use crate::meta::{MetaError, MetaStore};
@@ -102,7 +101,7 @@ impl fmt::Display for Report {
 
 fn sha1_of_file(path: &Path) -> std::io::Result<Sha1> {
     let mut file = std::fs::File::open(path)?;
-    let mut h = sha1::Sha1::new();
+    let mut h = placement::NameHasher::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = file.read(&mut buf)?;
@@ -111,7 +110,7 @@ fn sha1_of_file(path: &Path) -> std::io::Result<Sha1> {
         }
         h.update(&buf[..n]);
     }
-    Ok(Sha1(h.finalize().into()))
+    Ok(h.finish().sha1)
 }
 
 /// The bytes of a copy through its backend (local or WebDAV).
@@ -143,7 +142,7 @@ fn read_copy(rt: &tokio::runtime::Runtime, disk: &Disk, sha1: &Sha1) -> Result<S
     let bytes = rt
         .block_on(disk.read_all(sha1))
         .map_err(|e| e.to_string())?;
-    Ok(Sha1(sha1::Sha1::digest(&bytes).into()))
+    Ok(placement::NameHasher::name_of(&bytes))
 }
 
 pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {

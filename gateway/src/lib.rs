@@ -22,6 +22,8 @@ pub mod config;
 pub mod config_example;
 pub mod credentials;
 pub mod fsck;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 pub mod lifecycle;
 pub mod meta;
 pub mod multipart;

@@ -12,7 +12,7 @@
 //! | call | answer |
 //! |---|---|
 //! | `POST /_files/<sha1>/inc?magic=M` | 200 `{"refs":N}`, 404 if not stored |
-//! | `PUT /_files/<sha1>?magic=M` + body | 200 `{"refs":N}`; 400 and nothing stored if the body does not hash to sha1 |
+//! | `PUT /_files/<sha1>?magic=M` + body | 200 `{"refs":N}`; 400 and nothing stored if the body does not hash to sha1 (for a body that carries a SHA-1 collision attack: its collision-safe name, given in the 400) |
 //! | `POST /_files/<sha1>/dec?magic=M` | 200 `{"refs":N,"state":"live"\|"deleting"\|"do_not_delete"}`, 404 if not stored |
 //! | `GET /_files/<sha1>?size=S&crc32=C` | the bytes if the file has that size and CRC32 (8 hex digits), 409 if not, 404 if not stored |
 
@@ -194,12 +194,20 @@ async fn upload(
         })?;
     // The sha1 is checked as the body streams by; a mismatch stores nothing.
     if staged.digests.sha1 != sha1 {
-        let got = staged.digests.sha1;
+        let got = staged.digests;
         staged.discard().await;
-        return Err(NativeError::new(
-            StatusCode::BAD_REQUEST,
-            format!("body hashes to {got}, not {sha1}"),
-        ));
+        // A body carrying a collision attack is named by its mitigated digest, never by
+        // the SHA-1 it shares with its twin: the back end must keep that name instead.
+        let message = if got.collision_attack {
+            format!(
+                "body carries a SHA-1 collision attack: it is stored only under its \
+                 collision-safe name {}, not {sha1}",
+                got.sha1
+            )
+        } else {
+            format!("body hashes to {}, not {sha1}", got.sha1)
+        };
+        return Err(NativeError::new(StatusCode::BAD_REQUEST, message));
     }
     let command = |source| match source {
         ContentSource::Existing => Command::Inc { sha1, magic },

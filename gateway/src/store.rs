@@ -23,7 +23,6 @@ use placement::pairdb::PairTable;
 use placement::read::{self, BadCopies, Expect, VERIFY_BEFORE_SEND_BYTES_MAX};
 use placement::write::{self, StagedUpload, WriteError};
 use placement::{ContentHasher, Digests, Disk, Magic, PairId, PairRecord, Sha1};
-use sha1::Digest as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::meta::raft::Metadata;
@@ -773,6 +772,11 @@ impl ObjectStore {
         command: impl Fn(ContentSource) -> Command,
     ) -> Result<T, CommitError> {
         let sha1 = staged.digests.sha1;
+        if staged.digests.collision_attack {
+            // Named by its mitigated digest (see placement::digest): it deduplicates only
+            // against the same bytes, never against its twin. Worth an operator's look.
+            tracing::warn!(%sha1, "body carries a SHA-1 collision attack; stored under its collision-safe name");
+        }
         let mut lost_on = None;
         if let Some(file) = self.file_local(sha1).await? {
             if self
@@ -1148,7 +1152,7 @@ impl ObjectStore {
         for i in self.bad_copies.read_order(sha1, &disks) {
             let disk = &disks[i];
             match disk.read_all(&sha1).await {
-                Ok(bytes) if Sha1(sha1::Sha1::digest(&bytes).into()) == sha1 => {
+                Ok(bytes) if placement::NameHasher::name_of(&bytes) == sha1 => {
                     let matches = bytes.len() as u64 == guard.size_bytes
                         && crc32fast::hash(&bytes) == guard.crc32;
                     return Ok(matches.then(|| ReadBody::Buffered(bytes).holding(share)));

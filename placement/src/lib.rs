@@ -19,7 +19,7 @@ pub mod read;
 pub mod vocab;
 pub mod write;
 
-pub use digest::{ContentHasher, Digests};
+pub use digest::{ContentHasher, ContentName, Digests, NameHasher};
 pub use disk::{Disk, DiskError};
 pub use pairdb::{PairFlags, PairRecord};
 pub use vocab::{DiskRef, Magic, PairId, Sha1, VocabError};

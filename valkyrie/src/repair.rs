@@ -16,7 +16,6 @@ use bytes::Bytes;
 use futures_util::StreamExt as _;
 use placement::disk::TempWriter;
 use placement::{Disk, DiskError, Sha1};
-use sha1::Digest as _;
 
 use crate::catalog::Catalog;
 use crate::error::ValkyrieError;
@@ -104,7 +103,9 @@ impl<C: Catalog> Worker<C> {
         mut sink: Option<&mut TempWriter>,
     ) -> Result<Option<String>, ValkyrieError> {
         let mut stream = from.read_range(sha1, 0, size_bytes).await?;
-        let mut hasher = sha1::Sha1::new();
+        // The name hasher, not plain SHA-1: a body carrying a collision attack is named by
+        // its mitigated digest.
+        let mut hasher = placement::NameHasher::new();
         let mut seen_bytes = 0u64;
         while let Some(chunk) = stream.next().await {
             let chunk: Bytes = chunk
@@ -121,7 +122,7 @@ impl<C: Catalog> Worker<C> {
                 "{seen_bytes} bytes where {size_bytes} were expected"
             )));
         }
-        let got = Sha1(hasher.finalize().into());
+        let got = hasher.finish().sha1;
         if got != *sha1 {
             return Ok(Some(format!("the bytes hash to {got}")));
         }

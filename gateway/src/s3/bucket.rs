@@ -223,17 +223,32 @@ const DELETE_KEYS_MAX: usize = 1000;
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct DeleteBody {
+pub(crate) struct DeleteBody {
     #[serde(default)]
-    quiet: bool,
+    pub(crate) quiet: bool,
     #[serde(default, rename = "Object")]
-    objects: Vec<DeleteKey>,
+    pub(crate) objects: Vec<DeleteKey>,
 }
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
-struct DeleteKey {
-    key: String,
+pub(crate) struct DeleteKey {
+    pub(crate) key: String,
+}
+
+/// A DeleteObjects body: 1 to [`DELETE_KEYS_MAX`] keys.
+pub(crate) fn parse_delete(text: &str) -> Result<DeleteBody, S3Error> {
+    let malformed = || {
+        S3Error::new(
+            ErrorCode::MalformedXML,
+            "The XML you provided was not well-formed or did not validate against our published schema",
+        )
+    };
+    let parsed: DeleteBody = quick_xml::de::from_str(text).map_err(|_| malformed())?;
+    if parsed.objects.is_empty() || parsed.objects.len() > DELETE_KEYS_MAX {
+        return Err(malformed());
+    }
+    Ok(parsed)
 }
 
 /// DeleteObjects: up to 1000 keys in one request and one metadata transaction.
@@ -252,16 +267,7 @@ pub async fn delete_objects(
             "The Content-MD5 you specified did not match what we received.",
         ));
     }
-    let malformed = || {
-        S3Error::new(
-            ErrorCode::MalformedXML,
-            "The XML you provided was not well-formed or did not validate against our published schema",
-        )
-    };
-    let parsed: DeleteBody = quick_xml::de::from_str(&text).map_err(|_| malformed())?;
-    if parsed.objects.is_empty() || parsed.objects.len() > DELETE_KEYS_MAX {
-        return Err(malformed());
-    }
+    let parsed = parse_delete(&text)?;
     app.store.bucket(bucket).await?;
     let mut w = XmlWriter::new();
     w.open_root("DeleteResult");

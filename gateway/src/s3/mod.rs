@@ -8,14 +8,14 @@
 pub mod access;
 pub mod auth;
 mod body_check;
-mod bucket;
+pub(crate) mod bucket;
 pub mod checksum;
 pub mod chunked;
 pub mod cors;
 pub mod error;
 pub mod lifecycle;
-mod multipart;
-mod object;
+pub(crate) mod multipart;
+pub(crate) mod object;
 pub mod operation;
 pub mod request;
 pub mod request_log;

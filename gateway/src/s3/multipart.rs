@@ -159,6 +159,21 @@ struct CompletePart {
     etag: String,
 }
 
+/// The parts a CompleteMultipartUpload body lists, in its order.
+pub(crate) fn parse_complete(text: &str) -> Result<Vec<PartRef>, S3Error> {
+    let parsed: CompleteBody = quick_xml::de::from_str(text).map_err(|_| {
+        S3Error::new(ErrorCode::MalformedXML, "The XML you provided was not well-formed or did not validate against our published schema")
+    })?;
+    Ok(parsed
+        .parts
+        .into_iter()
+        .map(|p| PartRef {
+            number: p.part_number,
+            etag: p.etag,
+        })
+        .collect())
+}
+
 pub async fn complete(
     app: &AppState,
     bucket: &str,
@@ -168,17 +183,7 @@ pub async fn complete(
 ) -> Result<Response, S3Error> {
     let id = upload_id(q)?.to_string();
     let text = read_xml_body(req.into_body(), COMPLETE_BODY_BYTES_MAX).await?;
-    let parsed: CompleteBody = quick_xml::de::from_str(&text).map_err(|_| {
-        S3Error::new(ErrorCode::MalformedXML, "The XML you provided was not well-formed or did not validate against our published schema")
-    })?;
-    let parts = parsed
-        .parts
-        .into_iter()
-        .map(|p| PartRef {
-            number: p.part_number,
-            etag: p.etag,
-        })
-        .collect();
+    let parts = parse_complete(&text)?;
     let record = app.store.complete_upload(bucket, key, &id, parts).await?;
     let mut w = XmlWriter::new();
     w.open_root("CompleteMultipartUploadResult");

@@ -1,0 +1,254 @@
+//! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`; not part of the API).
+//!
+//! Each function feeds arbitrary bytes to one parser that a client reaches before any
+//! authentication or that reads what the disk gives back, and checks what must hold of
+//! its answer. A panic here is a bug: the fuzzer reports it, and the fix gets a unit test
+//! in the parser's module. Everything runs synchronously and is bounded by the input.
+
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use http::{HeaderMap, HeaderValue, Method, Uri};
+
+use crate::meta::{
+    BucketRecord, Command, DeletingRecord, FileRecord, ObjectRecord, PartRecord, UploadRecord,
+};
+use crate::s3::chunked::{self, ChunkMode};
+use crate::s3::sigv4::{self, SigningContext};
+use crate::s3::{cors, sigv2};
+
+/// One fuzz target: arbitrary bytes in, a panic on a bug.
+pub type Target = fn(&[u8]);
+
+/// Every target by the name of its binary in `fuzz/fuzz_targets/` and its corpus folder.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("sigv4_authorization", sigv4_authorization),
+    ("presigned_query", presigned_query),
+    ("aws_chunked", aws_chunked),
+    ("complete_multipart_xml", complete_multipart_xml),
+    ("delete_objects_xml", delete_objects_xml),
+    ("cors_xml", cors_xml),
+    ("range", range),
+    ("command", command),
+    ("records", records),
+];
+
+const ACCESS_KEY: &str = "AKIDFUZZ";
+const SECRET: &str = "fuzz-secret";
+const REGION: &str = "us-east-1";
+/// The request time of every fuzzed request: the `x-amz-date` below, so that a parse that
+/// gets through reaches the signature check.
+const AMZ_DATE: &str = "20260101T000000Z";
+const NOW_SECS: u64 = 1_767_225_600;
+
+fn now() -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(NOW_SECS)
+}
+
+fn secret_for(key: &str) -> Option<String> {
+    (key == ACCESS_KEY).then(|| SECRET.to_string())
+}
+
+fn base_headers() -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(
+        http::header::HOST,
+        HeaderValue::from_static("127.0.0.1:9000"),
+    );
+    h.insert("x-amz-date", HeaderValue::from_static(AMZ_DATE));
+    h.insert(
+        "x-amz-content-sha256",
+        HeaderValue::from_static("UNSIGNED-PAYLOAD"),
+    );
+    h
+}
+
+/// A SigV4 `Authorization` header of arbitrary bytes.
+pub fn sigv4_authorization(data: &[u8]) {
+    let Ok(value) = HeaderValue::from_bytes(data) else {
+        return;
+    };
+    let mut headers = base_headers();
+    headers.insert(http::header::AUTHORIZATION, value);
+    let uri = Uri::from_static("/bkt/key");
+    for region in [Some(REGION), None] {
+        let _ = sigv4::verify(&Method::PUT, &uri, &headers, secret_for, now(), region);
+    }
+}
+
+/// A request target whose query is arbitrary: SigV4 presigned (`X-Amz-*`) and SigV2
+/// presigned (`AWSAccessKeyId`, `Signature`, `Expires`) parameters.
+pub fn presigned_query(data: &[u8]) {
+    let Ok(query) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(uri) = Uri::try_from(format!("/bkt/key?{query}")) else {
+        return;
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::HOST,
+        HeaderValue::from_static("127.0.0.1:9000"),
+    );
+    let _ = sigv4::verify(
+        &Method::GET,
+        &uri,
+        &headers,
+        secret_for,
+        now(),
+        Some(REGION),
+    );
+    if sigv2::is_presigned_v2(&uri) {
+        for host_bucket in [None, Some("bkt")] {
+            let check = sigv2::Presigned {
+                host_bucket,
+                now_secs: NOW_SECS,
+                expires_max_secs: 604_800,
+            };
+            let _ = sigv2::verify_presigned(&Method::GET, &uri, &headers, secret_for, check);
+        }
+    }
+}
+
+/// An `aws-chunked` body. The first byte picks the mode (unsigned with trailers, signed,
+/// signed with trailers) and whether a decoded length is announced; the second how the
+/// rest is cut into the pieces the network would deliver.
+pub fn aws_chunked(data: &[u8]) {
+    let [flags, cut, body @ ..] = data else {
+        return;
+    };
+    let context = || {
+        SigningContext::new(SECRET, AMZ_DATE, REGION, &"0".repeat(64))
+            .unwrap_or_else(|e| panic!("a fixed signing context: {e}"))
+    };
+    let mode = match flags % 3 {
+        0 => ChunkMode::UnsignedTrailer,
+        1 => ChunkMode::Signed(context()),
+        _ => ChunkMode::SignedTrailer(context()),
+    };
+    // Bit 2: announce a decoded length (half the body, rarely right: the check must fire).
+    let decoded_length = (flags & 0b100 != 0).then_some(body.len() as u64 / 2);
+    let piece = usize::from(*cut).max(1);
+    let pieces: Vec<Result<Bytes, std::io::Error>> = body
+        .chunks(piece)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    let (mut stream, trailers) =
+        chunked::decode(futures_util::stream::iter(pieces), mode, decoded_length);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut data_bytes = 0usize;
+    // Every poll consumes input or ends the stream: a bound well above what it needs.
+    for _ in 0..=body.len() + 2 {
+        match Pin::new(&mut stream).poll_next(&mut cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                data_bytes += chunk.len();
+                assert!(data_bytes <= body.len(), "more data out than body in");
+            }
+            Poll::Ready(Some(Err(_))) => return,
+            Poll::Ready(None) => {
+                if let Some(n) = decoded_length {
+                    assert_eq!(data_bytes as u64, n, "a decoded length was not enforced");
+                }
+                let _ = trailers.take();
+                return;
+            }
+            Poll::Pending => panic!("a decoder over a ready body is pending"),
+        }
+    }
+    panic!("the decoder neither ended nor failed within its bound");
+}
+
+/// A CompleteMultipartUpload body.
+pub fn complete_multipart_xml(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = crate::s3::multipart::parse_complete(text);
+    }
+}
+
+/// A DeleteObjects body: an accepted one names 1 to 1000 keys.
+pub fn delete_objects_xml(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data)
+        && let Ok(body) = crate::s3::bucket::parse_delete(text)
+    {
+        assert!((1..=1000).contains(&body.objects.len()));
+    }
+}
+
+/// A PutBucketCors body, and the rules it yields matched against an origin.
+pub fn cors_xml(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data)
+        && let Ok(rules) = cors::parse_rules(text)
+    {
+        let _ = cors::matching_rule(&rules, "https://example.com", "GET", &["x-amz-date"]);
+    }
+}
+
+/// A `Range` header, resolved against object sizes around its own numbers.
+pub fn range(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Some(spec) = crate::s3::object::parse_range(text) else {
+        return;
+    };
+    for size in [0, 1, 2, 1000, u64::MAX] {
+        if let Some((first, last)) = spec.resolve(size) {
+            assert!(
+                first <= last && last < size,
+                "{spec:?} in {size}: {first}-{last}"
+            );
+        }
+    }
+}
+
+/// A metadata command as the Raft log stores it: what decodes re-encodes to itself.
+pub fn command(data: &[u8]) {
+    if let Ok(cmd) = postcard::from_bytes::<Command>(data) {
+        let bytes = postcard::to_stdvec(&cmd).unwrap_or_else(|e| panic!("re-encode: {e}"));
+        let again: Command = postcard::from_bytes(&bytes).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cmd, again);
+    }
+}
+
+/// The records of the metadata tables, as read back from redb: a corrupt record is an
+/// error, never a panic.
+pub fn records(data: &[u8]) {
+    use crate::meta::tables::decode_versioned;
+    let _ = decode_versioned::<ObjectRecord>("objects", data);
+    let _ = decode_versioned::<UploadRecord>("uploads", data);
+    let _ = decode_versioned::<PartRecord>("parts", data);
+    let _ = decode_versioned::<BucketRecord>("buckets", data);
+    let _ = decode_versioned::<placement::PairRecord>("pairs", data);
+    if let Some(fixed) = data.first_chunk::<16>() {
+        let sha1 = placement::Sha1([0x5a; 20]);
+        let _ = FileRecord::decode_checked(&sha1, fixed);
+    }
+    if let Some(fixed) = data.first_chunk::<12>() {
+        let _ = DeletingRecord::decode(fixed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every seed of `fuzz/corpus/` through its target, without libFuzzer
+    /// (`cargo test -p gateway --features fuzzing`).
+    #[test]
+    fn the_seed_corpora_pass() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+        for &(name, target) in super::TARGETS {
+            let dir = root.join(name);
+            let seeds =
+                std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            let mut count = 0;
+            for seed in seeds {
+                let path = seed.unwrap().path();
+                target(&std::fs::read(&path).unwrap());
+                count += 1;
+            }
+            assert!(count > 0, "no seed for {name}");
+        }
+    }
+}
