@@ -8,6 +8,7 @@
 use placement::{Magic, PairFlags, PairId, PairRecord, Sha1};
 use serde::{Deserialize, Serialize};
 
+use super::jobs::{JobOp, JobRecord, JobState};
 use super::tables::{CorsRule, FileRecord, ObjectRecord, PartRecord, UploadRecord};
 
 /// Where the content of a new reference is.
@@ -156,6 +157,26 @@ pub enum Command {
         magic: Magic,
         now_secs: u64,
     },
+    /// Starts a background job; answers its id.
+    CreateJob {
+        op: JobOp,
+        now_ms: u64,
+    },
+    /// One chunk of a running job (see [`super::jobs::chunk`]): the objects removed are
+    /// released in the same transaction.
+    JobChunk {
+        id: u64,
+        keys: Vec<String>,
+        through: String,
+        done: bool,
+        now_ms: u64,
+    },
+    /// Ends a running job as cancelled or failed.
+    EndJob {
+        id: u64,
+        state: JobState,
+        now_ms: u64,
+    },
 }
 
 /// What a `dec` did to the content's record.
@@ -202,4 +223,13 @@ pub enum Response {
         removed: Option<ObjectRecord>,
         released: Option<DecOutcome>,
     },
+    /// `CreateJob`: the new job's id.
+    JobCreated(u64),
+    /// `JobChunk`: objects deleted, and whether the job still runs.
+    JobChunkDone {
+        deleted: u32,
+        running: bool,
+    },
+    /// `EndJob`: the job as it is now.
+    Job(JobRecord),
 }

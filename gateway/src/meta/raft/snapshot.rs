@@ -24,6 +24,7 @@ use redb::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::super::jobs::JOBS;
 use super::super::native_refs::{self, NATIVE_REFS};
 use super::super::tables::{
     BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
@@ -153,6 +154,7 @@ macro_rules! for_each_table {
         $m!(7u8, COUNTERS, $($args)*);
         $m!(8u8, RAFT_STATE, $($args)*);
         $m!(9u8, NATIVE_REFS, $($args)*);
+        $m!(10u8, JOBS, $($args)*);
     }};
 }
 
