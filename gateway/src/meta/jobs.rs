@@ -195,7 +195,10 @@ pub fn chunk(
     }
     let JobOp::DeletePrefix { bucket, prefix } = &job.op;
     let after_cursor = |k: &str| job.cursor.as_deref().is_none_or(|c| k > c);
-    if !through.starts_with(prefix.as_str()) && !(done && through.is_empty()) {
+    // An empty `through`: the worker found no key at all (the chunk names none).
+    let through_ok =
+        through.starts_with(prefix.as_str()) || (through.is_empty() && keys.is_empty());
+    if !through_ok {
         return Err(MetaError::InvalidCommand(format!(
             "job {id}: {through:?} is not under the prefix {prefix:?}"
         )));
