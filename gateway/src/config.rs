@@ -66,6 +66,10 @@ pub struct FileConfig {
     pub presigned_v2_expires_max_secs: Option<u64>,
     /// Level of the per-S3-request log line: off, error, warn, info (default), debug.
     pub request_log_level: Option<crate::s3::request_log::RequestLogLevel>,
+    /// Keys per chunk of a background job (delete-prefix), 1 to 1000 (default 200).
+    pub job_chunk_keys: Option<usize>,
+    /// Pause after each chunk of a background job, milliseconds (default 5).
+    pub job_pause_ms: Option<u64>,
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
     /// The cluster secret (`GATEWAY_CLUSTER_SECRET` wins; also accepted in `[cluster]`).

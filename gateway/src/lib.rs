@@ -18,6 +18,7 @@ pub mod cluster;
 pub mod config;
 pub mod credentials;
 pub mod fsck;
+pub mod jobs;
 pub mod meta;
 pub mod multipart;
 pub mod native;

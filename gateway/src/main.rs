@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use gateway::admin_client::{AdminClient, ClusterCommand, DiskCommand, PairsCommand, ScrubCommand};
+use gateway::admin_client::{
+    AdminClient, ClusterCommand, DiskCommand, JobsCommand, PairsCommand, ScrubCommand,
+};
 use gateway::config::FileConfig;
 use gateway::s3::request_log::RequestLogLevel;
 use gateway::server::connections::{self, ConnectionLimits};
@@ -155,6 +157,13 @@ struct ServeArgs {
     /// bytes in and out, duration), or off [default: info]
     #[arg(long, value_enum)]
     request_log_level: Option<RequestLogLevel>,
+    /// Keys per chunk of a background job (delete-prefix), 1 to 1000 [default: 200]
+    #[arg(long)]
+    job_chunk_keys: Option<usize>,
+    /// Pause after each chunk of a background job, in milliseconds: the jobs' share of
+    /// the metadata log against foreground writes [default: 5]
+    #[arg(long)]
+    job_pause_ms: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -178,6 +187,11 @@ enum AdminCmd {
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
+    },
+    /// Background jobs: delete-prefix (a whole mailbox), list, status [--watch], cancel.
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
     },
     /// Write a consistent snapshot of the metadata (every acknowledged write) to FILE,
     /// while the gateway serves; `gateway restore --from FILE` starts a node from it.
@@ -236,7 +250,25 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
             })
         }
     };
+    let default_pace = gateway::jobs::JobPace::default();
+    let job_pace = gateway::jobs::JobPace {
+        chunk_keys: args
+            .job_chunk_keys
+            .or(file.job_chunk_keys)
+            .unwrap_or(default_pace.chunk_keys),
+        pause: args
+            .job_pause_ms
+            .or(file.job_pause_ms)
+            .map_or(default_pace.pause, std::time::Duration::from_millis),
+    };
+    if !(1..=gateway::meta::jobs::CHUNK_KEYS_MAX).contains(&job_pace.chunk_keys) {
+        return Err(format!(
+            "--job-chunk-keys must be 1 to {}",
+            gateway::meta::jobs::CHUNK_KEYS_MAX
+        ));
+    }
     Ok(Config {
+        job_pace,
         cluster,
         snapshot_logs,
         request_log: args
@@ -384,6 +416,7 @@ fn main() -> ExitCode {
                     AdminCmd::Scrub { command } => client.scrub(command).await?,
                     AdminCmd::Disk { command } => client.disk(command).await?,
                     AdminCmd::Cluster { command } => client.cluster(command).await?,
+                    AdminCmd::Jobs { command } => client.jobs(command).await?,
                     AdminCmd::Backup { file } => {
                         let n = client.backup(&file).await?;
                         format!("wrote {} ({n} bytes)\n", file.display())

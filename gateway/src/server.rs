@@ -54,6 +54,8 @@ pub struct Config {
     pub connections: ConnectionLimits,
     /// `--request-log-level`: the level of the per-request log line, or off.
     pub request_log: s3::request_log::RequestLogLevel,
+    /// Pace of background jobs (`--job-chunk-keys`, `--job-pause-ms`).
+    pub job_pace: crate::jobs::JobPace,
 }
 
 /// Everything a request handler needs.
@@ -215,6 +217,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_admin/unmove", get(admin::unmove_status))
         .route("/_admin/disks/fail", axum::routing::post(admin::fail_disk))
         .route("/_metrics", get(admin::metrics))
+        .route(
+            "/_admin/jobs",
+            get(admin::list_jobs).post(admin::create_job),
+        )
+        .route("/_admin/jobs/{id}", get(admin::job_status))
+        .route(
+            "/_admin/jobs/{id}/cancel",
+            axum::routing::post(admin::cancel_job),
+        )
         .with_state(state.clone())
         .merge(native::router(state.clone()))
         .merge(cluster::router(state.clone()))
@@ -307,6 +318,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     }
     follow_pairs(&state);
     follow_leadership(&state);
+    crate::jobs::spawn(state.clone(), config.job_pace);
     state.store.refresh_space().await;
     {
         let state = state.clone();
