@@ -236,30 +236,42 @@ pub async fn scrub_status(_: Admin, State(app): State<Arc<AppState>>) -> Respons
     )
 }
 
-/// `GET /_metrics`: Prometheus text of the Valkyrie workers. It names disk paths and the
+/// `GET /_metrics`: the gateway's metrics (see `telemetry`). It names disk paths and the
 /// pair layout, so it needs the metrics token (a scraper holds no admin rights) or the
 /// admin token, unless the operator opened it (`--metrics-open`).
 pub async fn metrics(State(app): State<Arc<AppState>>, headers: http::HeaderMap) -> Response {
+    use crate::telemetry::{exposition, snapshot};
     if !app
         .internal
         .metrics_ok(app.admin_token.as_deref(), &headers)
     {
         return error_json(StatusCode::FORBIDDEN, "metrics token required");
     }
-    let mut out = String::new();
-    for w in app.workers.workers() {
-        let pair = w.pair.0.to_string();
-        let index = w.index.to_string();
-        out.push_str(&w.metrics.snapshot().to_prometheus(&[
-            ("disk", &w.disk),
-            ("pair", &pair),
-            ("index", &index),
-        ]));
+    match exposition::render(&snapshot::gather(&app), &app.telemetry.requests) {
+        Ok(text) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, exposition::CONTENT_TYPE)],
+            text,
+        )
+            .into_response(),
+        Err(e) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// `GET /_status`: the status page, with the same access as `/_metrics` (it shows the
+/// same numbers, disk paths included).
+pub async fn status(State(app): State<Arc<AppState>>, headers: http::HeaderMap) -> Response {
+    use crate::telemetry::{snapshot, status_page};
+    if !app
+        .internal
+        .metrics_ok(app.admin_token.as_deref(), &headers)
+    {
+        return error_json(StatusCode::FORBIDDEN, "metrics token required");
     }
     (
         StatusCode::OK,
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        out,
+        [(header::CONTENT_TYPE, status_page::CONTENT_TYPE)],
+        status_page::render(&snapshot::gather(&app)),
     )
         .into_response()
 }

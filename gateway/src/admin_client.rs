@@ -1,5 +1,6 @@
 //! The client side of the admin API, behind `gateway admin ...`.
 
+use crate::admin_progress::{Display, Item, drain_items, scrub_items};
 use bytes::Bytes;
 use http::{Method, Request, header};
 use http_body_util::{BodyExt as _, Full};
@@ -46,7 +47,7 @@ impl AdminClient {
         })
     }
 
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         path: &str,
@@ -182,7 +183,21 @@ pub fn render(pairs: &[serde_json::Value]) -> String {
 #[derive(Clone, Debug, clap::Subcommand)]
 pub enum ScrubCommand {
     /// Each local disk's Valkyrie counters and the progress of its current scrub pass.
-    Status,
+    Status(Watch),
+}
+
+/// `--watch`: follow the progress (bars with ETA on a terminal, plain lines otherwise).
+#[derive(Clone, Copy, Debug, Default, clap::Args)]
+pub struct Watch {
+    /// Follow the progress until it ends (or --watch-max-secs)
+    #[arg(long)]
+    pub watch: bool,
+    /// Seconds between two polls with --watch
+    #[arg(long, default_value_t = 2)]
+    pub interval_secs: u64,
+    /// Longest time --watch follows, in seconds
+    #[arg(long, default_value_t = 86_400)]
+    pub watch_max_secs: u64,
 }
 
 #[derive(Clone, Debug, clap::Subcommand)]
@@ -191,7 +206,7 @@ pub enum DiskCommand {
     /// surviving disk to other pairs.
     Fail { disk: String },
     /// Progress of UNMOVE drains: files and bytes done / total, ETA.
-    Status,
+    Status(Watch),
 }
 
 fn num(v: &serde_json::Value, field: &str) -> u64 {
@@ -233,8 +248,67 @@ pub fn render_drains(drains: &[serde_json::Value]) -> String {
 }
 
 impl AdminClient {
+    /// Polls `path` every `w.interval_secs` and shows what `items` makes of it, until
+    /// `done` says so or `w.watch_max_secs` have passed.
+    async fn watch(
+        &self,
+        w: Watch,
+        path: &str,
+        items: impl Fn(&serde_json::Value) -> Vec<Item>,
+        done: impl Fn(&[Item], &[Item]) -> bool,
+    ) -> Result<String, String> {
+        let mut display = Display::for_stdout();
+        let interval = std::time::Duration::from_secs(w.interval_secs.max(1));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(w.watch_max_secs);
+        let mut first: Option<Vec<Item>> = None;
+        loop {
+            let v = self.call(Method::GET, path, None).await?;
+            let now = items(&v);
+            if first.is_none() && now.is_empty() {
+                return Ok("nothing in progress\n".into());
+            }
+            display.update(&now);
+            let start = first.get_or_insert_with(|| now.clone());
+            if done(start, &now) || std::time::Instant::now() >= deadline {
+                display.finish();
+                return Ok(String::new());
+            }
+            tokio::time::sleep(interval).await;
+        }
+    }
+
     pub async fn scrub(&self, cmd: ScrubCommand) -> Result<String, String> {
-        let ScrubCommand::Status = cmd;
+        let ScrubCommand::Status(w) = cmd;
+        if w.watch {
+            let workers = |v: &serde_json::Value| {
+                scrub_items(
+                    v.get("workers")
+                        .and_then(|w| w.as_array())
+                        .map_or(&[][..], |a| a.as_slice()),
+                )
+            };
+            // Until every worker has finished the pass it was in when the watch began.
+            let passes = |items: &[Item]| -> Vec<(String, String)> {
+                items
+                    .iter()
+                    .map(|i| {
+                        (
+                            i.key.clone(),
+                            i.note.split(',').next().unwrap_or("").to_owned(),
+                        )
+                    })
+                    .collect()
+            };
+            return self
+                .watch(w, "/_admin/scrub", workers, |start, now| {
+                    let before = passes(start);
+                    now.is_empty()
+                        || passes(now)
+                            .iter()
+                            .all(|p| before.iter().any(|b| b.0 == p.0 && b.1 != p.1))
+                })
+                .await;
+        }
         let v = self.call(Method::GET, "/_admin/scrub", None).await?;
         let workers = v
             .get("workers")
@@ -282,7 +356,20 @@ impl AdminClient {
                     .await?;
                 Ok(format!("UNMOVE started\n{}", render_drains(&[v])))
             }
-            DiskCommand::Status => {
+            DiskCommand::Status(w) if w.watch => {
+                let drains = |v: &serde_json::Value| {
+                    drain_items(
+                        v.get("drains")
+                            .and_then(|d| d.as_array())
+                            .map_or(&[][..], |a| a.as_slice()),
+                    )
+                };
+                self.watch(w, "/_admin/unmove", drains, |_, now| {
+                    now.iter().all(|d| d.finished)
+                })
+                .await
+            }
+            DiskCommand::Status(_) => {
                 let v = self.call(Method::GET, "/_admin/unmove", None).await?;
                 let drains = v
                     .get("drains")

@@ -66,6 +66,12 @@ pub struct FileConfig {
     pub presigned_v2_expires_max_secs: Option<u64>,
     /// Level of the per-S3-request log line: off, error, warn, info (default), debug.
     pub request_log_level: Option<crate::s3::request_log::RequestLogLevel>,
+    /// Seconds one lifecycle "day" lasts (default 86400).
+    pub lifecycle_day_secs: Option<u64>,
+    /// Age at which a multipart upload is aborted, rule or not (default 7 days).
+    pub upload_max_age_secs: Option<u64>,
+    /// Seconds between two scans behind `gateway_stored_*` (default 30).
+    pub stats_scan_secs: Option<u64>,
     /// Keys per chunk of a background job (delete-prefix), 1 to 1000 (default 200).
     pub job_chunk_keys: Option<usize>,
     /// Pause after each chunk of a background job, milliseconds (default 5).

@@ -47,7 +47,7 @@ pub enum Origin {
     Generated,
 }
 
-fn random_string(alphabet: &[u8], len: usize) -> String {
+pub(crate) fn random_string(alphabet: &[u8], len: usize) -> String {
     let mut rng = rand::rng();
     (0..len)
         .map(|_| char::from(alphabet[rng.random_range(0..alphabet.len())]))

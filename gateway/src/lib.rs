@@ -12,17 +12,23 @@
 
 pub mod admin;
 pub mod admin_client;
+pub mod admin_keys;
+pub mod admin_keys_client;
+pub mod admin_progress;
 pub mod bearer;
 pub mod catalog;
 pub mod cluster;
 pub mod config;
+pub mod config_example;
 pub mod credentials;
 pub mod fsck;
 pub mod jobs;
+pub mod lifecycle;
 pub mod meta;
 pub mod multipart;
 pub mod native;
 pub mod s3;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod workers;

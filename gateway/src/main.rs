@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use gateway::admin_client::{
     AdminClient, ClusterCommand, DiskCommand, JobsCommand, PairsCommand, ScrubCommand,
 };
+use gateway::admin_keys_client::KeysCommand;
 use gateway::config::FileConfig;
 use gateway::s3::request_log::RequestLogLevel;
 use gateway::server::connections::{self, ConnectionLimits};
@@ -54,6 +55,12 @@ enum Cmd {
         /// The data folder to create the node's metadata in.
         #[arg(long, default_value = "./data")]
         data: PathBuf,
+    },
+    /// The configuration file: `example` prints a complete one, every setting with its
+    /// default and a comment.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCmd,
     },
     /// Operate a running gateway through its admin API (token from GATEWAY_ADMIN_TOKEN).
     Admin {
@@ -157,6 +164,18 @@ struct ServeArgs {
     /// bytes in and out, duration), or off [default: info]
     #[arg(long, value_enum)]
     request_log_level: Option<RequestLogLevel>,
+    /// Seconds one lifecycle "day" lasts, so that tests and staging systems see rules act
+    /// in seconds [default: 86400]
+    #[arg(long)]
+    lifecycle_day_secs: Option<u64>,
+    /// A multipart upload older than this many seconds is aborted and its parts released,
+    /// with or without a lifecycle rule [default: 604800 = 7 days]
+    #[arg(long)]
+    upload_max_age_secs: Option<u64>,
+    /// Seconds between two scans of the metadata behind gateway_stored_* (a scan also
+    /// waits at least 4 times its own duration) [default: 30]
+    #[arg(long)]
+    stats_scan_secs: Option<u64>,
     /// Keys per chunk of a background job (delete-prefix), 1 to 1000 [default: 200]
     #[arg(long)]
     job_chunk_keys: Option<usize>,
@@ -196,6 +215,17 @@ enum AdminCmd {
     /// Write a consistent snapshot of the metadata (every acknowledged write) to FILE,
     /// while the gateway serves; `gateway restore --from FILE` starts a node from it.
     Backup { file: PathBuf },
+    /// Access keys: create, list, info, delete, allow, deny.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCmd {
+    /// Print a complete configuration file (TOML) with every setting and its default.
+    Example,
 }
 
 fn env_token(name: &str) -> Option<String> {
@@ -267,10 +297,34 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
             gateway::meta::jobs::CHUNK_KEYS_MAX
         ));
     }
+    let lifecycle = {
+        let d = gateway::lifecycle::Settings::default();
+        gateway::lifecycle::Settings {
+            day_secs: args
+                .lifecycle_day_secs
+                .or(file.lifecycle_day_secs)
+                .unwrap_or(d.day_secs),
+            upload_max_age_secs: args
+                .upload_max_age_secs
+                .or(file.upload_max_age_secs)
+                .unwrap_or(d.upload_max_age_secs),
+            ..d
+        }
+    };
+    if lifecycle.day_secs == 0 {
+        return Err("--lifecycle-day-secs must be at least 1".into());
+    }
     Ok(Config {
+        lifecycle,
         job_pace,
         cluster,
         snapshot_logs,
+        stats: gateway::telemetry::stored::Settings {
+            interval_secs: args
+                .stats_scan_secs
+                .or(file.stats_scan_secs)
+                .unwrap_or(gateway::telemetry::stored::Settings::default().interval_secs),
+        },
         request_log: args
             .request_log_level
             .or(file.request_log_level)
@@ -416,6 +470,7 @@ fn main() -> ExitCode {
                     AdminCmd::Scrub { command } => client.scrub(command).await?,
                     AdminCmd::Disk { command } => client.disk(command).await?,
                     AdminCmd::Cluster { command } => client.cluster(command).await?,
+                    AdminCmd::Keys { command } => client.keys(command).await?,
                     AdminCmd::Jobs { command } => client.jobs(command).await?,
                     AdminCmd::Backup { file } => {
                         let n = client.backup(&file).await?;
@@ -425,6 +480,12 @@ fn main() -> ExitCode {
                 print!("{out}");
                 Ok(())
             })
+        }
+        Cmd::Config {
+            command: ConfigCmd::Example,
+        } => {
+            print!("{}", gateway::config_example::text());
+            Ok(())
         }
         Cmd::Restore { from, data } => match gateway::meta::raft::restore(&from, &data) {
             Ok(report) => {

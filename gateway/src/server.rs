@@ -18,7 +18,7 @@ use crate::meta::raft::{self, ClusterConfig, Metadata};
 use crate::meta::{Command, MetaError};
 use crate::store::{Limits, ObjectStore};
 use crate::workers::Workers;
-use crate::{admin, catalog, cluster, native, s3};
+use crate::{admin, admin_keys, catalog, cluster, native, s3};
 
 /// How often disk fill is measured for the pair choice.
 const SPACE_REFRESH_SECS: u64 = 30;
@@ -54,6 +54,10 @@ pub struct Config {
     pub connections: ConnectionLimits,
     /// `--request-log-level`: the level of the per-request log line, or off.
     pub request_log: s3::request_log::RequestLogLevel,
+    /// `--lifecycle-day-secs`, `--upload-max-age-secs`.
+    pub lifecycle: crate::lifecycle::Settings,
+    /// `--stats-scan-secs`: how often the stored-bytes scan behind `gateway_stored_*` runs.
+    pub stats: crate::telemetry::stored::Settings,
     /// Pace of background jobs (`--job-chunk-keys`, `--job-pause-ms`).
     pub job_pace: crate::jobs::JobPace,
 }
@@ -77,6 +81,10 @@ pub struct AppState {
     pub cluster_secret: Option<String>,
     /// `--request-log-level`: the level of the per-request log line, or off.
     pub request_log: s3::request_log::RequestLogLevel,
+    /// Lifecycle settings (the length of a lifecycle day for `x-amz-expiration`).
+    pub lifecycle: crate::lifecycle::Settings,
+    /// Request counters, recent errors and the cached stored-bytes scan.
+    pub telemetry: crate::telemetry::Telemetry,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -213,10 +221,23 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/_admin/pairs/{id}/{action}",
             axum::routing::post(admin::pair_action),
         )
+        .route(
+            "/_admin/keys",
+            get(admin_keys::list).post(admin_keys::create),
+        )
+        .route(
+            "/_admin/keys/{key}",
+            get(admin_keys::info).delete(admin_keys::delete),
+        )
+        .route(
+            "/_admin/keys/{key}/{action}",
+            axum::routing::post(admin_keys::grant),
+        )
         .route("/_admin/scrub", get(admin::scrub_status))
         .route("/_admin/unmove", get(admin::unmove_status))
         .route("/_admin/disks/fail", axum::routing::post(admin::fail_disk))
         .route("/_metrics", get(admin::metrics))
+        .route("/_status", get(admin::status))
         .route(
             "/_admin/jobs",
             get(admin::list_jobs).post(admin::create_job),
@@ -233,11 +254,33 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback_service(s3_api)
 }
 
+/// The data folder holds the secrets of the access keys (`meta.redb`, `raft.redb`,
+/// snapshots) and the bootstrap `credentials`: a folder this process creates is its
+/// user's only (0700); an existing one others can read is left as the operator set it,
+/// with a warning.
+fn protect_data_dir(dir: &std::path::Path, fresh: bool) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    if fresh {
+        return std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    }
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            dir = %dir.display(),
+            mode = format!("{:o}", mode & 0o777),
+            "the data folder holds access key secrets and is open to other users; chmod 700 it"
+        );
+    }
+    Ok(())
+}
+
 /// Runs the gateway until SIGINT or SIGTERM.
 pub async fn serve(config: Config) -> Result<(), ServeError> {
     let io_err = |e| ServeError::DataDir(config.data_dir.clone(), e);
+    let fresh = !config.data_dir.exists();
     std::fs::create_dir_all(&config.data_dir).map_err(io_err)?;
     let data_dir = config.data_dir.canonicalize().map_err(io_err)?;
+    protect_data_dir(&data_dir, fresh).map_err(io_err)?;
     if config.cluster.is_some() {
         if config.pairs.is_empty() {
             return Err(ServeError::ClusterWithoutPairs);
@@ -276,6 +319,8 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         workers: Workers::new(config.valkyrie.clone(), true),
         cluster_secret: config.cluster.as_ref().map(|c| c.secret.clone()),
         request_log: config.request_log,
+        lifecycle: config.lifecycle.clone(),
+        telemetry: Default::default(),
     });
     if let Err(e) = state.store.reload_pairs().await {
         tracing::warn!(error = ?e, "loading PairDB");
@@ -318,6 +363,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     }
     follow_pairs(&state);
     follow_leadership(&state);
+    crate::lifecycle::worker::spawn(state.clone(), config.lifecycle.clone());
     crate::jobs::spawn(state.clone(), config.job_pace);
     state.store.refresh_space().await;
     {
@@ -330,6 +376,11 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             }
         });
     }
+    tokio::spawn(state.telemetry.stats.clone().run(
+        state.store.meta_store().clone(),
+        state.store.pair_table().clone(),
+        config.stats,
+    ));
     if let Origin::Generated = origin {
         println!(
             "generated credentials (stored in {}, shown only once):\n  access key: {}\n  secret key: {}",

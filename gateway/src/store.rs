@@ -480,10 +480,16 @@ impl ObjectStore {
             .map_err(|e| StoreError::meta(e, bucket))
     }
 
-    pub async fn create_bucket(&self, bucket: &str) -> Result<(), StoreError> {
-        let cmd = Command::CreateBucket {
+    /// Creates a bucket owned by the access key `owner` (`None`: the bootstrap key).
+    pub async fn create_bucket(
+        &self,
+        bucket: &str,
+        owner: Option<String>,
+    ) -> Result<(), StoreError> {
+        let cmd = Command::CreateOwnedBucket {
             bucket: bucket.to_string(),
             created_ms: now_ms(),
+            owner,
         };
         self.execute_in(bucket, cmd).await
     }

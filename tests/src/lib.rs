@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod nginx;
+pub mod prom;
 pub mod torture;
 
 use std::collections::{BTreeMap, VecDeque};

@@ -1,8 +1,6 @@
 //! A worker's counters: plain atomics, read as one [`MetricsSnapshot`] that serializes to
-//! JSON (the binary's SIGUSR1 dump, the gateway's admin API) and to the Prometheus text
-//! format.
-
-use std::fmt::Write as _;
+//! JSON (the binary's SIGUSR1 dump, the gateway's admin API). The gateway exports them to
+//! Prometheus through its own registry (`gateway/src/telemetry/exposition.rs`).
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +36,9 @@ pub struct Metrics {
     pub pass_started_secs: AtomicU64,
     /// Names visited in the current (or last) scrub pass.
     pub pass_files_done: AtomicU64,
+    /// Names visited by the last completed pass: the expected length of the current one,
+    /// for progress bars and ETAs (0 before the first pass completes).
+    pub last_pass_files: AtomicU64,
 }
 
 /// The counters at one moment.
@@ -56,6 +57,9 @@ pub struct MetricsSnapshot {
     pub passes_done: u64,
     pub pass_started_secs: u64,
     pub pass_files_done: u64,
+    /// Absent from the JSON of older workers: 0.
+    #[serde(default)]
+    pub last_pass_files: u64,
 }
 
 impl Metrics {
@@ -79,6 +83,7 @@ impl Metrics {
             passes_done: get(&self.passes_done),
             pass_started_secs: get(&self.pass_started_secs),
             pass_files_done: get(&self.pass_files_done),
+            last_pass_files: get(&self.last_pass_files),
         }
     }
 
@@ -101,109 +106,6 @@ impl MetricsSnapshot {
         // A struct of integers always serializes.
         serde_json::to_string(self).unwrap_or_else(|_| "{}".into())
     }
-
-    /// The Prometheus text exposition format; `labels` (e.g. `[("disk", "/srv/d0")]`) are
-    /// put on every sample.
-    pub fn to_prometheus(&self, labels: &[(&str, &str)]) -> String {
-        let labels = labels
-            .iter()
-            .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
-            .collect::<Vec<_>>()
-            .join(",");
-        let samples: [(&str, &str, &str, u64); 13] = [
-            (
-                "files_scanned_total",
-                "counter",
-                "Names visited by the scrubber.",
-                self.files_scanned,
-            ),
-            (
-                "bytes_verified_total",
-                "counter",
-                "Bytes read that hash to their name.",
-                self.bytes_verified,
-            ),
-            (
-                "repaired_total",
-                "counter",
-                "Copies rewritten from the other disk of the pair.",
-                self.repaired,
-            ),
-            (
-                "quarantined_total",
-                "counter",
-                "Content files renamed to <sha1>.deleted.<ts>.",
-                self.quarantined,
-            ),
-            (
-                "deleted_total",
-                "counter",
-                "Quarantined files deleted after the quarantine.",
-                self.deleted,
-            ),
-            (
-                "junk_removed_total",
-                "counter",
-                "Verified copies of content recorded on another pair, removed.",
-                self.junk_removed,
-            ),
-            (
-                "temp_removed_total",
-                "counter",
-                "Abandoned uploads removed from tmp/.",
-                self.temp_removed,
-            ),
-            (
-                "restored_total",
-                "counter",
-                "Quarantined copies renamed back.",
-                self.restored,
-            ),
-            (
-                "deleting_removed_total",
-                "counter",
-                "Deleting entries removed from the catalog.",
-                self.deleting_removed,
-            ),
-            (
-                "errors_total",
-                "counter",
-                "Failed operations (each is logged).",
-                self.errors,
-            ),
-            (
-                "scrub_passes_total",
-                "counter",
-                "Scrub passes finished.",
-                self.passes_done,
-            ),
-            (
-                "scrub_pass_started_seconds",
-                "gauge",
-                "Unix time the current scrub pass started.",
-                self.pass_started_secs,
-            ),
-            (
-                "scrub_pass_files_done",
-                "gauge",
-                "Names visited in the current scrub pass.",
-                self.pass_files_done,
-            ),
-        ];
-        let mut out = String::new();
-        for (name, kind, help, value) in samples {
-            let _ = writeln!(out, "# HELP valkyrie_{name} {help}");
-            let _ = writeln!(out, "# TYPE valkyrie_{name} {kind}");
-            let _ = writeln!(out, "valkyrie_{name}{{{labels}}} {value}");
-        }
-        out
-    }
-}
-
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -211,7 +113,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn snapshot_serializes_to_json_and_prometheus() {
+    fn snapshot_serializes_to_json() {
         let m = Metrics::new();
         Metrics::add(&m.bytes_verified, 4096);
         Metrics::inc(&m.errors);
@@ -223,14 +125,5 @@ mod tests {
         assert_eq!(json["errors"], 1);
         assert_eq!(json["pass_started_secs"], 1_700_000_000u64);
         assert_eq!(json["pass_files_done"], 1);
-        let text = s.to_prometheus(&[("disk", "/srv/\"d0\""), ("pair", "3")]);
-        assert!(text.contains("# TYPE valkyrie_errors_total counter\n"));
-        assert!(
-            text.contains(
-                "valkyrie_bytes_verified_total{disk=\"/srv/\\\"d0\\\"\",pair=\"3\"} 4096\n"
-            ),
-            "{text}"
-        );
-        assert!(text.contains("valkyrie_scrub_pass_files_done{disk="));
     }
 }

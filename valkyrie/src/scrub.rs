@@ -164,6 +164,9 @@ impl<C: Catalog> Worker<C> {
             }
         }
         pass.report.completed = true;
+        self.metrics
+            .last_pass_files
+            .store(pass.report.files, std::sync::atomic::Ordering::Relaxed);
         Metrics::inc(&self.metrics.passes_done);
         pass.report
     }

@@ -15,7 +15,7 @@ use super::tables::{
     self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FileRecord, OBJECT_SEQ,
     OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord,
 };
-use super::{MetaError, filedb, jobs, native_refs};
+use super::{MetaError, filedb, jobs, keys, lifecycle, native_refs};
 
 type Files<'t> = Table<'t, [u8; 20], [u8; 16]>;
 type Deleting<'t> = Table<'t, [u8; 20], [u8; 12]>;
@@ -48,28 +48,21 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             Ok(Response::Pair(*id, record))
         }
         Command::CreateBucket { bucket, created_ms } => {
-            let mut buckets = txn.open_table(BUCKETS)?;
-            if buckets.get(bucket.as_str())?.is_some() {
-                return Err(MetaError::BucketExists);
-            }
-            let bytes = tables::encode_versioned(&BucketRecord {
-                created_ms: *created_ms,
-                cors: None,
-            })?;
-            buckets.insert(bucket.as_str(), bytes.as_slice())?;
-            Ok(Response::Done)
+            create_bucket(txn, bucket, *created_ms, &None)
         }
+        Command::CreateOwnedBucket {
+            bucket,
+            created_ms,
+            owner,
+        } => create_bucket(txn, bucket, *created_ms, owner),
         Command::SetBucketCors { bucket, rules } => {
             let mut buckets = txn.open_table(BUCKETS)?;
-            let mut record: BucketRecord = match buckets.get(bucket.as_str())? {
-                Some(v) => tables::decode_versioned("buckets", v.value())?,
+            let mut record = match buckets.get(bucket.as_str())? {
+                Some(v) => BucketRecord::decode(v.value())?,
                 None => return Err(MetaError::NoSuchBucket),
             };
             record.cors = rules.clone();
-            buckets.insert(
-                bucket.as_str(),
-                tables::encode_versioned(&record)?.as_slice(),
-            )?;
+            buckets.insert(bucket.as_str(), record.encode()?.as_slice())?;
             Ok(Response::Done)
         }
         Command::DeleteBucket { bucket } => {
@@ -84,7 +77,15 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             {
                 return Err(MetaError::BucketNotEmpty);
             }
+            // As S3: uploads in progress keep the bucket from being deleted, so that no
+            // upload or part outlives its bucket.
+            if !lifecycle::uploads_of(txn, bucket)?.is_empty() {
+                return Err(MetaError::BucketNotEmpty);
+            }
             buckets.remove(bucket.as_str())?;
+            lifecycle::forget(txn, bucket)?;
+            // A later bucket of the same name, perhaps another key's, starts with no grants.
+            keys::drop_grants(txn, bucket)?;
             Ok(Response::Done)
         }
         Command::PutObject {
@@ -278,6 +279,56 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             native_refs::released(txn, sha1, *magic)?;
             Ok(Response::Dec(outcome))
         }
+        Command::SetBucketLifecycle { bucket, rules } => {
+            lifecycle::set(txn, bucket, rules)?;
+            Ok(Response::Done)
+        }
+        Command::ExpireObjects {
+            bucket,
+            objects,
+            resume_after,
+            day_secs,
+            now_secs,
+        } => {
+            check_bucket(txn, bucket)?;
+            if objects.len() > EXPIRE_KEYS_MAX {
+                return Err(MetaError::Unexpected(format!(
+                    "ExpireObjects of {} keys",
+                    objects.len()
+                )));
+            }
+            let due =
+                lifecycle::expirable(txn, bucket, objects, resume_after, *day_secs, *now_secs)?;
+            for ((key, _), due) in objects.iter().zip(&due) {
+                if !due {
+                    continue;
+                }
+                let removed = txn
+                    .open_table(OBJECTS)?
+                    .remove((bucket.as_str(), key.as_bytes()))?
+                    .map(|v| tables::decode_versioned::<ObjectRecord>("objects", v.value()))
+                    .transpose()?;
+                if let Some(old) = removed {
+                    release(txn, &old.sha1, old.magic, *now_secs)?;
+                }
+            }
+            Ok(Response::ObjectsDeleted(due))
+        }
+        Command::CreateKey { access_key, record } => {
+            keys::create_key(txn, access_key, record).map(|()| Response::Done)
+        }
+        Command::DeleteKey { access_key } => {
+            keys::delete_key(txn, access_key).map(|()| Response::Done)
+        }
+        Command::SetKeyRights {
+            access_key,
+            bucket,
+            set,
+            clear,
+        } => {
+            check_bucket(txn, bucket)?;
+            keys::change_grant(txn, access_key, bucket, *set, *clear).map(|()| Response::Done)
+        }
         Command::CreateJob { op, now_ms } => {
             jobs::create(txn, op, *now_ms).map(Response::JobCreated)
         }
@@ -301,6 +352,42 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             jobs::end(txn, *id, state.clone(), *now_ms).map(Response::Job)
         }
     }
+}
+
+/// Bound on the keys of one `ExpireObjects` (as DeleteObjects): one transaction stays short.
+pub const EXPIRE_KEYS_MAX: usize = 1000;
+
+/// A new bucket owned by `owner`; an existing one is the caller's (BucketExists) or
+/// another key's (BucketOwnedByAnother), as S3 tells the two apart.
+fn create_bucket(
+    txn: &WriteTransaction,
+    bucket: &str,
+    created_ms: u64,
+    owner: &Option<String>,
+) -> Result<Response, MetaError> {
+    let mut buckets = txn.open_table(BUCKETS)?;
+    if let Some(v) = buckets.get(bucket)? {
+        let existing = BucketRecord::decode(v.value())?;
+        return Err(if existing.owner == *owner {
+            MetaError::BucketExists
+        } else {
+            MetaError::BucketOwnedByAnother
+        });
+    }
+    let record = BucketRecord {
+        created_ms,
+        cors: None,
+        owner: owner.clone(),
+    };
+    buckets.insert(bucket, record.encode()?.as_slice())?;
+    drop(buckets);
+    // Uploads left by a bucket deleted before DeleteBucket refused them: a new bucket of
+    // the same name must not inherit them.
+    for upload_id in lifecycle::uploads_of(txn, bucket)? {
+        drop_upload(txn, &upload_id, created_ms / 1000)?;
+    }
+    lifecycle::forget(txn, bucket)?;
+    Ok(Response::Done)
 }
 
 fn check_bucket(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
@@ -800,6 +887,150 @@ mod tests {
         s.execute(&put_ba).unwrap();
         s.execute(&delete).unwrap();
         assert!(matches!(s.execute(&delete), Err(MetaError::NoSuchBucket)));
+    }
+
+    #[test]
+    fn expiry_removes_only_the_version_read_and_only_what_the_rules_expire() {
+        use crate::lifecycle::{Expiration, LifecycleRule, RuleFilter};
+        let (_d, s) = store();
+        s.execute(&Command::CreateBucket {
+            bucket: "b".into(),
+            created_ms: 1,
+        })
+        .unwrap();
+        let put = |key: &str, sha1: Sha1, magic: u32| {
+            let mut object = NewObject::new(sha1, m(magic), 1, 0, [0; 16]);
+            object.created_ms = 10_000;
+            let r = s
+                .execute(&Command::PutObject {
+                    bucket: "b".into(),
+                    key: key.into(),
+                    object,
+                    source: ContentSource::Stored(PairId(0)),
+                    now_secs: 10,
+                    precondition: None,
+                })
+                .unwrap();
+            match r {
+                Response::ObjectPut { seq, .. } => seq,
+                other => panic!("{other:?}"),
+            }
+        };
+        let seq_a = put("logs/a", sha(1), 1);
+        let seq_b = put("logs/b", sha(2), 2);
+        let seq_c = put("other/c", sha(3), 3);
+        // logs/b is overwritten after the sweep read it.
+        put("logs/b", sha(4), 4);
+        let rule = LifecycleRule {
+            id: "r".into(),
+            enabled: true,
+            filter: RuleFilter::Prefix("logs/".into()),
+            expiration: Some(Expiration::Days(1)),
+            abort_upload_days: None,
+        };
+        s.execute(&Command::SetBucketLifecycle {
+            bucket: "b".into(),
+            rules: Some(vec![rule]),
+        })
+        .unwrap();
+        let expire = |now_secs| Command::ExpireObjects {
+            bucket: "b".into(),
+            objects: vec![
+                ("logs/a".into(), seq_a),
+                ("logs/b".into(), seq_b),
+                ("other/c".into(), seq_c),
+            ],
+            resume_after: Some("other/c".into()),
+            day_secs: 10,
+            now_secs,
+        };
+        // Created at 10 s, 1 day of 10 s: due at 30 s.
+        assert_eq!(
+            s.execute(&expire(29)).unwrap(),
+            Response::ObjectsDeleted(vec![false, false, false])
+        );
+        assert_eq!(
+            s.lifecycle("b").unwrap().unwrap().resume_after.as_deref(),
+            Some("other/c")
+        );
+        assert_eq!(
+            s.execute(&expire(30)).unwrap(),
+            Response::ObjectsDeleted(vec![true, false, false])
+        );
+        assert!(s.object("b", "logs/a").unwrap().is_none());
+        assert!(s.deleting(&sha(1)).unwrap().is_some(), "released once");
+        assert_eq!(s.object("b", "logs/b").unwrap().unwrap().sha1, sha(4));
+        assert!(s.object("b", "other/c").unwrap().is_some());
+        // Expired once only: a repeat removes nothing.
+        assert_eq!(
+            s.execute(&expire(30)).unwrap(),
+            Response::ObjectsDeleted(vec![false, false, false])
+        );
+        // Without rules nothing expires.
+        s.execute(&Command::SetBucketLifecycle {
+            bucket: "b".into(),
+            rules: None,
+        })
+        .unwrap();
+        let mut late = expire(1_000);
+        if let Command::ExpireObjects { objects, .. } = &mut late {
+            objects[1].1 = s.object("b", "logs/b").unwrap().unwrap().seq;
+        }
+        assert_eq!(
+            s.execute(&late).unwrap(),
+            Response::ObjectsDeleted(vec![false, false, false])
+        );
+    }
+
+    #[test]
+    fn uploads_in_progress_keep_a_bucket_and_a_new_bucket_inherits_none() {
+        let (_d, s) = store();
+        let create = Command::CreateBucket {
+            bucket: "b".into(),
+            created_ms: 1,
+        };
+        s.execute(&create).unwrap();
+        let upload = UploadRecord {
+            bucket: "b".into(),
+            key: "k".into(),
+            content_type: None,
+            user_meta: Vec::new(),
+            headers: Vec::new(),
+            created_ms: 1,
+        };
+        s.execute(&Command::CreateUpload {
+            upload_id: "u1".into(),
+            upload: upload.clone(),
+        })
+        .unwrap();
+        let part = PartRecord {
+            sha1: sha(5),
+            magic: m(5),
+            size_bytes: 1,
+            md5: [0; 16],
+            crc32: 0,
+            created_ms: 1,
+        };
+        s.execute(&Command::PutPart {
+            upload_id: "u1".into(),
+            part_number: 1,
+            part,
+            source: ContentSource::Stored(PairId(0)),
+            now_secs: 1,
+        })
+        .unwrap();
+        let delete = Command::DeleteBucket { bucket: "b".into() };
+        assert!(matches!(s.execute(&delete), Err(MetaError::BucketNotEmpty)));
+        // An upload left behind by an older gateway (bucket deleted under it): the
+        // bucket's re-creation ends it and releases its part.
+        let txn = s.db().begin_write().unwrap();
+        txn.open_table(BUCKETS).unwrap().remove("b").unwrap();
+        txn.commit().unwrap();
+        s.execute(&create).unwrap();
+        assert!(s.upload("u1").unwrap().is_none());
+        assert!(s.parts("u1").unwrap().is_empty());
+        assert!(s.deleting(&sha(5)).unwrap().is_some());
+        s.execute(&delete).unwrap();
     }
 
     #[test]

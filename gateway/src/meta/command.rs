@@ -8,7 +8,10 @@
 use placement::{Magic, PairFlags, PairId, PairRecord, Sha1};
 use serde::{Deserialize, Serialize};
 
+use crate::lifecycle::rules::LifecycleRule;
+
 use super::jobs::{JobOp, JobRecord, JobState};
+use super::keys::{KeyRecord, Rights};
 use super::tables::{CorsRule, FileRecord, ObjectRecord, PartRecord, UploadRecord};
 
 /// Where the content of a new reference is.
@@ -157,6 +160,48 @@ pub enum Command {
         magic: Magic,
         now_secs: u64,
     },
+    /// Sets (or with `None` removes) a bucket's lifecycle rules; the expiry pass over the
+    /// bucket starts again from its first key.
+    SetBucketLifecycle {
+        bucket: String,
+        rules: Option<Vec<LifecycleRule>>,
+    },
+    /// The lifecycle worker's batch: removes each `(key, seq)` that is still that version
+    /// and that the bucket's current rules expire by `now_secs` (with lifecycle days of
+    /// `day_secs`), releasing its content; then records `resume_after` as the pass's
+    /// cursor (None: the pass is over). At most 1000 keys.
+    ExpireObjects {
+        bucket: String,
+        objects: Vec<(String, u64)>,
+        resume_after: Option<String>,
+        day_secs: u64,
+        now_secs: u64,
+    },
+    /// Adds an access key (id and secret chosen by the caller, so `apply` stays
+    /// deterministic); refused if the id exists or [`super::keys::KEYS_MAX`] is reached.
+    CreateKey {
+        access_key: String,
+        record: KeyRecord,
+    },
+    /// Removes an access key: its next request is refused. Buckets it owns stay (the
+    /// bootstrap key and keys granted rights still reach them).
+    DeleteKey {
+        access_key: String,
+    },
+    /// Sets then clears rights of a key on an existing bucket.
+    SetKeyRights {
+        access_key: String,
+        bucket: String,
+        set: Rights,
+        clear: Rights,
+    },
+    /// Creates a bucket owned by `owner` (`None`: the bootstrap key). `CreateBucket`
+    /// stays for log entries written before owners, as a bucket of the bootstrap key.
+    CreateOwnedBucket {
+        bucket: String,
+        created_ms: u64,
+        owner: Option<String>,
+    },
     /// Starts a background job; answers its id.
     CreateJob {
         op: JobOp,
@@ -177,6 +222,20 @@ pub enum Command {
         state: JobState,
         now_ms: u64,
     },
+}
+
+impl Command {
+    /// Whether applying the command may change the `keys` table, whose in-memory copy
+    /// must then be reloaded. DeleteBucket drops the bucket's grants.
+    pub fn touches_keys(&self) -> bool {
+        matches!(
+            self,
+            Command::CreateKey { .. }
+                | Command::DeleteKey { .. }
+                | Command::SetKeyRights { .. }
+                | Command::DeleteBucket { .. }
+        )
+    }
 }
 
 /// What a `dec` did to the content's record.

@@ -12,6 +12,8 @@ pub mod calls;
 pub mod command;
 pub mod filedb;
 pub mod jobs;
+pub mod keys;
+pub mod lifecycle;
 pub mod list;
 pub mod native_refs;
 pub mod raft;
@@ -69,6 +71,16 @@ pub enum MetaError {
     /// typed calls ([`calls`]).
     #[error("unexpected {0}")]
     Unexpected(String),
+    /// `CreateOwnedBucket` of a name another key owns.
+    #[error("bucket is owned by another key")]
+    BucketOwnedByAnother,
+    #[error("no such access key")]
+    NoSuchAccessKey,
+    #[error("access key already exists")]
+    AccessKeyExists,
+    /// A bound of the keys table ([`keys::KEYS_MAX`], [`keys::GRANTS_PER_KEY_MAX`]).
+    #[error("{0}")]
+    KeyLimit(String),
     /// A command that no caller of this version builds (a key outside a job's chunk).
     #[error("invalid command: {0}")]
     InvalidCommand(String),
@@ -100,6 +112,9 @@ storage_error!(
 pub struct MetaStore {
     path: PathBuf,
     db: RwLock<Arc<Database>>,
+    /// The `keys` table in memory, reloaded by [`MetaStore::reload_keys`] whenever a
+    /// command changed it or the database was replaced.
+    keys: keys::KeyCache,
 }
 
 impl MetaStore {
@@ -107,10 +122,26 @@ impl MetaStore {
     /// transactions never meet a missing table.
     pub fn open(path: &Path) -> Result<Self, MetaError> {
         let db = Self::open_db(path)?;
-        Ok(MetaStore {
+        let store = MetaStore {
             path: path.to_path_buf(),
             db: RwLock::new(Arc::new(db)),
-        })
+            keys: keys::KeyCache::default(),
+        };
+        store.reload_keys()?;
+        Ok(store)
+    }
+
+    /// Every access key as of the last applied command: no redb read.
+    pub fn keys(&self) -> Arc<keys::KeyMap> {
+        self.keys.get()
+    }
+
+    /// Reads the `keys` table into memory again.
+    pub fn reload_keys(&self) -> Result<(), MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(keys::KEYS)?;
+        self.keys.set(keys::load(&table)?);
+        Ok(())
     }
 
     fn open_db(path: &Path) -> Result<Database, MetaError> {
@@ -125,8 +156,10 @@ impl MetaStore {
         txn.open_table(UPLOADS)?;
         txn.open_table(PARTS)?;
         txn.open_table(RAFT_STATE)?;
+        txn.open_table(keys::KEYS)?;
         txn.open_table(jobs::JOBS)?;
         native_refs::build(&txn)?;
+        txn.open_table(lifecycle::LIFECYCLE)?;
         txn.commit()?;
         Ok(db)
     }
@@ -158,7 +191,8 @@ impl MetaStore {
                 .map_err(|e| MetaError::Storage(e.to_string()))?;
         }
         *guard = Arc::new(Self::open_db(&self.path)?);
-        Ok(())
+        drop(guard);
+        self.reload_keys()
     }
 
     /// Applies one command in its own durable transaction, outside any Raft log: for
@@ -168,6 +202,9 @@ impl MetaStore {
         match apply::apply(&txn, cmd) {
             Ok(resp) => {
                 txn.commit()?;
+                if cmd.touches_keys() {
+                    self.reload_keys()?;
+                }
                 Ok(resp)
             }
             Err(e) => {
@@ -233,7 +270,7 @@ impl MetaStore {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(BUCKETS)?;
         match table.get(name)? {
-            Some(v) => Ok(Some(tables::decode_versioned("buckets", v.value())?)),
+            Some(v) => Ok(Some(BucketRecord::decode(v.value())?)),
             None => Ok(None),
         }
     }
@@ -244,10 +281,7 @@ impl MetaStore {
         let mut out = Vec::new();
         for entry in table.iter()? {
             let (k, v) = entry?;
-            out.push((
-                k.value().to_string(),
-                tables::decode_versioned("buckets", v.value())?,
-            ));
+            out.push((k.value().to_string(), BucketRecord::decode(v.value())?));
         }
         Ok(out)
     }

@@ -72,6 +72,45 @@ pub struct BucketRecord {
     pub created_ms: u64,
     /// The bucket's CORS rules (PutBucketCors), for browser downloads.
     pub cors: Option<Vec<CorsRule>>,
+    /// The access key that created the bucket; `None` is the bootstrap key (and every
+    /// bucket created before keys existed).
+    pub owner: Option<String>,
+}
+
+/// A bucket record as written before owners: read as owned by the bootstrap key.
+#[derive(Deserialize)]
+struct BucketRecordV1 {
+    created_ms: u64,
+    cors: Option<Vec<CorsRule>>,
+}
+
+/// Version byte of bucket records with an owner.
+const BUCKET_FORMAT_V2: u8 = 2;
+
+impl BucketRecord {
+    pub fn encode(&self) -> Result<Vec<u8>, MetaError> {
+        let mut out = vec![BUCKET_FORMAT_V2];
+        out.extend(postcard::to_stdvec(self).map_err(|e| MetaError::Corrupt(e.to_string()))?);
+        Ok(out)
+    }
+
+    /// Reads both versions, so a data folder from before owners opens unchanged (its
+    /// records are rewritten as version 2 only when a command changes them).
+    pub fn decode(bytes: &[u8]) -> Result<Self, MetaError> {
+        match bytes.split_first() {
+            Some((&BUCKET_FORMAT_V2, rest)) => {
+                postcard::from_bytes(rest).map_err(|e| MetaError::Corrupt(format!("buckets: {e}")))
+            }
+            _ => {
+                let v1: BucketRecordV1 = decode_versioned("buckets", bytes)?;
+                Ok(BucketRecord {
+                    created_ms: v1.created_ms,
+                    cors: v1.cors,
+                    owner: None,
+                })
+            }
+        }
+    }
 }
 
 /// One CORS rule, as S3's `CORSRule`.
@@ -224,16 +263,35 @@ mod tests {
 
     #[test]
     fn unknown_versions_are_errors_not_panics() {
-        assert!(decode_versioned::<BucketRecord>("buckets", &[9, 1, 2]).is_err());
-        assert!(decode_versioned::<BucketRecord>("buckets", &[]).is_err());
+        assert!(BucketRecord::decode(&[9, 1, 2]).is_err());
+        assert!(BucketRecord::decode(&[]).is_err());
         let b = BucketRecord {
             created_ms: 5,
             cors: None,
+            owner: Some("GKAPP".into()),
         };
-        let bytes = encode_versioned(&b).unwrap();
+        assert_eq!(BucketRecord::decode(&b.encode().unwrap()).unwrap(), b);
+    }
+
+    #[test]
+    fn bucket_records_from_before_owners_belong_to_the_bootstrap_key() {
+        #[derive(Serialize)]
+        struct Old {
+            created_ms: u64,
+            cors: Option<Vec<CorsRule>>,
+        }
+        let old = encode_versioned(&Old {
+            created_ms: 7,
+            cors: None,
+        })
+        .unwrap();
         assert_eq!(
-            decode_versioned::<BucketRecord>("buckets", &bytes).unwrap(),
-            b
+            BucketRecord::decode(&old).unwrap(),
+            BucketRecord {
+                created_ms: 7,
+                cors: None,
+                owner: None,
+            }
         );
     }
 }

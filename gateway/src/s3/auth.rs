@@ -17,6 +17,7 @@ use bytes::Bytes;
 use futures_util::{Stream, TryStreamExt as _};
 use sha2::{Digest as _, Sha256};
 
+use super::access;
 use super::body_check::{EndCheck, check_at_end};
 use super::chunked::{self, ChunkError, ChunkMode, TrailerSlot};
 use super::error::{ErrorCode, S3Error};
@@ -149,26 +150,43 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
             now_secs: crate::store::now_ms() / 1000,
             expires_max_secs: policy.presigned_v2_expires_max_secs,
         };
-        return match super::sigv2::verify_presigned(
-            &parts.method,
-            &parts.uri,
-            &parts.headers,
-            |key| app.credentials.secret_for(key),
-            check,
-        ) {
+        let verify = || {
+            super::sigv2::verify_presigned(
+                &parts.method,
+                &parts.uri,
+                &parts.headers,
+                |key| access::secret_for(&app, key),
+                check,
+            )
+        };
+        let mut verified = verify();
+        if matches!(verified, Err(AuthError::UnknownAccessKey)) && catch_up(&app).await {
+            verified = verify();
+        }
+        return match verified {
             // GET and HEAD only: there is no body to check.
-            Ok(_) => next.run(Request::from_parts(parts, body)).await,
+            Ok(key) => {
+                parts.extensions.insert(access::caller(&app, &key));
+                next.run(Request::from_parts(parts, body)).await
+            }
             Err(e) => auth_error(e, true).into_response(),
         };
     }
-    let verified = match sigv4::verify(
-        &parts.method,
-        &parts.uri,
-        &parts.headers,
-        |key| app.credentials.secret_for(key),
-        SystemTime::now(),
-        (!policy.any_region).then_some(app.region.as_str()),
-    ) {
+    let verify = || {
+        sigv4::verify(
+            &parts.method,
+            &parts.uri,
+            &parts.headers,
+            |key| access::secret_for(&app, key),
+            SystemTime::now(),
+            (!policy.any_region).then_some(app.region.as_str()),
+        )
+    };
+    let mut verified = verify();
+    if matches!(verified, Err(AuthError::UnknownAccessKey)) && catch_up(&app).await {
+        verified = verify();
+    }
+    let verified = match verified {
         Ok(v) => v,
         Err(e) => {
             let presigned = parts
@@ -178,6 +196,9 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
             return auth_error(e, presigned).into_response();
         }
     };
+    parts
+        .extensions
+        .insert(access::caller(&app, &verified.access_key));
     let raw = body.into_data_stream().map_err(std::io::Error::other);
     let mut info = BodyInfo::default();
     let body = match verified.payload {
@@ -210,6 +231,13 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
     };
     parts.extensions.insert(info);
     next.run(Request::from_parts(parts, body)).await
+}
+
+/// An access key this node does not know may have been created an instant ago through
+/// another node: wait until this node has applied every acknowledged write, then the
+/// caller looks again. False if that could not be done (no quorum).
+async fn catch_up(app: &AppState) -> bool {
+    app.store.metadata().linearize().await.is_ok()
 }
 
 impl BodyError {

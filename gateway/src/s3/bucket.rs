@@ -4,6 +4,7 @@ use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
+use super::access::Caller;
 use super::error::{ErrorCode, S3Error};
 use super::iso8601;
 use super::request::{Query, check_bucket_name};
@@ -25,8 +26,11 @@ fn owner(w: &mut XmlWriter) {
     w.close("Owner");
 }
 
-pub async fn list_buckets(app: &AppState) -> Result<Response, S3Error> {
-    let buckets = app.store.buckets().await?;
+/// The caller's buckets: its own and those it was granted rights on (every bucket for the
+/// bootstrap key).
+pub async fn list_buckets(app: &AppState, caller: &Caller) -> Result<Response, S3Error> {
+    let mut buckets = app.store.buckets().await?;
+    buckets.retain(|(name, record)| caller.sees(app, name, record));
     let mut w = XmlWriter::new();
     w.open_root("ListAllMyBucketsResult");
     owner(&mut w);
@@ -42,9 +46,14 @@ pub async fn list_buckets(app: &AppState) -> Result<Response, S3Error> {
     Ok(xml_response(w.finish()))
 }
 
-pub async fn create(app: &AppState, bucket: &str) -> Result<Response, S3Error> {
+/// CreateBucket: the bucket belongs to `owner`, the access key that signed the request.
+pub async fn create(
+    app: &AppState,
+    bucket: &str,
+    owner: Option<String>,
+) -> Result<Response, S3Error> {
     check_bucket_name(bucket)?;
-    app.store.create_bucket(bucket).await?;
+    app.store.create_bucket(bucket, owner).await?;
     Ok((StatusCode::OK, [(header::LOCATION, format!("/{bucket}"))]).into_response())
 }
 

@@ -15,6 +15,7 @@ pub enum ErrorCode {
     AuthorizationHeaderMalformed,
     AuthorizationQueryParametersError,
     BadDigest,
+    BucketAlreadyExists,
     BucketAlreadyOwnedByYou,
     BucketNotEmpty,
     EntityTooLarge,
@@ -63,6 +64,7 @@ impl ErrorCode {
             AuthorizationHeaderMalformed => "AuthorizationHeaderMalformed",
             AuthorizationQueryParametersError => "AuthorizationQueryParametersError",
             BadDigest => "BadDigest",
+            BucketAlreadyExists => "BucketAlreadyExists",
             BucketAlreadyOwnedByYou => "BucketAlreadyOwnedByYou",
             BucketNotEmpty => "BucketNotEmpty",
             EntityTooLarge => "EntityTooLarge",
@@ -122,7 +124,7 @@ impl ErrorCode {
             | ObjectLockConfigurationNotFoundError
             | ServerSideEncryptionConfigurationNotFoundError => StatusCode::NOT_FOUND,
             AccessForbidden => StatusCode::FORBIDDEN,
-            BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
+            BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
             InvalidRange | InvalidPartNumber => StatusCode::RANGE_NOT_SATISFIABLE,
             PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -249,6 +251,12 @@ impl From<StoreError> for S3Error {
             StoreError::BucketExists(bucket) => S3Error::new(
                 C::BucketAlreadyOwnedByYou,
                 "Your previous request to create the named bucket succeeded and you already own it.",
+            )
+            .with_resource(bucket),
+            StoreError::BucketTaken(bucket) => S3Error::new(
+                C::BucketAlreadyExists,
+                "The requested bucket name is not available. The bucket namespace is shared by \
+                 all users of the system. Please select a different name and try again.",
             )
             .with_resource(bucket),
             StoreError::BucketNotEmpty(bucket) => S3Error::new(

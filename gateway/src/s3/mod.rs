@@ -5,6 +5,7 @@
 //! S3 routes on method, path *and* query (`?uploads`, `?location`, `list-type=2`), which
 //! axum's path router cannot express, so one `dispatch` function does the routing.
 
+pub mod access;
 pub mod auth;
 mod body_check;
 mod bucket;
@@ -12,8 +13,10 @@ pub mod checksum;
 pub mod chunked;
 pub mod cors;
 pub mod error;
+pub mod lifecycle;
 mod multipart;
 mod object;
+pub mod operation;
 pub mod request;
 pub mod request_log;
 mod settings;
@@ -49,18 +52,40 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
     let method = req.method().clone();
     let sub = query.subresource();
     let copy = req.headers().contains_key("x-amz-copy-source");
+    // A CORS preflight carries no credentials by design; every other request was
+    // authenticated and names its caller.
+    let caller = req.extensions().get::<access::Caller>().cloned();
+    let caller = match (&method, caller) {
+        (&Method::OPTIONS, _) => access::Caller::Bootstrap,
+        (_, Some(c)) => c,
+        (_, None) => return Err(S3Error::new(ErrorCode::AccessDenied, "Access Denied")),
+    };
+    if method != Method::OPTIONS {
+        for (bucket, rights) in access::needs(&method, &target, sub, req.headers())? {
+            access::authorize(app, &caller, &bucket, rights).await?;
+        }
+    }
     match (&method, target) {
         (&Method::OPTIONS, _) => cors::preflight(app, req).await,
-        (&Method::GET, Target::Service) => bucket::list_buckets(app).await,
+        (&Method::GET, Target::Service) => bucket::list_buckets(app, &caller).await,
         (&Method::PUT, Target::Bucket(b)) if sub == Some("cors") => cors::put(app, &b, req).await,
         (&Method::GET, Target::Bucket(b)) if sub == Some("cors") => cors::get(app, &b).await,
         (&Method::DELETE, Target::Bucket(b)) if sub == Some("cors") => cors::delete(app, &b).await,
-        (&Method::PUT, Target::Bucket(b)) if sub.is_none() => bucket::create(app, &b).await,
+        (&Method::PUT, Target::Bucket(b)) if sub == Some("lifecycle") => {
+            lifecycle::put(app, &b, req).await
+        }
+        (&Method::DELETE, Target::Bucket(b)) if sub == Some("lifecycle") => {
+            lifecycle::delete(app, &b).await
+        }
+        (&Method::PUT, Target::Bucket(b)) if sub.is_none() => {
+            bucket::create(app, &b, caller.owner()).await
+        }
         (&Method::HEAD, Target::Bucket(b)) => bucket::head(app, &b).await,
         (&Method::DELETE, Target::Bucket(b)) if sub.is_none() => bucket::delete(app, &b).await,
         (&Method::GET, Target::Bucket(b)) => match sub {
             Some("location") => bucket::location(app, &b).await,
             Some("uploads") => multipart::list_uploads(app, &b, &query).await,
+            Some("lifecycle") => lifecycle::get(app, &b).await,
             None => bucket::list_objects(app, &b, &query).await,
             Some(other) if let Some(answer) = settings::bucket_setting(app, &b, other).await => {
                 answer

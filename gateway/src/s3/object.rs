@@ -189,6 +189,7 @@ pub async fn put(
     let mut resp = StatusCode::OK.into_response();
     set(resp.headers_mut(), header::ETAG, &record.etag());
     checksum_headers(resp.headers_mut(), &record, true);
+    super::lifecycle::expiration_header(app, bucket, key, &record, resp.headers_mut()).await;
     Ok(resp)
 }
 
@@ -516,6 +517,7 @@ pub async fn get(
         }
         h.remove("x-amz-checksum-type");
     }
+    super::lifecycle::expiration_header(app, bucket, key, &read.record, h).await;
     Ok(resp)
 }
 
@@ -588,7 +590,9 @@ pub async fn head(
         }
         return Ok(resp);
     }
-    head_response(&record, q, headers, StatusCode::OK, Body::empty())
+    let mut resp = head_response(&record, q, headers, StatusCode::OK, Body::empty())?;
+    super::lifecycle::expiration_header(app, bucket, key, &record, resp.headers_mut()).await;
+    Ok(resp)
 }
 
 pub async fn delete(app: &AppState, bucket: &str, key: &str) -> Result<Response, S3Error> {

@@ -5,6 +5,9 @@
 //! `Content-Length` and bytes out the response body's known size (absent for a body whose
 //! length is not known up front). The duration runs to the response's head: a GET's body
 //! streams after it.
+//!
+//! The same observation feeds the request metrics (`telemetry/requests.rs`) and, for a
+//! 5xx, the status page's ring of recent errors, whatever the log level.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,6 +20,8 @@ use tracing::Level;
 
 use super::request::Target;
 use crate::server::AppState;
+use crate::telemetry::recent_errors::RecentError;
+use crate::telemetry::requests::Observed;
 
 /// Target of the request lines, so that `RUST_LOG` can also pick them out.
 pub const TARGET: &str = "s3_request";
@@ -50,9 +55,6 @@ struct Line<'a> {
 /// Middleware on the S3 router, outside the one that sets the request id.
 pub async fn log_request(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let level = app.request_log;
-    if level == RequestLogLevel::Off {
-        return next.run(req).await;
-    }
     let started = Instant::now();
     let method = req.method().clone();
     let host = req
@@ -62,6 +64,12 @@ pub async fn log_request(State(app): State<Arc<AppState>>, req: Request, next: N
     let target = Target::from_request(req.uri(), host, app.domain.as_deref()).ok();
     let path = target.is_none().then(|| req.uri().path().to_owned());
     let bytes_in = content_length(req.headers());
+    let operation = super::operation::of(
+        &method,
+        req.uri(),
+        target.as_ref(),
+        req.headers().contains_key("x-amz-copy-source"),
+    );
     let resp = next.run(req).await;
     let (bucket, key) = match &target {
         Some(Target::Bucket(b)) => (Some(b.as_str()), None),
@@ -87,8 +95,34 @@ pub async fn log_request(State(app): State<Arc<AppState>>, req: Request, next: N
             .or_else(|| content_length(resp.headers())),
         duration_ms: started.elapsed().as_micros() as f64 / 1000.0,
     };
+    observe(&app, operation, &line);
     emit(level, &line);
     resp
+}
+
+fn observe(app: &AppState, operation: &'static str, l: &Line<'_>) {
+    app.telemetry.requests.observe(&Observed {
+        operation,
+        status: l.status,
+        bytes_in: l.bytes_in,
+        bytes_out: l.bytes_out,
+        duration_secs: l.duration_ms / 1000.0,
+    });
+    if l.status >= 500 {
+        let target = match (l.bucket, l.key, l.path) {
+            (Some(b), Some(k), _) => format!("{b}/{k}"),
+            (Some(b), None, _) => b.to_owned(),
+            (None, _, Some(p)) => p.to_owned(),
+            (None, _, None) => "/".to_owned(),
+        };
+        app.telemetry.errors.push(RecentError {
+            at_ms: crate::store::now_ms(),
+            operation,
+            status: l.status,
+            request_id: l.request_id.to_owned(),
+            target,
+        });
+    }
 }
 
 fn content_length(headers: &http::HeaderMap) -> Option<u64> {

@@ -38,10 +38,6 @@ pub async fn bucket_setting(
             ErrorCode::NoSuchBucketPolicy,
             "The bucket policy does not exist",
         ),
-        "lifecycle" => not_found(
-            ErrorCode::NoSuchLifecycleConfiguration,
-            "The lifecycle configuration does not exist",
-        ),
         "encryption" => not_found(
             ErrorCode::ServerSideEncryptionConfigurationNotFoundError,
             "The server side encryption configuration was not found",

@@ -17,8 +17,12 @@ use crate::multipart::{PART_BYTES_MIN, PART_NUMBER_MAX};
 pub enum StoreError {
     #[error("no such bucket {0}")]
     NoSuchBucket(String),
+    /// The caller's own bucket already has this name.
     #[error("bucket {0} already exists")]
     BucketExists(String),
+    /// Another access key owns a bucket of this name.
+    #[error("bucket {0} belongs to another key")]
+    BucketTaken(String),
     #[error("bucket {0} is not empty")]
     BucketNotEmpty(String),
     /// The key (or, for a copy, the source) that is not there.
@@ -89,6 +93,7 @@ impl StoreError {
         match e {
             MetaError::NoSuchBucket => StoreError::NoSuchBucket(bucket.to_string()),
             MetaError::BucketExists => StoreError::BucketExists(bucket.to_string()),
+            MetaError::BucketOwnedByAnother => StoreError::BucketTaken(bucket.to_string()),
             MetaError::BucketNotEmpty => StoreError::BucketNotEmpty(bucket.to_string()),
             other => other.into(),
         }

@@ -200,6 +200,7 @@ impl StateMachine {
     ) -> Result<Applied, MetaError> {
         let mut results = Vec::with_capacity(entries.len());
         let mut pairs = false;
+        let mut keys = false;
         let mut membership_changed = false;
         for entry in entries {
             let mut out = Vec::new();
@@ -208,6 +209,7 @@ impl StateMachine {
                 EntryPayload::Normal(batch) => {
                     for cmd in &batch.0 {
                         pairs |= touches_pairs(cmd);
+                        keys |= cmd.touches_keys();
                         out.push(apply_one(db, cmd));
                     }
                 }
@@ -239,6 +241,7 @@ impl StateMachine {
             last_applied,
             membership,
             pairs,
+            keys,
         })
     }
 
@@ -267,6 +270,8 @@ struct Applied {
     last_applied: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, Node>,
     pairs: bool,
+    /// A command changed the `keys` table: the in-memory copy was reloaded.
+    keys: bool,
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
@@ -287,9 +292,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let durable = self.last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL
             || self.entries_since_checkpoint >= CHECKPOINT_ENTRIES;
         let db = self.meta.db();
+        let meta = self.meta.clone();
         let (last, membership) = (self.last_applied, self.membership.clone());
         let applied = tokio::task::spawn_blocking(move || {
-            Self::apply_blocking(&db, entries, last, membership, durable)
+            let applied = Self::apply_blocking(&db, entries, last, membership, durable)?;
+            // Before the results go back: a client told its key was created or deleted
+            // finds it so on this node's next request.
+            if applied.keys {
+                meta.reload_keys()?;
+            }
+            Ok::<_, MetaError>(applied)
         })
         .await
         .map_err(sm_write)?

@@ -25,6 +25,8 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use super::super::jobs::JOBS;
+use super::super::keys::KEYS;
+use super::super::lifecycle::LIFECYCLE;
 use super::super::native_refs::{self, NATIVE_REFS};
 use super::super::tables::{
     BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
@@ -154,7 +156,9 @@ macro_rules! for_each_table {
         $m!(7u8, COUNTERS, $($args)*);
         $m!(8u8, RAFT_STATE, $($args)*);
         $m!(9u8, NATIVE_REFS, $($args)*);
-        $m!(10u8, JOBS, $($args)*);
+        $m!(10u8, LIFECYCLE, $($args)*);
+        $m!(11u8, KEYS, $($args)*);
+        $m!(12u8, JOBS, $($args)*);
     }};
 }
 

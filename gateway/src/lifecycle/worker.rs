@@ -1,0 +1,264 @@
+//! The lifecycle sweep: expires the objects bucket rules match and aborts abandoned
+//! multipart uploads, continuously, in bounded and paced batches.
+//!
+//! Only the Raft leader runs it ([`spawn`] follows leadership), so one node acts at a time.
+//! Every change is an ordinary command: `ExpireObjects` removes an object only if it is
+//! still the version the sweep read (its sequence number) and the rules as they are in
+//! that transaction expire it, and releases its content exactly once; `AbortUpload`
+//! releases an upload's parts in the same transaction that drops it.
+//!
+//! Resuming: the object pass over each bucket keeps its cursor (the last key dealt with)
+//! in the bucket's `lifecycle` record, written by the same `ExpireObjects` commands, so a
+//! restart or a new leader continues where the last committed batch ended. The upload
+//! sweep keeps no cursor: uploads are few (bounded by `--upload-max-age-secs`), and
+//! restarting it from the first upload is cheap.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::Settings;
+use super::pacing::Pacer;
+use super::rules;
+use crate::meta::{Command, MetaError, Response};
+use crate::server::AppState;
+
+/// Index entries read per batch of the object pass (also the command's key bound).
+const SCAN_BATCH: usize = 1000;
+/// Uploads read per batch of the upload sweep.
+const UPLOAD_BATCH: usize = 100;
+/// A cursor is committed at least every this many batches, even when nothing expired.
+const CURSOR_SAVE_BATCHES: u32 = 16;
+/// Pause after a failed pass (no leader, storage error) before the next.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn now_secs() -> u64 {
+    now_ms() / 1000
+}
+
+/// What one pass did, for the log.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PassReport {
+    pub objects_expired: u64,
+    pub uploads_aborted: u64,
+}
+
+/// The sweep of one node.
+pub struct LifecycleWorker {
+    app: Arc<AppState>,
+    settings: Settings,
+    pacer: Pacer,
+}
+
+/// Runs the sweep on this node while it leads the metadata group.
+pub fn spawn(app: Arc<AppState>, settings: Settings) {
+    tokio::spawn(async move {
+        let mut leading = app.store.metadata().leadership();
+        loop {
+            if *leading.borrow_and_update() {
+                let mut worker = LifecycleWorker::new(app.clone(), settings.clone());
+                tokio::select! {
+                    () = worker.run() => {}
+                    changed = leading.changed() => if changed.is_err() { return },
+                }
+            } else if leading.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+impl LifecycleWorker {
+    pub fn new(app: Arc<AppState>, settings: Settings) -> Self {
+        let pacer = Pacer::new(settings.deletes_per_sec);
+        LifecycleWorker {
+            app,
+            settings,
+            pacer,
+        }
+    }
+
+    /// Passes forever, one every [`Settings::pass_interval`].
+    pub async fn run(&mut self) {
+        loop {
+            let started = Instant::now();
+            match self.pass().await {
+                Ok(r) if r != PassReport::default() => {
+                    tracing::info!(
+                        expired = r.objects_expired,
+                        uploads_aborted = r.uploads_aborted,
+                        "lifecycle pass"
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "lifecycle pass stopped; retrying");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+            }
+            let next = started + self.settings.pass_interval();
+            tokio::time::sleep_until(next.into()).await;
+        }
+    }
+
+    /// One pass: the upload sweep, then the object pass over every bucket with rules.
+    pub async fn pass(&mut self) -> Result<PassReport, MetaError> {
+        let mut report = PassReport {
+            uploads_aborted: self.sweep_uploads().await?,
+            ..PassReport::default()
+        };
+        let meta = self.app.store.metadata().clone();
+        let configs = meta.read_local(|m| m.lifecycles()).await?;
+        for (bucket, record) in configs {
+            if record
+                .rules
+                .iter()
+                .any(|r| r.enabled && r.expiration.is_some())
+            {
+                report.objects_expired += self
+                    .expire_bucket(&bucket, record.resume_after.clone())
+                    .await?;
+            }
+        }
+        Ok(report)
+    }
+
+    /// Aborts uploads past the gateway's age bound, uploads a rule aborts, and uploads
+    /// whose bucket is gone. Returns how many it aborted.
+    async fn sweep_uploads(&mut self) -> Result<u64, MetaError> {
+        let meta = self.app.store.metadata().clone();
+        let mut after: Option<String> = None;
+        let mut aborted = 0;
+        loop {
+            let from = after.clone();
+            let batch = meta
+                .read_local(move |m| {
+                    let uploads = m.uploads_after(from.as_deref(), UPLOAD_BATCH)?;
+                    let mut out = Vec::with_capacity(uploads.len());
+                    for (id, u) in uploads {
+                        let rules = m.lifecycle(&u.bucket)?.map(|r| r.rules);
+                        let bucket_gone = m.bucket(&u.bucket)?.is_none();
+                        out.push((id, u, rules, bucket_gone));
+                    }
+                    Ok(out)
+                })
+                .await?;
+            let now_ms = now_ms();
+            let now = now_ms / 1000;
+            let mut done = 0;
+            for (id, upload, rules, bucket_gone) in &batch {
+                let created_secs = upload.created_ms / 1000;
+                // In milliseconds: whole seconds would end an upload up to a second early.
+                let too_old = now_ms.saturating_sub(upload.created_ms)
+                    >= self.settings.upload_max_age_secs.saturating_mul(1000);
+                let by_rule = rules.as_deref().is_some_and(|rules| {
+                    rules::upload_abort(rules, &upload.key, created_secs, self.settings.day_secs)
+                        .is_some_and(|at| at <= now)
+                });
+                if !(too_old || by_rule || *bucket_gone) {
+                    continue;
+                }
+                let cmd = Command::AbortUpload {
+                    upload_id: id.clone(),
+                    now_secs: now,
+                };
+                match self.app.store.execute(cmd).await {
+                    Ok(_) => {
+                        tracing::info!(
+                            upload_id = %id,
+                            bucket = %upload.bucket,
+                            key = %upload.key,
+                            reason = if *bucket_gone { "bucket gone" } else if by_rule { "lifecycle rule" } else { "upload-max-age-secs" },
+                            "multipart upload aborted"
+                        );
+                        done += 1;
+                    }
+                    // Completed or aborted by its client meanwhile.
+                    Err(MetaError::NoSuchUpload) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            aborted += done as u64;
+            self.pacer.pace(done).await;
+            match batch.last() {
+                Some((id, ..)) if batch.len() == UPLOAD_BATCH => after = Some(id.clone()),
+                _ => return Ok(aborted),
+            }
+        }
+    }
+
+    /// Continues the pass over `bucket` from `resume_after` to its last key. Returns how
+    /// many objects it expired.
+    async fn expire_bucket(
+        &mut self,
+        bucket: &str,
+        mut resume_after: Option<String>,
+    ) -> Result<u64, MetaError> {
+        let meta = self.app.store.metadata().clone();
+        let day_secs = self.settings.day_secs;
+        let mut expired = 0;
+        let mut unsaved_batches = 0u32;
+        loop {
+            let (b, from) = (bucket.to_string(), resume_after.clone());
+            let page = meta
+                .read_local(move |m| {
+                    let rules = m.lifecycle(&b)?.map(|r| r.rules).unwrap_or_default();
+                    Ok((rules, m.objects_after(&b, from.as_deref(), SCAN_BATCH)?))
+                })
+                .await?;
+            let (rules, objects) = page;
+            if rules.is_empty() {
+                // The configuration was removed meanwhile: nothing to continue.
+                return Ok(expired);
+            }
+            let now = now_secs();
+            let due: Vec<(String, u64)> = objects
+                .iter()
+                .filter(|(key, o)| {
+                    rules::object_expiry(&rules, key, o.size_bytes, o.created_ms / 1000, day_secs)
+                        .is_some_and(|(at, _)| at <= now)
+                })
+                .map(|(key, o)| (key.clone(), o.seq))
+                .collect();
+            let next = match objects.last() {
+                Some((key, _)) if objects.len() == SCAN_BATCH => Some(key.clone()),
+                _ => None,
+            };
+            unsaved_batches += 1;
+            let save = !due.is_empty()
+                || unsaved_batches >= CURSOR_SAVE_BATCHES
+                || (next.is_none() && resume_after.is_some());
+            let mut done = 0;
+            if save {
+                let cmd = Command::ExpireObjects {
+                    bucket: bucket.to_string(),
+                    objects: due,
+                    resume_after: next.clone(),
+                    day_secs,
+                    now_secs: now,
+                };
+                match self.app.store.execute(cmd).await {
+                    Ok(Response::ObjectsDeleted(removed)) => {
+                        done = removed.iter().filter(|r| **r).count();
+                    }
+                    Ok(other) => return Err(MetaError::Unexpected(format!("{other:?}"))),
+                    // Deleted meanwhile: nothing left to expire in it.
+                    Err(MetaError::NoSuchBucket) => return Ok(expired),
+                    Err(e) => return Err(e),
+                }
+                unsaved_batches = 0;
+            }
+            expired += done as u64;
+            self.pacer.pace(done).await;
+            match next {
+                Some(_) => resume_after = next,
+                None => return Ok(expired),
+            }
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! Who may do what: the access key that signed a request, and its rights on the buckets
+//! the request touches.
+//!
+//! The authentication layer ([`super::auth`]) finds the secret of the signing key
+//! ([`secret_for`]) and leaves a [`Caller`] in the request; the router asks
+//! [`authorize`] before it runs any operation. The rules:
+//! - the bootstrap key (`GATEWAY_ACCESS_KEY` or the generated one) may do everything;
+//! - a bucket belongs to the key that created it, which may do everything on it;
+//! - any other key needs a grant (`gateway admin keys allow`): read (GET, HEAD, listings,
+//!   settings), write (PUT, copy onto, delete, multipart) or owner (also deleting the
+//!   bucket and changing its CORS rules);
+//! - a copy needs read on its source's bucket besides write on its destination's.
+//!
+//! Grants come from the in-memory keys map; ownership from the bucket record, read
+//! locally (an owner never changes while its bucket lives) and again after a
+//! linearizable barrier before a request is refused or let through to NoSuchBucket, so a
+//! lagging node never decides on a bucket it has not yet seen.
+
+use http::{HeaderMap, Method};
+
+use super::error::{ErrorCode, S3Error};
+use super::request::Target;
+use crate::meta::BucketRecord;
+use crate::meta::keys::Rights;
+use crate::server::AppState;
+
+/// The access key that signed a request, as the authentication layer found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Caller {
+    /// The bootstrap key: every right on every bucket.
+    Bootstrap,
+    /// A key of the `keys` table, by access key id.
+    Key(String),
+}
+
+impl Caller {
+    /// The owner recorded in a bucket this caller creates.
+    pub fn owner(&self) -> Option<String> {
+        match self {
+            Caller::Bootstrap => None,
+            Caller::Key(k) => Some(k.clone()),
+        }
+    }
+
+    /// Whether ListBuckets shows this bucket to the caller: its own, or one it was
+    /// granted any right on.
+    pub fn sees(&self, app: &AppState, bucket: &str, record: &BucketRecord) -> bool {
+        match self {
+            Caller::Bootstrap => true,
+            Caller::Key(k) => {
+                record.owner.as_deref() == Some(k.as_str())
+                    || app
+                        .store
+                        .meta_store()
+                        .keys()
+                        .get(k)
+                        .is_some_and(|r| !r.granted(bucket).is_empty())
+            }
+        }
+    }
+}
+
+/// The secret of `access_key`: the bootstrap key's, else the keys table's (from memory).
+pub fn secret_for(app: &AppState, access_key: &str) -> Option<String> {
+    app.credentials.secret_for(access_key).or_else(|| {
+        app.store
+            .meta_store()
+            .keys()
+            .get(access_key)
+            .map(|r| r.secret.expose().to_string())
+    })
+}
+
+/// The caller a verified signature names.
+pub fn caller(app: &AppState, access_key: &str) -> Caller {
+    if access_key == app.credentials.access_key() {
+        Caller::Bootstrap
+    } else {
+        Caller::Key(access_key.to_string())
+    }
+}
+
+/// The rights a request needs, on which buckets (none for ListBuckets, which is filtered,
+/// and CreateBucket, which any key may do).
+pub fn needs(
+    method: &Method,
+    target: &Target,
+    sub: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<Vec<(String, Rights)>, S3Error> {
+    let m = method.clone();
+    Ok(match target {
+        Target::Service => Vec::new(),
+        Target::Bucket(b) => {
+            let rights = match (m, sub) {
+                (Method::PUT, None) => return Ok(Vec::new()),
+                (Method::GET | Method::HEAD, _) => Rights::READ,
+                (Method::POST, _) => Rights::WRITE,
+                // DeleteBucket, Put/DeleteBucketCors and other settings.
+                _ => Rights::OWNER,
+            };
+            vec![(b.clone(), rights)]
+        }
+        Target::Object { bucket, .. } => {
+            let rights = match m {
+                Method::GET | Method::HEAD => Rights::READ,
+                _ => Rights::WRITE,
+            };
+            let mut out = vec![(bucket.clone(), rights)];
+            // CopyObject and UploadPartCopy read their source.
+            if m == Method::PUT && headers.contains_key("x-amz-copy-source") {
+                let (source, _) = super::object::copy_source(headers)?;
+                out.push((source, Rights::READ));
+            }
+            out
+        }
+    })
+}
+
+/// Refuses with AccessDenied unless `caller` has `rights` on `bucket`. A bucket that does
+/// not exist is let through: the operation answers NoSuchBucket, as S3 does.
+pub async fn authorize(
+    app: &AppState,
+    caller: &Caller,
+    bucket: &str,
+    rights: Rights,
+) -> Result<(), S3Error> {
+    let key = match caller {
+        Caller::Bootstrap => return Ok(()),
+        Caller::Key(k) => k,
+    };
+    let keys = app.store.meta_store().keys();
+    // A key deleted since its signature was checked has no rights left.
+    let Some(record) = keys.get(key) else {
+        return Err(access_denied());
+    };
+    if record.granted(bucket).allows(rights) {
+        return Ok(());
+    }
+    let meta = app.store.metadata();
+    let name = bucket.to_string();
+    let local = meta
+        .read_local(move |m| m.bucket(&name))
+        .await
+        .map_err(|e| S3Error::from(crate::store::StoreError::from(e)))?;
+    let owned = |r: &Option<BucketRecord>| match r {
+        Some(r) => r.owner.as_deref() == Some(key.as_str()),
+        None => false,
+    };
+    if owned(&local) {
+        return Ok(());
+    }
+    // Before refusing (or answering NoSuchBucket), see every write acknowledged so far.
+    let name = bucket.to_string();
+    let current = meta
+        .read(move |m| m.bucket(&name))
+        .await
+        .map_err(|e| S3Error::from(crate::store::StoreError::from(e)))?;
+    if current.is_none() || owned(&current) {
+        return Ok(());
+    }
+    Err(access_denied())
+}
+
+fn access_denied() -> S3Error {
+    S3Error::new(ErrorCode::AccessDenied, "Access Denied")
+}

@@ -1,0 +1,565 @@
+//! Put/Get/DeleteBucketLifecycleConfiguration with S3's XML, and the `x-amz-expiration`
+//! header of objects a rule will expire.
+//!
+//! Validation answers as S3 does: MalformedXML for a document that does not fit the schema
+//! (a bad Status, a rule with two filters, an Expiration with both Days and Date),
+//! InvalidArgument for values out of range (Days 0, a Date not at midnight UTC, a duplicate
+//! or too long ID), InvalidRequest for a rule with no action or an upload abort with a size
+//! filter. Elements this gateway cannot honour (transitions to storage classes,
+//! noncurrent-version actions (buckets are unversioned), tag filters,
+//! ExpiredObjectDeleteMarker) are refused with NotImplemented, never stored and ignored.
+
+use std::collections::HashSet;
+
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use serde::Deserialize;
+
+use super::error::{ErrorCode, S3Error};
+use super::xml::XmlWriter;
+use crate::lifecycle::rules::{self, RULE_ID_CHARS_MAX, RULES_MAX};
+use crate::lifecycle::{Expiration, LifecycleRule, RuleFilter};
+use crate::meta::{Command, ObjectRecord};
+use crate::server::AppState;
+use crate::store::{ObjectStore, StoreError};
+
+const LIFECYCLE_BODY_BYTES_MAX: usize = 1024 * 1024;
+
+/// An element whose content is not read: only its presence matters.
+#[derive(Deserialize)]
+struct Present {}
+
+#[derive(Deserialize)]
+struct ConfigurationXml {
+    #[serde(default, rename = "Rule")]
+    rules: Vec<RuleXml>,
+}
+
+#[derive(Deserialize)]
+struct RuleXml {
+    #[serde(rename = "ID")]
+    id: Option<String>,
+    #[serde(rename = "Status")]
+    status: Option<String>,
+    #[serde(rename = "Prefix")]
+    prefix: Option<String>,
+    #[serde(rename = "Filter")]
+    filter: Option<FilterXml>,
+    #[serde(rename = "Expiration")]
+    expiration: Option<ExpirationXml>,
+    #[serde(rename = "AbortIncompleteMultipartUpload")]
+    abort: Option<AbortXml>,
+    #[serde(rename = "Transition")]
+    transition: Option<Present>,
+    #[serde(rename = "Transitions")]
+    transitions: Option<Present>,
+    #[serde(rename = "NoncurrentVersionTransition")]
+    noncurrent_transition: Option<Present>,
+    #[serde(rename = "NoncurrentVersionExpiration")]
+    noncurrent_expiration: Option<Present>,
+}
+
+#[derive(Deserialize)]
+struct FilterXml {
+    #[serde(rename = "Prefix")]
+    prefix: Option<String>,
+    #[serde(rename = "Tag")]
+    tag: Option<Present>,
+    #[serde(rename = "ObjectSizeGreaterThan")]
+    size_greater_than: Option<String>,
+    #[serde(rename = "ObjectSizeLessThan")]
+    size_less_than: Option<String>,
+    #[serde(rename = "And")]
+    and: Option<AndXml>,
+}
+
+#[derive(Deserialize)]
+struct AndXml {
+    #[serde(rename = "Prefix")]
+    prefix: Option<String>,
+    #[serde(default, rename = "Tag")]
+    tags: Vec<Present>,
+    #[serde(rename = "ObjectSizeGreaterThan")]
+    size_greater_than: Option<String>,
+    #[serde(rename = "ObjectSizeLessThan")]
+    size_less_than: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ExpirationXml {
+    #[serde(rename = "Days")]
+    days: Option<String>,
+    #[serde(rename = "Date")]
+    date: Option<String>,
+    #[serde(rename = "ExpiredObjectDeleteMarker")]
+    delete_marker: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct AbortXml {
+    #[serde(rename = "DaysAfterInitiation")]
+    days: Option<String>,
+}
+
+fn malformed() -> S3Error {
+    S3Error::new(
+        ErrorCode::MalformedXML,
+        "The XML you provided was not well-formed or did not validate against our published schema",
+    )
+}
+
+fn invalid(message: &'static str) -> S3Error {
+    S3Error::new(ErrorCode::InvalidArgument, message)
+}
+
+fn unsupported(what: &str) -> S3Error {
+    S3Error::new(
+        ErrorCode::NotImplemented,
+        format!("{what} in a lifecycle rule is not supported by this gateway"),
+    )
+}
+
+/// A positive day count: MalformedXML if not a number, InvalidArgument if not positive.
+fn positive_days(text: &str, message: &'static str) -> Result<u32, S3Error> {
+    let n: i64 = text.trim().parse().map_err(|_| malformed())?;
+    if n <= 0 {
+        return Err(invalid(message));
+    }
+    u32::try_from(n).map_err(|_| invalid(message))
+}
+
+fn size(text: &str) -> Result<u64, S3Error> {
+    let n: i64 = text.trim().parse().map_err(|_| malformed())?;
+    u64::try_from(n).map_err(|_| invalid("'ObjectSize' must be a non-negative integer"))
+}
+
+/// An ISO 8601 date at midnight UTC (`2026-12-01T00:00:00.000Z`, `2026-12-01T00:00:00Z`,
+/// or without the zone, read as UTC), as unix seconds.
+pub fn parse_midnight(text: &str) -> Result<u64, S3Error> {
+    use time::format_description::well_known::Rfc3339;
+    let text = text.trim();
+    let parsed = time::OffsetDateTime::parse(text, &Rfc3339)
+        .or_else(|_| time::OffsetDateTime::parse(&format!("{text}Z"), &Rfc3339))
+        .or_else(|_| time::OffsetDateTime::parse(&format!("{text}T00:00:00Z"), &Rfc3339))
+        .map_err(|_| invalid("Invalid date: 'Date' must be an ISO 8601 date"))?;
+    let secs = parsed.unix_timestamp();
+    if secs.rem_euclid(86_400) != 0 || parsed.nanosecond() != 0 {
+        return Err(invalid("'Date' must be at midnight GMT"));
+    }
+    u64::try_from(secs).map_err(|_| invalid("Invalid date: 'Date' is before 1970"))
+}
+
+fn parse_filter(rule: &RuleXml) -> Result<RuleFilter, S3Error> {
+    let f = match (&rule.prefix, &rule.filter) {
+        (Some(_), Some(_)) | (None, None) => return Err(malformed()),
+        (Some(p), None) => return Ok(RuleFilter::LegacyPrefix(p.clone())),
+        (None, Some(f)) => f,
+    };
+    let given = [
+        f.prefix.is_some(),
+        f.tag.is_some(),
+        f.size_greater_than.is_some(),
+        f.size_less_than.is_some(),
+        f.and.is_some(),
+    ]
+    .iter()
+    .filter(|g| **g)
+    .count();
+    if given > 1 {
+        return Err(malformed());
+    }
+    if f.tag.is_some() || f.and.as_ref().is_some_and(|a| !a.tags.is_empty()) {
+        return Err(unsupported("A tag filter"));
+    }
+    let filter = if let Some(p) = &f.prefix {
+        RuleFilter::Prefix(p.clone())
+    } else if let Some(g) = &f.size_greater_than {
+        RuleFilter::SizeGreaterThan(size(g)?)
+    } else if let Some(l) = &f.size_less_than {
+        RuleFilter::SizeLessThan(size(l)?)
+    } else if let Some(a) = &f.and {
+        RuleFilter::And {
+            prefix: a.prefix.clone(),
+            size_greater_than: a.size_greater_than.as_deref().map(size).transpose()?,
+            size_less_than: a.size_less_than.as_deref().map(size).transpose()?,
+        }
+    } else {
+        RuleFilter::All
+    };
+    if let (Some(g), Some(l)) = filter.size_bounds()
+        && g >= l
+    {
+        return Err(invalid(
+            "ObjectSizeGreaterThan must be less than ObjectSizeLessThan",
+        ));
+    }
+    Ok(filter)
+}
+
+fn parse_rule(rule: RuleXml) -> Result<LifecycleRule, S3Error> {
+    if rule.transition.is_some() || rule.transitions.is_some() {
+        return Err(unsupported("Transition to another storage class"));
+    }
+    if rule.noncurrent_transition.is_some() || rule.noncurrent_expiration.is_some() {
+        return Err(unsupported(
+            "A noncurrent-version action (buckets are unversioned)",
+        ));
+    }
+    let enabled = match rule.status.as_deref() {
+        Some("Enabled") => true,
+        Some("Disabled") => false,
+        _ => return Err(malformed()),
+    };
+    let id = match rule.id.clone() {
+        Some(id) if id.chars().count() > RULE_ID_CHARS_MAX => {
+            return Err(invalid("ID length should not exceed allowed limit of 255"));
+        }
+        Some(id) => id,
+        // S3 names a rule without an ID itself.
+        None => format!("{:016x}", rand::random::<u64>()),
+    };
+    let filter = parse_filter(&rule)?;
+    let expiration = match &rule.expiration {
+        None => None,
+        Some(e) => match (&e.days, &e.date, &e.delete_marker) {
+            (Some(d), None, None) => Some(Expiration::Days(positive_days(
+                d,
+                "'Days' for Expiration action must be a positive integer",
+            )?)),
+            (None, Some(d), None) => Some(Expiration::Date(parse_midnight(d)?)),
+            (None, None, Some(_)) => return Err(unsupported("ExpiredObjectDeleteMarker")),
+            _ => return Err(malformed()),
+        },
+    };
+    let abort_upload_days = match &rule.abort {
+        None => None,
+        Some(AbortXml { days: Some(d) }) => Some(positive_days(
+            d,
+            "'DaysAfterInitiation' for AbortIncompleteMultipartUpload action must be a positive integer",
+        )?),
+        Some(AbortXml { days: None }) => return Err(malformed()),
+    };
+    if abort_upload_days.is_some() && filter.has_size() {
+        return Err(S3Error::new(
+            ErrorCode::InvalidRequest,
+            "AbortIncompleteMultipartUpload cannot be specified with an object size filter",
+        ));
+    }
+    if expiration.is_none() && abort_upload_days.is_none() {
+        return Err(S3Error::new(
+            ErrorCode::InvalidRequest,
+            "At least one action needs to be specified in a rule",
+        ));
+    }
+    Ok(LifecycleRule {
+        id,
+        enabled,
+        filter,
+        expiration,
+        abort_upload_days,
+    })
+}
+
+/// Parses and checks a LifecycleConfiguration document.
+pub fn parse_configuration(text: &str) -> Result<Vec<LifecycleRule>, S3Error> {
+    let parsed: ConfigurationXml = quick_xml::de::from_str(text).map_err(|_| malformed())?;
+    if parsed.rules.is_empty() || parsed.rules.len() > RULES_MAX {
+        return Err(malformed());
+    }
+    let rules = parsed
+        .rules
+        .into_iter()
+        .map(parse_rule)
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut ids = HashSet::new();
+    if !rules.iter().all(|r| ids.insert(r.id.as_str())) {
+        return Err(invalid(
+            "Rule ID must be unique. Found same ID for more than one rule",
+        ));
+    }
+    Ok(rules)
+}
+
+fn render_filter(w: &mut XmlWriter, filter: &RuleFilter) {
+    if let RuleFilter::LegacyPrefix(p) = filter {
+        w.leaf("Prefix", p);
+        return;
+    }
+    w.open("Filter");
+    match filter {
+        RuleFilter::LegacyPrefix(_) | RuleFilter::All => {}
+        RuleFilter::Prefix(p) => w.leaf("Prefix", p),
+        RuleFilter::SizeGreaterThan(g) => w.leaf("ObjectSizeGreaterThan", &g.to_string()),
+        RuleFilter::SizeLessThan(l) => w.leaf("ObjectSizeLessThan", &l.to_string()),
+        RuleFilter::And {
+            prefix,
+            size_greater_than,
+            size_less_than,
+        } => {
+            w.open("And");
+            if let Some(p) = prefix {
+                w.leaf("Prefix", p);
+            }
+            if let Some(g) = size_greater_than {
+                w.leaf("ObjectSizeGreaterThan", &g.to_string());
+            }
+            if let Some(l) = size_less_than {
+                w.leaf("ObjectSizeLessThan", &l.to_string());
+            }
+            w.close("And");
+        }
+    }
+    w.close("Filter");
+}
+
+/// The LifecycleConfiguration document of `rules`.
+pub fn render_configuration(rules: &[LifecycleRule]) -> Vec<u8> {
+    let mut w = XmlWriter::new();
+    w.open_root("LifecycleConfiguration");
+    for r in rules {
+        w.open("Rule");
+        w.leaf("ID", &r.id);
+        render_filter(&mut w, &r.filter);
+        w.leaf("Status", if r.enabled { "Enabled" } else { "Disabled" });
+        match r.expiration {
+            Some(Expiration::Days(d)) => {
+                w.open("Expiration");
+                w.leaf("Days", &d.to_string());
+                w.close("Expiration");
+            }
+            Some(Expiration::Date(at)) => {
+                w.open("Expiration");
+                w.leaf("Date", &super::iso8601(at.saturating_mul(1000)));
+                w.close("Expiration");
+            }
+            None => {}
+        }
+        if let Some(d) = r.abort_upload_days {
+            w.open("AbortIncompleteMultipartUpload");
+            w.leaf("DaysAfterInitiation", &d.to_string());
+            w.close("AbortIncompleteMultipartUpload");
+        }
+        w.close("Rule");
+    }
+    w.close("LifecycleConfiguration");
+    w.finish()
+}
+
+pub async fn put(app: &AppState, bucket: &str, req: Request) -> Result<Response, S3Error> {
+    let text = super::read_xml_body(req.into_body(), LIFECYCLE_BODY_BYTES_MAX).await?;
+    let rules = parse_configuration(&text)?;
+    app.store.set_lifecycle(bucket, Some(rules)).await?;
+    Ok(StatusCode::OK.into_response())
+}
+
+pub async fn delete(app: &AppState, bucket: &str) -> Result<Response, S3Error> {
+    app.store.set_lifecycle(bucket, None).await?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+pub async fn get(app: &AppState, bucket: &str) -> Result<Response, S3Error> {
+    let rules = app.store.lifecycle(bucket).await?.ok_or_else(|| {
+        S3Error::new(
+            ErrorCode::NoSuchLifecycleConfiguration,
+            "The lifecycle configuration does not exist",
+        )
+        .with_resource(bucket)
+    })?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/xml")],
+        render_configuration(&rules),
+    )
+        .into_response())
+}
+
+/// Adds `x-amz-expiration: expiry-date="<RFC 1123>", rule-id="<id>"` when a rule of the
+/// bucket will expire this object. The rules are read from this node's state, without a
+/// round to the leader: a header a moment stale after a configuration change is harmless.
+pub async fn expiration_header(
+    app: &AppState,
+    bucket: &str,
+    key: &str,
+    record: &ObjectRecord,
+    headers: &mut HeaderMap,
+) {
+    let name = bucket.to_string();
+    let rules = match app
+        .store
+        .metadata()
+        .read_local(move |m| m.lifecycle(&name))
+        .await
+    {
+        Ok(Some(r)) => r.rules,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(bucket, error = %e, "reading lifecycle rules");
+            return;
+        }
+    };
+    let expiry = rules::object_expiry(
+        &rules,
+        key,
+        record.size_bytes,
+        record.created_ms / 1000,
+        app.lifecycle.day_secs,
+    );
+    if let Some((at, rule_id)) = expiry {
+        let value = format!(
+            "expiry-date=\"{}\", rule-id=\"{}\"",
+            super::http_date(at.saturating_mul(1000)),
+            rule_id.replace('"', "\\\"")
+        );
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert("x-amz-expiration", v);
+        }
+    }
+}
+
+impl ObjectStore {
+    pub async fn set_lifecycle(
+        &self,
+        bucket: &str,
+        rules: Option<Vec<LifecycleRule>>,
+    ) -> Result<(), StoreError> {
+        let cmd = Command::SetBucketLifecycle {
+            bucket: bucket.to_string(),
+            rules,
+        };
+        self.execute(cmd)
+            .await
+            .map(drop)
+            .map_err(|e| StoreError::meta(e, bucket))
+    }
+
+    /// The bucket's rules (linearizable), None if it has none; NoSuchBucket if it is gone.
+    pub async fn lifecycle(&self, bucket: &str) -> Result<Option<Vec<LifecycleRule>>, StoreError> {
+        let name = bucket.to_string();
+        let (exists, record) = self
+            .metadata()
+            .read(move |m| Ok((m.bucket(&name)?.is_some(), m.lifecycle(&name)?)))
+            .await
+            .map_err(|e| StoreError::meta(e, bucket))?;
+        if !exists {
+            return Err(StoreError::NoSuchBucket(bucket.to_string()));
+        }
+        Ok(record.map(|r| r.rules))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(rules: &str) -> String {
+        format!(
+            r#"<LifecycleConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">{rules}</LifecycleConfiguration>"#
+        )
+    }
+
+    fn code(rules: &str) -> ErrorCode {
+        parse_configuration(&doc(rules)).unwrap_err().code
+    }
+
+    #[test]
+    fn a_configuration_round_trips() {
+        let text = doc(
+            "<Rule><ID>a</ID><Filter><And><Prefix>logs/</Prefix><ObjectSizeGreaterThan>10</ObjectSizeGreaterThan>\
+             <ObjectSizeLessThan>100</ObjectSizeLessThan></And></Filter><Status>Enabled</Status>\
+             <Expiration><Days>3</Days></Expiration></Rule>\
+             <Rule><ID>b</ID><Prefix>tmp/</Prefix><Status>Disabled</Status>\
+             <Expiration><Date>2020-01-01T00:00:00.000Z</Date></Expiration>\
+             <AbortIncompleteMultipartUpload><DaysAfterInitiation>2</DaysAfterInitiation></AbortIncompleteMultipartUpload></Rule>\
+             <Rule><ID>c</ID><Filter></Filter><Status>Enabled</Status><AbortIncompleteMultipartUpload>\
+             <DaysAfterInitiation>1</DaysAfterInitiation></AbortIncompleteMultipartUpload></Rule>",
+        );
+        let rules = parse_configuration(&text).unwrap();
+        assert_eq!(rules.len(), 3);
+        assert_eq!(rules[1].expiration, Some(Expiration::Date(1_577_836_800)));
+        assert_eq!(rules[2].filter, RuleFilter::All);
+        let again =
+            parse_configuration(&String::from_utf8(render_configuration(&rules)).unwrap()).unwrap();
+        assert_eq!(again, rules);
+    }
+
+    #[test]
+    fn bad_configurations_get_s3s_codes() {
+        let rule = |inner: &str| format!("<Rule><ID>x</ID><Status>Enabled</Status>{inner}</Rule>");
+        let days = |d: &str| {
+            rule(&format!(
+                "<Filter><Prefix></Prefix></Filter><Expiration><Days>{d}</Days></Expiration>"
+            ))
+        };
+        assert_eq!(code(&days("0")), ErrorCode::InvalidArgument);
+        assert_eq!(code(&days("-1")), ErrorCode::InvalidArgument);
+        assert_eq!(code(&days("x")), ErrorCode::MalformedXML);
+        let date = |d: &str| {
+            rule(&format!(
+                "<Filter/><Expiration><Date>{d}</Date></Expiration>"
+            ))
+        };
+        assert_eq!(
+            code(&date("2020-01-01T10:00:00Z")),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(code(&date("yesterday")), ErrorCode::InvalidArgument);
+        assert!(parse_configuration(&doc(&date("2020-01-01T00:00:00"))).is_ok());
+        assert_eq!(code(""), ErrorCode::MalformedXML);
+        assert_eq!(
+            code(&format!("{}{}", days("1"), days("2"))),
+            ErrorCode::InvalidArgument
+        );
+        let long = format!(
+            "<Rule><ID>{}</ID><Status>Enabled</Status><Filter/><Expiration><Days>1</Days></Expiration></Rule>",
+            "i".repeat(256)
+        );
+        assert_eq!(code(&long), ErrorCode::InvalidArgument);
+        let status = "<Rule><ID>x</ID><Status>On</Status><Filter/><Expiration><Days>1</Days></Expiration></Rule>";
+        assert_eq!(code(status), ErrorCode::MalformedXML);
+        assert_eq!(code(&rule("<Filter/>")), ErrorCode::InvalidRequest);
+        assert_eq!(
+            code(&rule(
+                "<Filter/><Transition><Days>1</Days><StorageClass>GLACIER</StorageClass></Transition>"
+            )),
+            ErrorCode::NotImplemented
+        );
+        assert_eq!(
+            code(&rule(
+                "<Filter/><NoncurrentVersionExpiration><NoncurrentDays>1</NoncurrentDays></NoncurrentVersionExpiration>"
+            )),
+            ErrorCode::NotImplemented
+        );
+        assert_eq!(
+            code(&rule(
+                "<Filter><Tag><Key>a</Key><Value>b</Value></Tag></Filter><Expiration><Days>1</Days></Expiration>"
+            )),
+            ErrorCode::NotImplemented
+        );
+        assert_eq!(
+            code(&rule(
+                "<Filter><Prefix>a</Prefix><ObjectSizeLessThan>5</ObjectSizeLessThan></Filter><Expiration><Days>1</Days></Expiration>"
+            )),
+            ErrorCode::MalformedXML
+        );
+        assert_eq!(
+            code(&rule(
+                "<Filter><ObjectSizeLessThan>5</ObjectSizeLessThan></Filter><AbortIncompleteMultipartUpload><DaysAfterInitiation>1</DaysAfterInitiation></AbortIncompleteMultipartUpload>"
+            )),
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(
+            code(&rule(
+                "<Filter/><Expiration><Days>1</Days><Date>2020-01-01T00:00:00Z</Date></Expiration>"
+            )),
+            ErrorCode::MalformedXML
+        );
+        assert_eq!(
+            code(&rule("<Expiration><Days>1</Days></Expiration>")),
+            ErrorCode::MalformedXML
+        );
+        assert_eq!(
+            parse_configuration("not xml").unwrap_err().code,
+            ErrorCode::MalformedXML
+        );
+    }
+}

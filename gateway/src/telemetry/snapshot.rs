@@ -1,0 +1,126 @@
+//! Everything `/_metrics` and `/_status` show, read at one moment into plain values, so
+//! that the page and the scrape render the same numbers from the same source.
+//!
+//! Gathering is cheap and never touches a table: the stored counts come from the cached
+//! scan (`stored.rs`), the pairs from the in-memory PairDB, the workers' counters from
+//! their atomics, the replication state from openraft's metrics channel.
+
+use std::sync::Arc;
+
+use placement::{PairFlags, PairId, PairRecord};
+use valkyrie::{MetricsSnapshot, UnmoveProgress};
+
+use super::recent_errors::RecentError;
+use super::stored::StoredStats;
+use crate::meta::raft::NodeId;
+use crate::server::AppState;
+
+/// One in-process Valkyrie worker.
+pub struct WorkerView {
+    pub pair: PairId,
+    pub index: usize,
+    pub disk: String,
+    pub counters: MetricsSnapshot,
+}
+
+/// This node's view of the replicated metadata group.
+pub struct RaftView {
+    pub node_id: NodeId,
+    /// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+    pub role: &'static str,
+    pub term: u64,
+    pub leader: Option<NodeId>,
+    pub voters: Vec<NodeId>,
+    pub last_log_index: u64,
+    /// On the leader: the highest index a majority of voters holds. Elsewhere openraft
+    /// does not publish it, and the applied index (every applied entry was committed) is
+    /// the best lower bound this node knows.
+    pub commit_index: u64,
+    pub applied_index: u64,
+}
+
+pub const ROLES: [&str; 5] = ["leader", "follower", "candidate", "learner", "shutdown"];
+
+pub struct Snapshot {
+    pub stored: Option<Arc<StoredStats>>,
+    pub stats_scans: u64,
+    pub pairs: Vec<(PairId, PairRecord)>,
+    pub workers: Vec<WorkerView>,
+    pub drains: Vec<UnmoveProgress>,
+    pub raft: RaftView,
+    /// S3 requests answered, and those answered with a 5xx.
+    pub requests: (u64, u64),
+    pub recent_errors: Vec<RecentError>,
+}
+
+pub const PAIR_FLAGS: [(PairFlags, &str); 3] = [
+    (PairFlags::LOCKED, "LOCKED"),
+    (PairFlags::READ_ONLY, "READ_ONLY"),
+    (PairFlags::DRAINING, "DRAINING"),
+];
+
+pub fn gather(app: &AppState) -> Snapshot {
+    let table = app.store.pair_table();
+    let pairs = table
+        .ids()
+        .into_iter()
+        .filter_map(|id| table.get(id).map(|e| (id, e.record)))
+        .collect();
+    let workers = app
+        .workers
+        .workers()
+        .into_iter()
+        .map(|w| WorkerView {
+            pair: w.pair,
+            index: w.index,
+            disk: w.disk.clone(),
+            counters: w.metrics.snapshot(),
+        })
+        .collect();
+    Snapshot {
+        stored: app.telemetry.stats.get(),
+        stats_scans: app.telemetry.stats.scans(),
+        pairs,
+        workers,
+        drains: app.workers.drains(),
+        raft: raft_view(app),
+        requests: app.telemetry.requests.totals(),
+        recent_errors: app.telemetry.errors.snapshot(),
+    }
+}
+
+fn raft_view(app: &AppState) -> RaftView {
+    use openraft::ServerState;
+    let metadata = app.store.metadata();
+    let m = metadata.raft().metrics().borrow().clone();
+    let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+    let applied_index = m.last_applied.map_or(0, |l| l.index);
+    let commit_index = match &m.replication {
+        Some(matched) if !voters.is_empty() => {
+            let mut held: Vec<u64> = voters
+                .iter()
+                .map(|v| matched.get(v).copied().flatten().map_or(0, |l| l.index))
+                .collect();
+            held.sort_unstable_by(|a, b| b.cmp(a));
+            // The (n/2+1)-th highest: held by a majority.
+            held[voters.len() / 2].max(applied_index)
+        }
+        _ => applied_index,
+    };
+    RaftView {
+        node_id: metadata.node_id(),
+        role: match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        },
+        term: m.current_term,
+        leader: m.current_leader,
+        voters,
+        last_log_index: m.last_log_index.unwrap_or(0),
+        commit_index,
+        applied_index,
+    }
+}
