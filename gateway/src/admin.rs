@@ -312,3 +312,145 @@ pub async fn fail_disk(
         Err(e) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
+
+/// A job as the admin API shows it.
+fn job_json(id: u64, job: &crate::meta::jobs::JobRecord) -> serde_json::Value {
+    use crate::meta::jobs::{JobOp, JobState};
+    let JobOp::DeletePrefix { bucket, prefix } = &job.op;
+    let iso = |ms: u64| {
+        time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+            .ok()
+            .and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+    };
+    serde_json::json!({
+        "id": id,
+        "op": "delete-prefix",
+        "bucket": bucket,
+        "prefix": prefix,
+        "state": job.state.name(),
+        "error": match &job.state { JobState::Failed(why) => Some(why.as_str()), _ => None },
+        "deleted": job.deleted,
+        "remaining": job.remaining_estimate(),
+        "total_estimate": job.total_estimate,
+        "started": iso(job.started_ms),
+        "finished": job.finished_ms.and_then(iso),
+    })
+}
+
+#[derive(serde::Deserialize)]
+pub struct NewJob {
+    op: String,
+    bucket: String,
+    #[serde(default)]
+    prefix: String,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A metadata failure told to the operator: unknown things are 404, no quorum 503.
+fn meta_error_json(e: crate::meta::MetaError) -> Response {
+    use crate::meta::MetaError as M;
+    match e {
+        M::NoSuchBucket | M::NotFound => error_json(StatusCode::NOT_FOUND, e),
+        M::Unavailable(_) => error_json(StatusCode::SERVICE_UNAVAILABLE, e),
+        other => error_json(StatusCode::INTERNAL_SERVER_ERROR, other),
+    }
+}
+
+/// `POST /_admin/jobs` with `{"op": "delete-prefix", "bucket": B, "prefix": P}`: starts
+/// the job and answers at once with its id.
+pub async fn create_job(
+    _: Admin,
+    State(app): State<Arc<AppState>>,
+    body: axum::body::Bytes,
+) -> Response {
+    let Ok(req) = serde_json::from_slice::<NewJob>(&body) else {
+        return error_json(
+            StatusCode::BAD_REQUEST,
+            r#"expected {"op": "delete-prefix", "bucket": B, "prefix": P}"#,
+        );
+    };
+    if req.op != "delete-prefix" {
+        return error_json(
+            StatusCode::BAD_REQUEST,
+            format!("unknown op {:?}: the one op is delete-prefix", req.op),
+        );
+    }
+    let op = crate::meta::jobs::JobOp::DeletePrefix {
+        bucket: req.bucket,
+        prefix: req.prefix,
+    };
+    let meta = app.store.metadata();
+    let id = match meta
+        .execute(Command::CreateJob {
+            op,
+            now_ms: now_ms(),
+        })
+        .await
+    {
+        Ok(crate::meta::Response::JobCreated(id)) => id,
+        Ok(other) => return error_json(StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
+        Err(e) => return meta_error_json(e),
+    };
+    match meta.read(move |m| m.job(id)).await {
+        Ok(Some(job)) => json(StatusCode::ACCEPTED, job_json(id, &job).to_string()),
+        Ok(None) => error_json(StatusCode::INTERNAL_SERVER_ERROR, "the new job is gone"),
+        Err(e) => meta_error_json(e),
+    }
+}
+
+/// `GET /_admin/jobs`: every job kept, by id.
+pub async fn list_jobs(_: Admin, State(app): State<Arc<AppState>>) -> Response {
+    match app.store.metadata().read(|m| m.jobs()).await {
+        Ok(jobs) => {
+            let all: Vec<_> = jobs.iter().map(|(id, j)| job_json(*id, j)).collect();
+            json(
+                StatusCode::OK,
+                serde_json::json!({ "jobs": all }).to_string(),
+            )
+        }
+        Err(e) => meta_error_json(e),
+    }
+}
+
+/// `GET /_admin/jobs/{id}`.
+pub async fn job_status(
+    _: Admin,
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<u64>,
+) -> Response {
+    match app.store.metadata().read(move |m| m.job(id)).await {
+        Ok(Some(job)) => json(StatusCode::OK, job_json(id, &job).to_string()),
+        Ok(None) => error_json(StatusCode::NOT_FOUND, format!("no job {id}")),
+        Err(e) => meta_error_json(e),
+    }
+}
+
+/// `POST /_admin/jobs/{id}/cancel`: a running job stops after the chunk in progress.
+pub async fn cancel_job(
+    _: Admin,
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<u64>,
+) -> Response {
+    match app
+        .store
+        .metadata()
+        .execute(Command::EndJob {
+            id,
+            state: crate::meta::jobs::JobState::Cancelled,
+            now_ms: now_ms(),
+        })
+        .await
+    {
+        Ok(crate::meta::Response::Job(job)) => json(StatusCode::OK, job_json(id, &job).to_string()),
+        Ok(other) => error_json(StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
+        Err(e) => meta_error_json(e),
+    }
+}

@@ -475,3 +475,135 @@ fn gateway_snapshot_check(path: &std::path::Path) -> Result<(), String> {
         .map(drop)
         .map_err(|e| format!("{}: {e}", path.display()))
 }
+
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum JobsCommand {
+    /// Delete every object of BUCKET whose key starts with PREFIX (a whole mailbox), in
+    /// the background; prints the new job.
+    DeletePrefix { bucket: String, prefix: String },
+    /// Every job kept, running and finished.
+    List,
+    /// One job; with --watch, follow it until it ends (a progress bar on a terminal).
+    Status {
+        id: u64,
+        #[arg(long)]
+        watch: bool,
+    },
+    /// Stop a running job after the chunk in progress.
+    Cancel { id: u64 },
+}
+
+/// One line per job.
+pub fn render_jobs(jobs: &[serde_json::Value]) -> String {
+    let text = |j: &serde_json::Value, k: &str| {
+        j.get(k).and_then(|v| v.as_str()).unwrap_or("-").to_string()
+    };
+    let mut out = format!(
+        "{:<6} {:<10} {:<24} {:>10} {:>10}  {:<25} {:<25}\n",
+        "ID", "STATE", "BUCKET/PREFIX", "DELETED", "REMAINING", "STARTED", "FINISHED"
+    );
+    for j in jobs {
+        out.push_str(&format!(
+            "{:<6} {:<10} {:<24} {:>10} {:>10}  {:<25} {:<25}\n",
+            num(j, "id"),
+            text(j, "state"),
+            format!("{}/{}", text(j, "bucket"), text(j, "prefix")),
+            num(j, "deleted"),
+            num(j, "remaining"),
+            text(j, "started"),
+            text(j, "finished"),
+        ));
+        if let Some(e) = j.get("error").and_then(|e| e.as_str()) {
+            out.push_str(&format!("       error: {e}\n"));
+        }
+    }
+    out
+}
+
+/// Polls between two looks at a watched job.
+const WATCH_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl AdminClient {
+    /// Runs a jobs command and returns the text to print (`status --watch` prints its
+    /// progress as it goes).
+    pub async fn jobs(&self, cmd: JobsCommand) -> Result<String, String> {
+        match cmd {
+            JobsCommand::DeletePrefix { bucket, prefix } => {
+                let body = serde_json::json!({
+                    "op": "delete-prefix",
+                    "bucket": bucket,
+                    "prefix": prefix,
+                })
+                .to_string();
+                let v = self.call(Method::POST, "/_admin/jobs", Some(body)).await?;
+                Ok(render_jobs(&[v]))
+            }
+            JobsCommand::List => {
+                let v = self.call(Method::GET, "/_admin/jobs", None).await?;
+                let jobs = v
+                    .get("jobs")
+                    .and_then(|j| j.as_array())
+                    .cloned()
+                    .unwrap_or_default();
+                Ok(render_jobs(&jobs))
+            }
+            JobsCommand::Status { id, watch: false } => {
+                let v = self
+                    .call(Method::GET, &format!("/_admin/jobs/{id}"), None)
+                    .await?;
+                Ok(render_jobs(&[v]))
+            }
+            JobsCommand::Status { id, watch: true } => self.watch_job(id).await,
+            JobsCommand::Cancel { id } => {
+                let v = self
+                    .call(Method::POST, &format!("/_admin/jobs/{id}/cancel"), None)
+                    .await?;
+                Ok(render_jobs(&[v]))
+            }
+        }
+    }
+
+    /// Follows a job until it is no longer running: a bar with the deleted count and an
+    /// ETA on a terminal, one plain line per poll otherwise (a log file or a pipe).
+    async fn watch_job(&self, id: u64) -> Result<String, String> {
+        use std::io::IsTerminal as _;
+        let terminal = std::io::stderr().is_terminal();
+        let mut bar: Option<indicatif::ProgressBar> = None;
+        // Bounded by the job: it ends (done, cancelled, failed) or the call fails.
+        loop {
+            let v = self
+                .call(Method::GET, &format!("/_admin/jobs/{id}"), None)
+                .await?;
+            let deleted = num(&v, "deleted");
+            let total = deleted + num(&v, "remaining");
+            let state = v
+                .get("state")
+                .and_then(|s| s.as_str())
+                .unwrap_or("?")
+                .to_string();
+            if terminal {
+                let b = bar.get_or_insert_with(|| {
+                    let b = indicatif::ProgressBar::new(total);
+                    if let Ok(style) = indicatif::ProgressStyle::with_template(
+                        "job {prefix}: [{bar:40}] {pos}/{len} deleted, {per_sec}, ETA {eta}",
+                    ) {
+                        b.set_style(style.progress_chars("=> "));
+                    }
+                    b.set_prefix(id.to_string());
+                    b
+                });
+                b.set_length(total.max(deleted));
+                b.set_position(deleted);
+            } else {
+                eprintln!("job {id}: {state}, {deleted} deleted, {total} in all (estimate)");
+            }
+            if state != "running" {
+                if let Some(b) = bar {
+                    b.finish();
+                }
+                return Ok(render_jobs(&[v]));
+            }
+            tokio::time::sleep(WATCH_POLL).await;
+        }
+    }
+}

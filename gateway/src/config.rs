@@ -72,6 +72,10 @@ pub struct FileConfig {
     pub upload_max_age_secs: Option<u64>,
     /// Seconds between two scans behind `gateway_stored_*` (default 30).
     pub stats_scan_secs: Option<u64>,
+    /// Keys per chunk of a background job (delete-prefix), 1 to 1000 (default 200).
+    pub job_chunk_keys: Option<usize>,
+    /// Pause after each chunk of a background job, milliseconds (default 5).
+    pub job_pause_ms: Option<u64>,
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
     /// The cluster secret (`GATEWAY_CLUSTER_SECRET` wins; also accepted in `[cluster]`).

@@ -115,6 +115,11 @@ pub fn text() -> String {
             .into(),
     );
     line(format!("lifecycle_day_secs = {}", lifecycle.day_secs));
+    let pace = crate::jobs::JobPace::default();
+    line("# Keys per chunk of a background job (delete-prefix), 1 to 1000.".into());
+    line(format!("job_chunk_keys = {}", pace.chunk_keys));
+    line("# Pause after each chunk of a background job, milliseconds.".into());
+    line(format!("job_pause_ms = {}", pace.pause.as_millis()));
     line(
         "# A multipart upload older than this is aborted and its parts released, rule or not."
             .into(),

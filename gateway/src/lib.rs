@@ -24,6 +24,7 @@ pub mod credentials;
 pub mod fsck;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+pub mod jobs;
 pub mod lifecycle;
 pub mod meta;
 pub mod multipart;

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use gateway::admin_client::{AdminClient, ClusterCommand, DiskCommand, PairsCommand, ScrubCommand};
+use gateway::admin_client::{
+    AdminClient, ClusterCommand, DiskCommand, JobsCommand, PairsCommand, ScrubCommand,
+};
 use gateway::admin_keys_client::KeysCommand;
 use gateway::config::FileConfig;
 use gateway::s3::request_log::RequestLogLevel;
@@ -174,6 +176,13 @@ struct ServeArgs {
     /// waits at least 4 times its own duration) [default: 30]
     #[arg(long)]
     stats_scan_secs: Option<u64>,
+    /// Keys per chunk of a background job (delete-prefix), 1 to 1000 [default: 200]
+    #[arg(long)]
+    job_chunk_keys: Option<usize>,
+    /// Pause after each chunk of a background job, in milliseconds: the jobs' share of
+    /// the metadata log against foreground writes [default: 5]
+    #[arg(long)]
+    job_pause_ms: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -197,6 +206,11 @@ enum AdminCmd {
     Cluster {
         #[command(subcommand)]
         command: ClusterCommand,
+    },
+    /// Background jobs: delete-prefix (a whole mailbox), list, status [--watch], cancel.
+    Jobs {
+        #[command(subcommand)]
+        command: JobsCommand,
     },
     /// Write a consistent snapshot of the metadata (every acknowledged write) to FILE,
     /// while the gateway serves; `gateway restore --from FILE` starts a node from it.
@@ -266,6 +280,23 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
             })
         }
     };
+    let default_pace = gateway::jobs::JobPace::default();
+    let job_pace = gateway::jobs::JobPace {
+        chunk_keys: args
+            .job_chunk_keys
+            .or(file.job_chunk_keys)
+            .unwrap_or(default_pace.chunk_keys),
+        pause: args
+            .job_pause_ms
+            .or(file.job_pause_ms)
+            .map_or(default_pace.pause, std::time::Duration::from_millis),
+    };
+    if !(1..=gateway::meta::jobs::CHUNK_KEYS_MAX).contains(&job_pace.chunk_keys) {
+        return Err(format!(
+            "--job-chunk-keys must be 1 to {}",
+            gateway::meta::jobs::CHUNK_KEYS_MAX
+        ));
+    }
     let lifecycle = {
         let d = gateway::lifecycle::Settings::default();
         gateway::lifecycle::Settings {
@@ -285,6 +316,7 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
     }
     Ok(Config {
         lifecycle,
+        job_pace,
         cluster,
         snapshot_logs,
         stats: gateway::telemetry::stored::Settings {
@@ -439,6 +471,7 @@ fn main() -> ExitCode {
                     AdminCmd::Disk { command } => client.disk(command).await?,
                     AdminCmd::Cluster { command } => client.cluster(command).await?,
                     AdminCmd::Keys { command } => client.keys(command).await?,
+                    AdminCmd::Jobs { command } => client.jobs(command).await?,
                     AdminCmd::Backup { file } => {
                         let n = client.backup(&file).await?;
                         format!("wrote {} ({n} bytes)\n", file.display())

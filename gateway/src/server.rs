@@ -58,6 +58,8 @@ pub struct Config {
     pub lifecycle: crate::lifecycle::Settings,
     /// `--stats-scan-secs`: how often the stored-bytes scan behind `gateway_stored_*` runs.
     pub stats: crate::telemetry::stored::Settings,
+    /// Pace of background jobs (`--job-chunk-keys`, `--job-pause-ms`).
+    pub job_pace: crate::jobs::JobPace,
 }
 
 /// Everything a request handler needs.
@@ -236,6 +238,15 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_admin/disks/fail", axum::routing::post(admin::fail_disk))
         .route("/_metrics", get(admin::metrics))
         .route("/_status", get(admin::status))
+        .route(
+            "/_admin/jobs",
+            get(admin::list_jobs).post(admin::create_job),
+        )
+        .route("/_admin/jobs/{id}", get(admin::job_status))
+        .route(
+            "/_admin/jobs/{id}/cancel",
+            axum::routing::post(admin::cancel_job),
+        )
         .with_state(state.clone())
         .merge(native::router(state.clone()))
         .merge(cluster::router(state.clone()))
@@ -353,6 +364,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     follow_pairs(&state);
     follow_leadership(&state);
     crate::lifecycle::worker::spawn(state.clone(), config.lifecycle.clone());
+    crate::jobs::spawn(state.clone(), config.job_pace);
     state.store.refresh_space().await;
     {
         let state = state.clone();

@@ -15,7 +15,7 @@ use super::tables::{
     self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FileRecord, OBJECT_SEQ,
     OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord,
 };
-use super::{MetaError, filedb, keys, lifecycle, native_refs};
+use super::{MetaError, filedb, jobs, keys, lifecycle, native_refs};
 
 type Files<'t> = Table<'t, [u8; 20], [u8; 16]>;
 type Deleting<'t> = Table<'t, [u8; 20], [u8; 12]>;
@@ -328,6 +328,28 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
         } => {
             check_bucket(txn, bucket)?;
             keys::change_grant(txn, access_key, bucket, *set, *clear).map(|()| Response::Done)
+        }
+        Command::CreateJob { op, now_ms } => {
+            jobs::create(txn, op, *now_ms).map(Response::JobCreated)
+        }
+        Command::JobChunk {
+            id,
+            keys,
+            through,
+            done,
+            now_ms,
+        } => {
+            let chunk = jobs::chunk(txn, *id, keys, through, *done, *now_ms)?;
+            for old in &chunk.removed {
+                release(txn, &old.sha1, old.magic, now_ms / 1000)?;
+            }
+            Ok(Response::JobChunkDone {
+                deleted: chunk.removed.len() as u32,
+                running: chunk.running,
+            })
+        }
+        Command::EndJob { id, state, now_ms } => {
+            jobs::end(txn, *id, state.clone(), *now_ms).map(Response::Job)
         }
     }
 }

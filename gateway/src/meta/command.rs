@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::lifecycle::rules::LifecycleRule;
 
+use super::jobs::{JobOp, JobRecord, JobState};
 use super::keys::{KeyRecord, Rights};
 use super::tables::{CorsRule, FileRecord, ObjectRecord, PartRecord, UploadRecord};
 
@@ -201,6 +202,26 @@ pub enum Command {
         created_ms: u64,
         owner: Option<String>,
     },
+    /// Starts a background job; answers its id.
+    CreateJob {
+        op: JobOp,
+        now_ms: u64,
+    },
+    /// One chunk of a running job (see [`super::jobs::chunk`]): the objects removed are
+    /// released in the same transaction.
+    JobChunk {
+        id: u64,
+        keys: Vec<String>,
+        through: String,
+        done: bool,
+        now_ms: u64,
+    },
+    /// Ends a running job as cancelled or failed.
+    EndJob {
+        id: u64,
+        state: JobState,
+        now_ms: u64,
+    },
 }
 
 impl Command {
@@ -261,4 +282,13 @@ pub enum Response {
         removed: Option<ObjectRecord>,
         released: Option<DecOutcome>,
     },
+    /// `CreateJob`: the new job's id.
+    JobCreated(u64),
+    /// `JobChunk`: objects deleted, and whether the job still runs.
+    JobChunkDone {
+        deleted: u32,
+        running: bool,
+    },
+    /// `EndJob`: the job as it is now.
+    Job(JobRecord),
 }

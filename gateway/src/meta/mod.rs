@@ -11,6 +11,7 @@ pub mod apply;
 pub mod calls;
 pub mod command;
 pub mod filedb;
+pub mod jobs;
 pub mod keys;
 pub mod lifecycle;
 pub mod list;
@@ -80,6 +81,9 @@ pub enum MetaError {
     /// A bound of the keys table ([`keys::KEYS_MAX`], [`keys::GRANTS_PER_KEY_MAX`]).
     #[error("{0}")]
     KeyLimit(String),
+    /// A command that no caller of this version builds (a key outside a job's chunk).
+    #[error("invalid command: {0}")]
+    InvalidCommand(String),
 }
 
 macro_rules! storage_error {
@@ -153,6 +157,7 @@ impl MetaStore {
         txn.open_table(PARTS)?;
         txn.open_table(RAFT_STATE)?;
         txn.open_table(keys::KEYS)?;
+        txn.open_table(jobs::JOBS)?;
         native_refs::build(&txn)?;
         txn.open_table(lifecycle::LIFECYCLE)?;
         txn.commit()?;
@@ -381,6 +386,55 @@ impl MetaStore {
             );
         }
         Ok(())
+    }
+
+    /// One job.
+    pub fn job(&self, id: u64) -> Result<Option<jobs::JobRecord>, MetaError> {
+        let txn = self.db().begin_read()?;
+        match txn.open_table(jobs::JOBS)?.get(id)? {
+            Some(v) => Ok(Some(tables::decode_versioned("jobs", v.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every job kept (at most the running ones and [`jobs::FINISHED_KEPT`] finished),
+    /// by id.
+    pub fn jobs(&self) -> Result<Vec<(u64, jobs::JobRecord)>, MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(jobs::JOBS)?;
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            out.push((k.value(), tables::decode_versioned("jobs", v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// Up to `limit` keys of `bucket` under `prefix` after `cursor`, in order.
+    pub fn keys_after(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(OBJECTS)?;
+        let start = cursor.unwrap_or(prefix);
+        let mut out = Vec::new();
+        for entry in table.range((bucket, start.as_bytes())..)? {
+            let (k, _) = entry?;
+            let (b, key) = k.value();
+            if b != bucket || !key.starts_with(prefix.as_bytes()) || out.len() >= limit {
+                break;
+            }
+            if cursor.is_some_and(|c| key == c.as_bytes()) {
+                continue;
+            }
+            // Keys are stored as the S3 key's bytes, always valid UTF-8.
+            out.push(String::from_utf8_lossy(key).into_owned());
+        }
+        Ok(out)
     }
 
     /// Calls `f` with the native references of every content that has some.

@@ -24,6 +24,7 @@ use redb::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::super::jobs::JOBS;
 use super::super::keys::KEYS;
 use super::super::lifecycle::LIFECYCLE;
 use super::super::native_refs::{self, NATIVE_REFS};
@@ -157,6 +158,7 @@ macro_rules! for_each_table {
         $m!(9u8, NATIVE_REFS, $($args)*);
         $m!(10u8, LIFECYCLE, $($args)*);
         $m!(11u8, KEYS, $($args)*);
+        $m!(12u8, JOBS, $($args)*);
     }};
 }
 
