@@ -33,9 +33,16 @@ const KEY_VOTE: &str = "vote";
 const KEY_COMMITTED: &str = "committed";
 const KEY_PURGED: &str = "purged";
 
-/// Bound on the entries one read returns (openraft asks for replication batches of at most
-/// `max_payload_entries`, but a range may be wider).
+/// Bound on the entries one read of the offline replay returns (it reads on from there).
 const READ_ENTRIES_MAX: usize = 4096;
+
+/// Bound on the entries one openraft read returns. openraft wants exactly the range it
+/// asks for (it checks, and stops the node on a short answer): replication asks for at
+/// most `max_payload_entries`, but applying after a restart asks for every committed entry
+/// since the state machine's last checkpoint, which may be up to the checkpoint's entry
+/// bound (20 000) and more. This bound is far above that; it only keeps a damaged range
+/// from exhausting memory.
+const OPENRAFT_READ_MAX: usize = 1 << 20;
 
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
 
@@ -112,13 +119,22 @@ impl LogStore {
         db: &Database,
         range: (Bound<u64>, Bound<u64>),
     ) -> StorageResult<Vec<Entry<TypeConfig>>> {
+        Self::entries_upto(db, range, READ_ENTRIES_MAX)
+    }
+
+    /// Entries with index in `range`, at most `limit`.
+    fn entries_upto(
+        db: &Database,
+        range: (Bound<u64>, Bound<u64>),
+        limit: usize,
+    ) -> StorageResult<Vec<Entry<TypeConfig>>> {
         let txn = db.begin_read().map_err(read_err)?;
         let table = txn.open_table(LOG).map_err(read_err)?;
         let mut out = Vec::new();
         for item in table.range::<u64>(range).map_err(read_err)? {
             let (_, v) = item.map_err(read_err)?;
             out.push(postcard::from_bytes(v.value()).map_err(read_err)?);
-            if out.len() >= READ_ENTRIES_MAX {
+            if out.len() >= limit {
                 break;
             }
         }
@@ -148,7 +164,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> StorageResult<Vec<Entry<TypeConfig>>> {
         let bounds = (range.start_bound().cloned(), range.end_bound().cloned());
-        self.blocking(move |db| Self::entries(db, bounds)).await
+        self.blocking(move |db| Self::entries_upto(db, bounds, OPENRAFT_READ_MAX))
+            .await
     }
 }
 
@@ -264,5 +281,43 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             txn.commit().map_err(write_err)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    use super::*;
+
+    /// openraft applies every committed entry since the last checkpoint with one read and
+    /// stops the node if the answer is short: a restart with more than one read's worth of
+    /// entries to apply (4 096 once) must get them all.
+    #[tokio::test]
+    async fn openraft_gets_every_entry_of_a_wide_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = LogStore::open(&dir.path().join("raft.redb")).unwrap();
+        let n = 10_000u64;
+        {
+            let txn = store.db.begin_write().unwrap();
+            {
+                let mut log = txn.open_table(LOG).unwrap();
+                for i in 1..=n {
+                    let entry: Entry<TypeConfig> = Entry {
+                        log_id: LogId::new(CommittedLeaderId::new(1, 1), i),
+                        payload: EntryPayload::Blank,
+                    };
+                    log.insert(i, postcard::to_stdvec(&entry).unwrap().as_slice())
+                        .unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        }
+        let got = store.try_get_log_entries(2..=n).await.unwrap();
+        assert_eq!(got.len() as u64, n - 1);
+        assert_eq!(got.last().map(|e| e.log_id.index), Some(n));
+        // The offline replay reads in bounded steps.
+        let step = LogStore::entries(&store.db, (Bound::Included(1), Bound::Unbounded)).unwrap();
+        assert_eq!(step.len(), READ_ENTRIES_MAX);
     }
 }

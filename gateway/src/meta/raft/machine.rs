@@ -182,7 +182,10 @@ impl StateMachine {
             meta,
             snapshots,
             last_checkpoint: Instant::now(),
-            entries_since_checkpoint: 0,
+            // The first apply after a start is a checkpoint: it is the replay of what the
+            // last run applied without one, and a process killed again and again within a
+            // checkpoint interval must not make that replay grow without end.
+            entries_since_checkpoint: CHECKPOINT_ENTRIES,
             last_applied,
             membership,
             pairs_changed,
