@@ -123,16 +123,13 @@ fn quarantined_copy(disk: &Disk, sha1: &Sha1) -> bool {
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return false;
     };
-    let hex = sha1.to_hex();
-    let (aa, bb) = (&hex[0..2], &hex[2..4]);
+    let names = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned());
     // Bounded: one shard folder, and at most a few quarantined copies of one sha1 in it.
-    entries.flatten().any(|e| {
-        let name = e.file_name();
-        matches!(
-            valkyrie::layout::FileName::parse(&name.to_string_lossy(), aa, bb),
-            valkyrie::layout::FileName::Quarantined { sha1: q, .. } if q == *sha1
-        ) && sha1_of_file(&e.path()).is_ok_and(|got| got == *sha1)
-    })
+    valkyrie::layout::quarantined_names(sha1, names)
+        .iter()
+        .any(|(_, name)| sha1_of_file(&dir.join(name)).is_ok_and(|got| got == *sha1))
 }
 
 fn read_copy(rt: &tokio::runtime::Runtime, disk: &Disk, sha1: &Sha1) -> Result<Sha1, String> {

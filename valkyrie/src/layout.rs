@@ -55,6 +55,27 @@ impl FileName {
     }
 }
 
+/// The quarantined copies of `sha1` among `names`, the entries of its shard folder, as
+/// (since_secs, name).
+pub fn quarantined_names(
+    sha1: &Sha1,
+    names: impl IntoIterator<Item = String>,
+) -> Vec<(u64, String)> {
+    let hex = sha1.to_hex();
+    names
+        .into_iter()
+        .filter_map(
+            |name| match FileName::parse(&name, &hex[0..2], &hex[2..4]) {
+                FileName::Quarantined {
+                    sha1: s,
+                    since_secs,
+                } if s == *sha1 => Some((since_secs, name)),
+                _ => None,
+            },
+        )
+        .collect()
+}
+
 /// A sha1 written exactly as the store writes it: 40 lowercase hex digits.
 fn parse_lower_hex(hex: &str) -> Option<Sha1> {
     let sha1 = hex.parse::<Sha1>().ok()?;

@@ -21,7 +21,7 @@ use placement::Sha1;
 
 use crate::catalog::Catalog;
 use crate::error::{ValkyrieError, blocking};
-use crate::layout::{self, FileName};
+use crate::layout;
 use crate::metrics::Metrics;
 use crate::worker::Worker;
 
@@ -112,18 +112,8 @@ pub async fn restore(disk_root: &Path, sha1: Sha1) -> Result<bool, ValkyrieError
         return Ok(true);
     }
     let dir = layout::shard_dir(disk_root, &sha1);
-    let hex = sha1.to_hex();
-    let newest = layout::list(&dir)
-        .await?
-        .into_iter()
-        .filter_map(|l| match FileName::parse(&l.name, &hex[0..2], &hex[2..4]) {
-            FileName::Quarantined {
-                sha1: s,
-                since_secs,
-            } if s == sha1 => Some((since_secs, l.name)),
-            _ => None,
-        })
-        .max();
+    let names = layout::list(&dir).await?.into_iter().map(|l| l.name);
+    let newest = layout::quarantined_names(&sha1, names).into_iter().max();
     match newest {
         Some((since_secs, name)) => {
             let restored = unquarantine(disk_root, &sha1, &dir.join(&name)).await?;
