@@ -193,6 +193,31 @@ pub fn start_clients(
         .collect()
 }
 
+/// Stops the clients when dropped (a panicking test ends its client threads).
+pub struct StopOnDrop(pub Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The end of a kill loop: waits (bounded by `limit`) for 10 more acknowledged operations,
+/// stops the clients and joins them; whether they made that progress, and their merged
+/// models and counts.
+pub fn settle_and_join(
+    limit: Duration,
+    stop: &AtomicBool,
+    acked: &AtomicUsize,
+    clients: Vec<thread::JoinHandle<(Model, Counts)>>,
+) -> (bool, Model, Counts) {
+    let base = acked.load(Ordering::Relaxed);
+    let settled = crate::poll_until(limit, || acked.load(Ordering::Relaxed) >= base + 10);
+    stop.store(true, Ordering::Relaxed);
+    let (model, counts) = join_clients(clients);
+    (settled, model, counts)
+}
+
 /// Joins the clients and merges their models and counts.
 pub fn join_clients(clients: Vec<thread::JoinHandle<(Model, Counts)>>) -> (Model, Counts) {
     let mut model = Model::default();

@@ -22,7 +22,7 @@ use e2e::cluster::{
     ADMIN_TIMEOUT, CATCH_UP_TIMEOUT, CLUSTER_SECRET_HEADER, Cluster, ClusterStatus,
     ELECTION_TIMEOUT, REQUEST_TIMEOUT, is_unavailable,
 };
-use e2e::torture;
+use e2e::torture::{self, StopOnDrop};
 use e2e::{
     Remote, assert_same_body, etag_of, get_bytes, poll_until, put_bytes, random_body, random_token,
     s3_error,
@@ -167,15 +167,6 @@ fn wait_stepped_down(cluster: &Cluster, id: usize, limit: Duration) -> ClusterSt
         cluster.describe()
     );
     last.expect("checked above")
-}
-
-/// Sets the flag when dropped: client threads stop when the test panics.
-struct StopOnDrop(Arc<AtomicBool>);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -954,12 +945,8 @@ fn crash_loop_keeps_every_acknowledged_object() {
             acked.load(Ordering::Relaxed)
         );
     }
-    let base = acked.load(Ordering::Relaxed);
-    let settled = poll_until(PROGRESS_TIMEOUT, || {
-        acked.load(Ordering::Relaxed) >= base + 10
-    });
-    stop.store(true, Ordering::Relaxed);
-    let (model, counts) = torture::join_clients(clients);
+    let (settled, model, counts) =
+        torture::settle_and_join(PROGRESS_TIMEOUT, &stop, &acked, clients);
     assert!(
         settled,
         "no progress after the last cycle\n{}",

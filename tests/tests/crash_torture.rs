@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use e2e::cluster::run_gateway;
-use e2e::torture::{self, Bodies, Workload};
+use e2e::torture::{self, Bodies, StopOnDrop, Workload};
 use e2e::{ConfigFile, Gateway, Remote, poll_until, random_token};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -22,15 +22,6 @@ use rand::{RngExt, SeedableRng};
 const BUCKET: &str = "torture";
 /// How long the clients may take to get a few operations acknowledged after a restart.
 const PROGRESS_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Stops the clients when the test panics, so their threads end.
-struct StopOnDrop(Arc<AtomicBool>);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-}
 
 fn env_number(name: &str) -> Option<u64> {
     std::env::var(name)
@@ -104,12 +95,8 @@ fn kill9_loop_under_mixed_load_keeps_every_acknowledged_operation() {
             );
         }
     }
-    let base = acked.load(Ordering::Relaxed);
-    let settled = poll_until(PROGRESS_TIMEOUT, || {
-        acked.load(Ordering::Relaxed) >= base + 10
-    });
-    stop.store(true, Ordering::Relaxed);
-    let (model, counts) = torture::join_clients(clients);
+    let (settled, model, counts) =
+        torture::settle_and_join(PROGRESS_TIMEOUT, &stop, &acked, clients);
     assert!(
         settled,
         "no progress after the last cycle\n{}",
