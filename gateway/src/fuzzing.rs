@@ -31,6 +31,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("complete_multipart_xml", complete_multipart_xml),
     ("delete_objects_xml", delete_objects_xml),
     ("cors_xml", cors_xml),
+    ("lifecycle_xml", lifecycle_xml),
     ("range", range),
     ("command", command),
     ("records", records),
@@ -183,6 +184,45 @@ pub fn cors_xml(data: &[u8]) {
         && let Ok(rules) = cors::parse_rules(text)
     {
         let _ = cors::matching_rule(&rules, "https://example.com", "GET", &["x-amz-date"]);
+    }
+}
+
+/// A PutBucketLifecycleConfiguration body. An accepted one holds 1 to 1000 rules with
+/// unique IDs of at most 255 characters, each with an action and any Date at a midnight;
+/// what GetBucketLifecycleConfiguration renders of it parses back to the same rules (a
+/// client that reads a configuration and puts it back must not change it); and the rules
+/// decide expiries and aborts at the extremes of size, time and day length.
+pub fn lifecycle_xml(data: &[u8]) {
+    use crate::lifecycle::Expiration;
+    use crate::lifecycle::rules::{self, RULE_ID_CHARS_MAX, RULES_MAX};
+    use crate::s3::lifecycle::{parse_configuration, render_configuration};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(parsed) = parse_configuration(text) else {
+        return;
+    };
+    assert!((1..=RULES_MAX).contains(&parsed.len()));
+    let mut ids = std::collections::HashSet::new();
+    for rule in &parsed {
+        assert!(rule.id.chars().count() <= RULE_ID_CHARS_MAX);
+        assert!(ids.insert(rule.id.as_str()), "duplicate ID {:?}", rule.id);
+        assert!(rule.expiration.is_some() || rule.abort_upload_days.is_some());
+        if let Some(Expiration::Date(at)) = rule.expiration {
+            assert_eq!(at % 86_400, 0, "a Date not at midnight");
+        }
+    }
+    let rendered = render_configuration(&parsed);
+    let rendered = std::str::from_utf8(&rendered).unwrap_or_else(|e| panic!("rendered: {e}"));
+    let again = parse_configuration(rendered)
+        .unwrap_or_else(|e| panic!("the rendered configuration is refused: {e:?}\n{rendered}"));
+    assert_eq!(again, parsed, "\n{rendered}");
+    for day_secs in [0, 1, 86_400, u64::MAX] {
+        for (size, created) in [(0, 0), (u64::MAX, u64::MAX), (50, NOW_SECS)] {
+            let key = parsed[0].filter.prefix();
+            let _ = rules::object_expiry(&parsed, key, size, created, day_secs);
+            let _ = rules::upload_abort(&parsed, key, created, day_secs);
+        }
     }
 }
 
