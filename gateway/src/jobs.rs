@@ -147,7 +147,7 @@ async fn bucket_step(
     bucket: &str,
     pace: JobPace,
 ) -> Result<bool, MetaError> {
-    // A chunk that deleted something may have been the last; the next step looks again.
+    // A full chunk: more keys may follow it, and the next step takes them.
     if !delete_chunk(meta, id, job, pace, false).await? {
         return Ok(false);
     }
