@@ -8,6 +8,7 @@
 pub mod cluster;
 pub mod filedb_report;
 pub mod fsstat;
+pub mod jobs;
 pub mod limits;
 pub mod load;
 pub mod objects_report;

@@ -91,6 +91,8 @@ enum Workload {
     RaftElection,
     /// only the restart measurements of `raft`
     RaftRestart,
+    /// foreground 64 KiB GET/PUT p99 with and without a delete-prefix job running
+    Jobs,
 }
 
 impl Args {
@@ -522,6 +524,18 @@ async fn run(args: Args) -> Result<Report, String> {
     // ---- FileDB ----------------------------------------------------------------------
     if args.runs(Workload::Filedb) {
         filedb(&args, &root, &plan, &mut report).await;
+    }
+    // ---- background jobs ------------------------------------------------------------
+    if args.runs(Workload::Jobs) {
+        progress("jobs: foreground latency with and without a delete-prefix job");
+        let plan = bench::jobs::JobsPlan::new(args.quick);
+        let run = async {
+            let gw = start_gw(&gateway_bin, &root, "jobs", &mut rng).await?;
+            bench::jobs::run(&gw, plan, &mut rng, &mut report).await
+        };
+        if let Err(e) = run.await {
+            report.error("jobs", "run", e);
+        }
     }
     // ---- replicated metadata -----------------------------------------------------------
     let parts = args.raft_parts();

@@ -315,8 +315,8 @@ pub async fn fail_disk(
 
 /// A job as the admin API shows it.
 fn job_json(id: u64, job: &crate::meta::jobs::JobRecord) -> serde_json::Value {
-    use crate::meta::jobs::{JobOp, JobState};
-    let JobOp::DeletePrefix { bucket, prefix } = &job.op;
+    use crate::meta::jobs::JobState;
+    let (bucket, prefix) = job.op.scope();
     let iso = |ms: u64| {
         time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
             .ok()
@@ -327,7 +327,7 @@ fn job_json(id: u64, job: &crate::meta::jobs::JobRecord) -> serde_json::Value {
     };
     serde_json::json!({
         "id": id,
-        "op": "delete-prefix",
+        "op": job.op.name(),
         "bucket": bucket,
         "prefix": prefix,
         "state": job.state.name(),
@@ -364,28 +364,38 @@ fn meta_error_json(e: crate::meta::MetaError) -> Response {
     }
 }
 
-/// `POST /_admin/jobs` with `{"op": "delete-prefix", "bucket": B, "prefix": P}`: starts
-/// the job and answers at once with its id.
+/// `POST /_admin/jobs` with `{"op": "delete-prefix", "bucket": B, "prefix": P}` or
+/// `{"op": "delete-bucket", "bucket": B}`: starts the job and answers at once with its id.
 pub async fn create_job(
     _: Admin,
     State(app): State<Arc<AppState>>,
     body: axum::body::Bytes,
 ) -> Response {
+    const EXPECTED: &str = r#"expected {"op": "delete-prefix", "bucket": B, "prefix": P} or {"op": "delete-bucket", "bucket": B}"#;
     let Ok(req) = serde_json::from_slice::<NewJob>(&body) else {
-        return error_json(
-            StatusCode::BAD_REQUEST,
-            r#"expected {"op": "delete-prefix", "bucket": B, "prefix": P}"#,
-        );
+        return error_json(StatusCode::BAD_REQUEST, EXPECTED);
     };
-    if req.op != "delete-prefix" {
-        return error_json(
-            StatusCode::BAD_REQUEST,
-            format!("unknown op {:?}: the one op is delete-prefix", req.op),
-        );
-    }
-    let op = crate::meta::jobs::JobOp::DeletePrefix {
-        bucket: req.bucket,
-        prefix: req.prefix,
+    let op = match req.op.as_str() {
+        "delete-prefix" => crate::meta::jobs::JobOp::DeletePrefix {
+            bucket: req.bucket,
+            prefix: req.prefix,
+        },
+        // A prefix here would read as "delete only these", which this op does not do.
+        "delete-bucket" if req.prefix.is_empty() => {
+            crate::meta::jobs::JobOp::DeleteBucket { bucket: req.bucket }
+        }
+        "delete-bucket" => {
+            return error_json(
+                StatusCode::BAD_REQUEST,
+                "delete-bucket takes no prefix: it deletes every object of the bucket",
+            );
+        }
+        other => {
+            return error_json(
+                StatusCode::BAD_REQUEST,
+                format!("unknown op {other:?}: {EXPECTED}"),
+            );
+        }
     };
     let meta = app.store.metadata();
     let id = match meta
@@ -452,5 +462,31 @@ pub async fn cancel_job(
         Ok(crate::meta::Response::Job(job)) => json(StatusCode::OK, job_json(id, &job).to_string()),
         Ok(other) => error_json(StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
         Err(e) => meta_error_json(e),
+    }
+}
+
+/// `DELETE /_admin/buckets/{bucket}`: a plain DeleteBucket, refused (409) while the
+/// bucket holds objects or uploads in progress; `POST /_admin/jobs` with
+/// `delete-bucket` deletes it with its contents.
+pub async fn delete_bucket(
+    _: Admin,
+    State(app): State<Arc<AppState>>,
+    Path(bucket): Path<String>,
+) -> Response {
+    use crate::store::StoreError;
+    match app.store.delete_bucket(&bucket).await {
+        Ok(()) => json(
+            StatusCode::OK,
+            serde_json::json!({ "bucket": bucket, "deleted": true }).to_string(),
+        ),
+        Err(StoreError::BucketNotEmpty(_)) => error_json(
+            StatusCode::CONFLICT,
+            format!(
+                "bucket {bucket} is not empty (it holds objects or multipart uploads in \
+                 progress); --force deletes them with it"
+            ),
+        ),
+        Err(e @ StoreError::NoSuchBucket(_)) => error_json(StatusCode::NOT_FOUND, e),
+        Err(e) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }

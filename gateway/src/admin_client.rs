@@ -566,6 +566,11 @@ impl AdminClient {
     /// Follows a job until it is no longer running: a bar with the deleted count and an
     /// ETA on a terminal, one plain line per poll otherwise (a log file or a pipe).
     async fn watch_job(&self, id: u64) -> Result<String, String> {
+        self.watch_job_end(id).await.map(|v| render_jobs(&[v]))
+    }
+
+    /// [`Self::watch_job`], answering the job as it ended.
+    pub(crate) async fn watch_job_end(&self, id: u64) -> Result<serde_json::Value, String> {
         use std::io::IsTerminal as _;
         let terminal = std::io::stderr().is_terminal();
         let mut bar: Option<indicatif::ProgressBar> = None;
@@ -601,7 +606,7 @@ impl AdminClient {
                 if let Some(b) = bar {
                     b.finish();
                 }
-                return Ok(render_jobs(&[v]));
+                return Ok(v);
             }
             tokio::time::sleep(WATCH_POLL).await;
         }

@@ -9,8 +9,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::meta::jobs::{JobOp, JobState};
-use crate::meta::{Command, MetaError};
+use crate::meta::jobs::{CHUNK_UPLOADS_MAX, JobOp, JobRecord, JobState};
+use crate::meta::{Command, MetaError, Response};
 use crate::server::AppState;
 
 /// Poll interval when there is no running job (or this node does not lead).
@@ -81,37 +81,104 @@ async fn step(state: &AppState, pace: JobPace) -> Result<bool, MetaError> {
         return Ok(false);
     }
     for (id, job) in running {
-        let JobOp::DeletePrefix { bucket, prefix } = &job.op;
-        let (b, p, c, n) = (
-            bucket.clone(),
-            prefix.clone(),
-            job.cursor.clone(),
-            pace.chunk_keys,
-        );
-        let keys = meta
-            .read(move |m| m.keys_after(&b, &p, c.as_deref(), n))
-            .await?;
-        // Fewer keys than asked for: nothing from before the job is left after them (a
-        // linearizable read sees every object written before the job started).
-        let done = keys.len() < pace.chunk_keys;
-        let through = keys
-            .last()
-            .cloned()
-            .or(job.cursor.clone())
-            .unwrap_or_default();
-        let count = keys.len();
-        meta.execute(Command::JobChunk {
-            id,
-            keys,
-            through,
-            done,
-            now_ms: now_ms(),
-        })
-        .await?;
-        if done {
-            tracing::info!(job = id, looked_at = count, "jobs: job done");
+        let ended = match &job.op {
+            JobOp::DeletePrefix { .. } => delete_chunk(meta, id, &job, pace, true).await?,
+            JobOp::DeleteBucket { bucket } => bucket_step(meta, id, &job, bucket, pace).await?,
+        };
+        if ended {
+            tracing::info!(job = id, op = job.op.name(), "jobs: job ended");
         }
         tokio::time::sleep(pace.pause).await;
     }
     Ok(true)
+}
+
+type Meta = crate::meta::raft::Metadata;
+
+/// One chunk of deletes after the job's cursor; whether it was the last (fewer keys than
+/// asked for: nothing from before the job is left after them, since a linearizable read
+/// sees every object written before the job started). `end_job`: the last chunk ends the
+/// job (a delete-prefix job); otherwise the caller goes on to the next phase.
+async fn delete_chunk(
+    meta: &Meta,
+    id: u64,
+    job: &JobRecord,
+    pace: JobPace,
+    end_job: bool,
+) -> Result<bool, MetaError> {
+    let (bucket, prefix) = job.op.scope();
+    let (b, p, c, n) = (
+        bucket.to_string(),
+        prefix.to_string(),
+        job.cursor.clone(),
+        pace.chunk_keys,
+    );
+    let keys = meta
+        .read(move |m| m.keys_after(&b, &p, c.as_deref(), n))
+        .await?;
+    let last = keys.len() < pace.chunk_keys;
+    if keys.is_empty() && !end_job {
+        return Ok(true);
+    }
+    let through = keys
+        .last()
+        .cloned()
+        .or(job.cursor.clone())
+        .unwrap_or_default();
+    meta.execute(Command::JobChunk {
+        id,
+        keys,
+        through,
+        done: last && end_job,
+        now_ms: now_ms(),
+    })
+    .await?;
+    Ok(last)
+}
+
+/// One step of a delete-bucket job: a chunk of objects while there are any after the
+/// cursor, then a chunk of uploads to abort while there are any, then the final command.
+/// The phase is not stored: each step finds it from the metadata, so a restart resumes
+/// in the right one. Whether the job ended.
+async fn bucket_step(
+    meta: &Meta,
+    id: u64,
+    job: &JobRecord,
+    bucket: &str,
+    pace: JobPace,
+) -> Result<bool, MetaError> {
+    // A full chunk: more keys may follow it, and the next step takes them.
+    if !delete_chunk(meta, id, job, pace, false).await? {
+        return Ok(false);
+    }
+    let b = bucket.to_string();
+    let uploads = meta
+        .read(move |m| m.uploads_in(&b, CHUNK_UPLOADS_MAX))
+        .await?;
+    if !uploads.is_empty() {
+        meta.execute(Command::JobAbortUploads {
+            id,
+            upload_ids: uploads,
+            now_ms: now_ms(),
+        })
+        .await?;
+        return Ok(false);
+    }
+    match meta
+        .execute(Command::JobDeleteBucket {
+            id,
+            now_ms: now_ms(),
+        })
+        .await?
+    {
+        Response::Job(j) => {
+            if let JobState::Failed(why) = &j.state {
+                tracing::warn!(job = id, bucket, error = %why, "jobs: bucket kept");
+            }
+            Ok(j.state != JobState::Running)
+        }
+        other => Err(MetaError::Corrupt(format!(
+            "job {id}: unexpected answer {other:?}"
+        ))),
+    }
 }

@@ -11,6 +11,7 @@
 //! do, through the catalog seam.
 
 pub mod admin;
+pub mod admin_buckets_client;
 pub mod admin_client;
 pub mod admin_keys;
 pub mod admin_keys_client;

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use gateway::admin_buckets_client::BucketsCommand;
 use gateway::admin_client::{
     AdminClient, ClusterCommand, DiskCommand, JobsCommand, PairsCommand, ScrubCommand,
 };
@@ -211,6 +212,11 @@ enum AdminCmd {
     Jobs {
         #[command(subcommand)]
         command: JobsCommand,
+    },
+    /// Buckets: `delete B` (empty), `delete B --force [--watch]` (with its contents).
+    Buckets {
+        #[command(subcommand)]
+        command: BucketsCommand,
     },
     /// Write a consistent snapshot of the metadata (every acknowledged write) to FILE,
     /// while the gateway serves; `gateway restore --from FILE` starts a node from it.
@@ -472,6 +478,7 @@ fn main() -> ExitCode {
                     AdminCmd::Cluster { command } => client.cluster(command).await?,
                     AdminCmd::Keys { command } => client.keys(command).await?,
                     AdminCmd::Jobs { command } => client.jobs(command).await?,
+                    AdminCmd::Buckets { command } => client.buckets(command).await?,
                     AdminCmd::Backup { file } => {
                         let n = client.backup(&file).await?;
                         format!("wrote {} ({n} bytes)\n", file.display())

@@ -244,6 +244,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route("/_admin/jobs/{id}", get(admin::job_status))
         .route(
+            "/_admin/buckets/{bucket}",
+            axum::routing::delete(admin::delete_bucket),
+        )
+        .route(
             "/_admin/jobs/{id}/cancel",
             axum::routing::post(admin::cancel_job),
         )

@@ -11,6 +11,7 @@ use placement::{Magic, PairId, PairRecord, Sha1};
 use redb::{ReadableTable, Table, WriteTransaction};
 
 use super::command::{Command, ContentSource, DecOutcome, NewObject, Response, WritePrecondition};
+use super::jobs::JobState;
 use super::tables::{
     self, BUCKETS, BucketRecord, COUNTERS, DELETING, DeletingRecord, FILES, FileRecord, OBJECT_SEQ,
     OBJECTS, ObjectRecord, PAIRS, PARTS, PartRecord, UPLOADS, UploadRecord,
@@ -66,15 +67,8 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             Ok(Response::Done)
         }
         Command::DeleteBucket { bucket } => {
-            let mut buckets = txn.open_table(BUCKETS)?;
-            if buckets.get(bucket.as_str())?.is_none() {
-                return Err(MetaError::NoSuchBucket);
-            }
-            let objects = txn.open_table(OBJECTS)?;
-            let mut range = objects.range((bucket.as_str(), &[][..])..)?;
-            if let Some(entry) = range.next()
-                && entry?.0.value().0 == bucket.as_str()
-            {
+            check_bucket(txn, bucket)?;
+            if first_key_of(txn, bucket)?.is_some() {
                 return Err(MetaError::BucketNotEmpty);
             }
             // As S3: uploads in progress keep the bucket from being deleted, so that no
@@ -82,10 +76,7 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             if !lifecycle::uploads_of(txn, bucket)?.is_empty() {
                 return Err(MetaError::BucketNotEmpty);
             }
-            buckets.remove(bucket.as_str())?;
-            lifecycle::forget(txn, bucket)?;
-            // A later bucket of the same name, perhaps another key's, starts with no grants.
-            keys::drop_grants(txn, bucket)?;
+            forget_bucket(txn, bucket)?;
             Ok(Response::Done)
         }
         Command::PutObject {
@@ -351,7 +342,65 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
         Command::EndJob { id, state, now_ms } => {
             jobs::end(txn, *id, state.clone(), *now_ms).map(Response::Job)
         }
+        Command::JobAbortUploads {
+            id,
+            upload_ids,
+            now_ms,
+        } => {
+            let ending = jobs::uploads_to_abort(txn, *id, upload_ids)?;
+            for upload_id in &ending {
+                drop_upload(txn, upload_id, now_ms / 1000)?;
+            }
+            let running = jobs::read(txn, *id)?.is_some_and(|j| j.state == JobState::Running);
+            Ok(Response::JobChunkDone {
+                deleted: ending.len() as u32,
+                running,
+            })
+        }
+        Command::JobDeleteBucket { id, now_ms } => match jobs::finish_bucket(txn, *id, *now_ms)? {
+            jobs::BucketEnd::NotRunning => jobs::read(txn, *id)?
+                .map(Response::Job)
+                .ok_or(MetaError::NotFound),
+            jobs::BucketEnd::Kept(job) => Ok(Response::Job(job)),
+            jobs::BucketEnd::Delete(bucket) => {
+                // Uploads begun after the last abort chunk: no upload outlives its bucket.
+                for upload_id in lifecycle::uploads_of(txn, &bucket)? {
+                    drop_upload(txn, &upload_id, now_ms / 1000)?;
+                }
+                // Deleted meanwhile by a plain DeleteBucket: the job's end is the same.
+                if txn.open_table(BUCKETS)?.get(bucket.as_str())?.is_some() {
+                    forget_bucket(txn, &bucket)?;
+                }
+                jobs::mark_done(txn, *id, *now_ms).map(Response::Job)
+            }
+        },
     }
+}
+
+/// The first key of `bucket`, if it holds any object.
+pub(super) fn first_key_of(
+    txn: &WriteTransaction,
+    bucket: &str,
+) -> Result<Option<String>, MetaError> {
+    let objects = txn.open_table(OBJECTS)?;
+    let mut range = objects.range((bucket, &[][..])..)?;
+    match range.next() {
+        Some(entry) => {
+            let (k, _) = entry?;
+            let (b, key) = k.value();
+            Ok((b == bucket).then(|| String::from_utf8_lossy(key).into_owned()))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Removes an empty bucket's record and what hangs on it: its lifecycle rules and the
+/// keys' grants (a later bucket of the same name, perhaps another key's, starts with none).
+fn forget_bucket(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
+    txn.open_table(BUCKETS)?.remove(bucket)?;
+    lifecycle::forget(txn, bucket)?;
+    keys::drop_grants(txn, bucket)?;
+    Ok(())
 }
 
 /// Bound on the keys of one `ExpireObjects` (as DeleteObjects): one transaction stays short.

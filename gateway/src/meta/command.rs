@@ -222,11 +222,27 @@ pub enum Command {
         state: JobState,
         now_ms: u64,
     },
+    /// A delete-bucket job ends these uploads of its bucket (at most
+    /// [`super::jobs::CHUNK_UPLOADS_MAX`]) and releases their parts; answers
+    /// `JobChunkDone` with the count ended.
+    JobAbortUploads {
+        id: u64,
+        upload_ids: Vec<String>,
+        now_ms: u64,
+    },
+    /// The final command of a delete-bucket job: deletes the bucket (ending any upload
+    /// left) if it holds no object, else marks the job failed (objects written after its
+    /// start survive it); answers `Job` with the job as it is now.
+    JobDeleteBucket {
+        id: u64,
+        now_ms: u64,
+    },
 }
 
 impl Command {
     /// Whether applying the command may change the `keys` table, whose in-memory copy
-    /// must then be reloaded. DeleteBucket drops the bucket's grants.
+    /// must then be reloaded. DeleteBucket (and a delete-bucket job's end) drops the
+    /// bucket's grants.
     pub fn touches_keys(&self) -> bool {
         matches!(
             self,
@@ -234,6 +250,7 @@ impl Command {
                 | Command::DeleteKey { .. }
                 | Command::SetKeyRights { .. }
                 | Command::DeleteBucket { .. }
+                | Command::JobDeleteBucket { .. }
         )
     }
 }

@@ -10,11 +10,13 @@
 //! carries a sequence number above the job's fence and survives it, whatever the order in
 //! which the worker meets it.
 
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use super::MetaError;
-use super::tables::{self, BUCKETS, COUNTERS, OBJECT_SEQ, OBJECTS, ObjectRecord};
+use super::tables::{
+    self, BUCKETS, COUNTERS, OBJECT_SEQ, OBJECTS, ObjectRecord, UPLOADS, UploadRecord,
+};
 
 /// Job id -> postcard [`JobRecord`].
 pub const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("jobs");
@@ -25,6 +27,10 @@ const JOB_SEQ: &str = "job_seq";
 /// Keys one chunk command may name: bounds the transaction and the log entry.
 pub const CHUNK_KEYS_MAX: usize = 1000;
 
+/// Uploads one `JobAbortUploads` command may end: each holds up to 10 000 parts, so this
+/// bounds the transaction at a million part releases in the worst case, a few in practice.
+pub const CHUNK_UPLOADS_MAX: usize = 100;
+
 /// Finished jobs kept for `jobs list`/`status`; the oldest go beyond it.
 pub const FINISHED_KEPT: usize = 1000;
 
@@ -34,6 +40,30 @@ pub enum JobOp {
     /// Delete every object of `bucket` whose key starts with `prefix` (all of them for an
     /// empty prefix) that existed when the job started.
     DeletePrefix { bucket: String, prefix: String },
+    /// Delete a bucket with its contents (`--force`): every object that existed when the
+    /// job started (as `DeletePrefix` with an empty prefix), then every upload in
+    /// progress (releasing its parts), then the bucket, in the job's final command
+    /// ([`finish_bucket`]). An object written after the start survives and keeps the
+    /// bucket: the job then fails, saying so.
+    DeleteBucket { bucket: String },
+}
+
+impl JobOp {
+    /// The bucket and the key prefix whose objects the job deletes.
+    pub fn scope(&self) -> (&str, &str) {
+        match self {
+            JobOp::DeletePrefix { bucket, prefix } => (bucket, prefix),
+            JobOp::DeleteBucket { bucket } => (bucket, ""),
+        }
+    }
+
+    /// The name of the op in the admin API.
+    pub fn name(&self) -> &'static str {
+        match self {
+            JobOp::DeletePrefix { .. } => "delete-prefix",
+            JobOp::DeleteBucket { .. } => "delete-bucket",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,8 +128,8 @@ fn write(txn: &WriteTransaction, id: u64, job: &JobRecord) -> Result<(), MetaErr
 /// number, its total estimated by counting the keys under the prefix (bounded by the
 /// bucket's size; one pass in the creating transaction).
 pub fn create(txn: &WriteTransaction, op: &JobOp, now_ms: u64) -> Result<u64, MetaError> {
-    let JobOp::DeletePrefix { bucket, prefix } = op;
-    if txn.open_table(BUCKETS)?.get(bucket.as_str())?.is_none() {
+    let (bucket, prefix) = op.scope();
+    if txn.open_table(BUCKETS)?.get(bucket)?.is_none() {
         return Err(MetaError::NoSuchBucket);
     }
     let mut counters = txn.open_table(COUNTERS)?;
@@ -110,7 +140,7 @@ pub fn create(txn: &WriteTransaction, op: &JobOp, now_ms: u64) -> Result<u64, Me
     let mut total = 0u64;
     for entry in txn
         .open_table(OBJECTS)?
-        .range((bucket.as_str(), prefix.as_bytes())..)?
+        .range((bucket, prefix.as_bytes())..)?
     {
         let (k, _) = entry?;
         let (b, key) = k.value();
@@ -169,7 +199,8 @@ pub struct ChunkDone {
 /// `JobChunk`: removes `keys` (sorted, all after the job's cursor and under its prefix)
 /// whose objects are not newer than the job's fence, and moves the cursor to `through`
 /// (the last key the worker looked at). A job no longer running (cancelled meanwhile)
-/// changes nothing. `done`: the worker found nothing after `through`; the job ends.
+/// changes nothing. `done`: the worker found nothing after `through`; the job ends (a
+/// delete-bucket job ends with [`finish_bucket`] instead).
 pub fn chunk(
     txn: &WriteTransaction,
     id: u64,
@@ -193,11 +224,15 @@ pub fn chunk(
             running: false,
         });
     }
-    let JobOp::DeletePrefix { bucket, prefix } = &job.op;
+    if done && matches!(job.op, JobOp::DeleteBucket { .. }) {
+        return Err(MetaError::InvalidCommand(format!(
+            "job {id} deletes a bucket: it ends with its final command, not a chunk"
+        )));
+    }
+    let (bucket, prefix) = job.op.scope();
     let after_cursor = |k: &str| job.cursor.as_deref().is_none_or(|c| k > c);
     // An empty `through`: the worker found no key at all (the chunk names none).
-    let through_ok =
-        through.starts_with(prefix.as_str()) || (through.is_empty() && keys.is_empty());
+    let through_ok = through.starts_with(prefix) || (through.is_empty() && keys.is_empty());
     if !through_ok {
         return Err(MetaError::InvalidCommand(format!(
             "job {id}: {through:?} is not under the prefix {prefix:?}"
@@ -207,12 +242,12 @@ pub fn chunk(
     {
         let mut objects = txn.open_table(OBJECTS)?;
         for key in keys {
-            if !key.starts_with(prefix.as_str()) || !after_cursor(key) || key.as_str() > through {
+            if !key.starts_with(prefix) || !after_cursor(key) || key.as_str() > through {
                 return Err(MetaError::InvalidCommand(format!(
                     "job {id}: key {key:?} is outside the chunk"
                 )));
             }
-            let current = match objects.get((bucket.as_str(), key.as_bytes()))? {
+            let current = match objects.get((bucket, key.as_bytes()))? {
                 Some(v) => tables::decode_versioned::<ObjectRecord>("objects", v.value())?,
                 // Deleted by a client meanwhile: nothing to release, and never twice.
                 None => continue,
@@ -221,7 +256,7 @@ pub fn chunk(
                 // Written (or overwritten) after the job started: not the job's.
                 continue;
             }
-            objects.remove((bucket.as_str(), key.as_bytes()))?;
+            objects.remove((bucket, key.as_bytes()))?;
             removed.push(current);
         }
     }
@@ -236,6 +271,110 @@ pub fn chunk(
     let running = job.state == JobState::Running;
     write(txn, id, &job)?;
     Ok(ChunkDone { removed, running })
+}
+
+/// The running delete-bucket job `id` and its bucket; `None` when the job no longer runs
+/// (cancelled meanwhile: the command changes nothing).
+fn running_bucket_job(
+    txn: &WriteTransaction,
+    id: u64,
+) -> Result<Option<(JobRecord, String)>, MetaError> {
+    let Some(job) = read(txn, id)? else {
+        return Err(MetaError::NotFound);
+    };
+    if job.state != JobState::Running {
+        return Ok(None);
+    }
+    match &job.op {
+        JobOp::DeleteBucket { bucket } => {
+            let bucket = bucket.clone();
+            Ok(Some((job, bucket)))
+        }
+        JobOp::DeletePrefix { .. } => Err(MetaError::InvalidCommand(format!(
+            "job {id} deletes by prefix, not a bucket"
+        ))),
+    }
+}
+
+/// `JobAbortUploads`: of `upload_ids` (at most [`CHUNK_UPLOADS_MAX`]), the uploads still
+/// in progress in the job's bucket, which the caller drops (releasing their parts) in the
+/// same transaction. Nothing while the job no longer runs; an upload already gone (ended
+/// by its client meanwhile) is skipped, so its parts are never released twice.
+pub fn uploads_to_abort(
+    txn: &WriteTransaction,
+    id: u64,
+    upload_ids: &[String],
+) -> Result<Vec<String>, MetaError> {
+    if upload_ids.len() > CHUNK_UPLOADS_MAX {
+        return Err(MetaError::InvalidCommand(format!(
+            "a job chunk names {} uploads, at most {CHUNK_UPLOADS_MAX}",
+            upload_ids.len()
+        )));
+    }
+    let Some((_, bucket)) = running_bucket_job(txn, id)? else {
+        return Ok(Vec::new());
+    };
+    let uploads = txn.open_table(UPLOADS)?;
+    let mut out = Vec::new();
+    for upload_id in upload_ids {
+        let Some(v) = uploads.get(upload_id.as_str())? else {
+            continue;
+        };
+        let upload: UploadRecord = tables::decode_versioned("uploads", v.value())?;
+        if upload.bucket != bucket {
+            return Err(MetaError::InvalidCommand(format!(
+                "job {id}: upload {upload_id} is not in bucket {bucket}"
+            )));
+        }
+        out.push(upload_id.clone());
+    }
+    Ok(out)
+}
+
+/// What the final command of a delete-bucket job may do.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BucketEnd {
+    /// The job no longer runs: nothing changes.
+    NotRunning,
+    /// The bucket still holds objects (written after the job started): the job is now
+    /// failed and the bucket stays.
+    Kept(JobRecord),
+    /// The bucket is empty of objects: the caller drops what uploads remain and the
+    /// bucket, then calls [`mark_done`].
+    Delete(String),
+}
+
+/// `JobDeleteBucket`, first half: whether the bucket can go. An object left in it was
+/// written after the job started (the chunks took every older one), and must survive: the
+/// job fails with an error that says so, rather than deleting it or waiting for ever.
+pub fn finish_bucket(txn: &WriteTransaction, id: u64, now_ms: u64) -> Result<BucketEnd, MetaError> {
+    let Some((mut job, bucket)) = running_bucket_job(txn, id)? else {
+        return Ok(BucketEnd::NotRunning);
+    };
+    let first_left = super::apply::first_key_of(txn, &bucket)?;
+    match first_left {
+        Some(key) => {
+            job.state = JobState::Failed(format!(
+                "bucket {bucket} was not deleted: it holds objects written after the job \
+                 started (the first is {key:?}); they were kept"
+            ));
+            job.finished_ms = Some(now_ms);
+            write(txn, id, &job)?;
+            Ok(BucketEnd::Kept(job))
+        }
+        None => Ok(BucketEnd::Delete(bucket)),
+    }
+}
+
+/// `JobDeleteBucket`, second half: the bucket is gone, the job is done.
+pub fn mark_done(txn: &WriteTransaction, id: u64, now_ms: u64) -> Result<JobRecord, MetaError> {
+    let Some(mut job) = read(txn, id)? else {
+        return Err(MetaError::NotFound);
+    };
+    job.state = JobState::Done;
+    job.finished_ms = Some(now_ms);
+    write(txn, id, &job)?;
+    Ok(job)
 }
 
 /// `EndJob`: cancels a running job or marks it failed; a finished job stays as it is.
@@ -254,6 +393,28 @@ pub fn end(
         write(txn, id, &job)?;
     }
     Ok(job)
+}
+
+impl super::MetaStore {
+    /// Up to `limit` uploads in progress in `bucket` (the uploads table is keyed by id,
+    /// so this is one pass over it: uploads in progress are few, abandoned ones are
+    /// bounded by `--upload-max-age-secs`).
+    pub fn uploads_in(&self, bucket: &str, limit: usize) -> Result<Vec<String>, MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(UPLOADS)?;
+        let mut out = Vec::new();
+        for entry in table.iter()? {
+            if out.len() >= limit {
+                break;
+            }
+            let (k, v) = entry?;
+            let upload: UploadRecord = tables::decode_versioned("uploads", v.value())?;
+            if upload.bucket == bucket {
+                out.push(k.value().to_string());
+            }
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
@@ -424,5 +585,133 @@ mod tests {
             now_ms: 1,
         });
         assert_eq!(r, Err(MetaError::NoSuchBucket));
+    }
+
+    fn upload(s: &MetaStore, upload_id: &str, part: Sha1) {
+        s.execute(&Command::CreateUpload {
+            upload_id: upload_id.into(),
+            upload: UploadRecord {
+                bucket: "mail".into(),
+                key: "big".into(),
+                content_type: None,
+                user_meta: Vec::new(),
+                headers: Vec::new(),
+                created_ms: 1,
+            },
+        })
+        .unwrap();
+        s.execute(&Command::PutPart {
+            upload_id: upload_id.into(),
+            part_number: 1,
+            part: super::super::tables::PartRecord {
+                sha1: part,
+                magic: Magic::random(),
+                size_bytes: 1,
+                md5: [0; 16],
+                crc32: 0,
+                created_ms: 1,
+            },
+            source: ContentSource::Stored(PairId(0)),
+            now_secs: 1,
+        })
+        .unwrap();
+    }
+
+    fn bucket_job(s: &MetaStore) -> u64 {
+        match s
+            .execute(&Command::CreateJob {
+                op: JobOp::DeleteBucket {
+                    bucket: "mail".into(),
+                },
+                now_ms: 1000,
+            })
+            .unwrap()
+        {
+            Response::JobCreated(id) => id,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn finish(s: &MetaStore, id: u64) -> JobRecord {
+        match s
+            .execute(&Command::JobDeleteBucket { id, now_ms: 3000 })
+            .unwrap()
+        {
+            Response::Job(j) => j,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bucket_job_deletes_objects_then_uploads_then_the_bucket() {
+        let (_d, s) = store();
+        for k in ["a", "b"] {
+            put(&s, k);
+        }
+        const PART: Sha1 = Sha1([9; 20]);
+        upload(&s, "u1", PART);
+        let id = bucket_job(&s);
+        // Its chunks never end it: the final command does.
+        let r = s.execute(&Command::JobChunk {
+            id,
+            keys: vec!["a".into(), "b".into()],
+            through: "b".into(),
+            done: true,
+            now_ms: 2000,
+        });
+        assert!(matches!(r, Err(MetaError::InvalidCommand(_))), "{r:?}");
+        assert_eq!(chunk(&s, id, &["a", "b"], "b", false), (2, true));
+        assert_eq!(refs(&s), 0);
+        assert_eq!(s.uploads_in("mail", 10).unwrap(), ["u1"]);
+        let abort = Command::JobAbortUploads {
+            id,
+            upload_ids: vec!["u1".into(), "gone".into()],
+            now_ms: 2000,
+        };
+        assert_eq!(
+            s.execute(&abort).unwrap(),
+            Response::JobChunkDone {
+                deleted: 1,
+                running: true
+            }
+        );
+        assert!(s.deleting(&PART).unwrap().is_some());
+        // Replayed, it releases nothing twice.
+        assert_eq!(
+            s.execute(&abort).unwrap(),
+            Response::JobChunkDone {
+                deleted: 0,
+                running: true
+            }
+        );
+        let job = finish(&s, id);
+        assert_eq!((job.state, job.deleted), (JobState::Done, 2));
+        assert!(s.bucket("mail").unwrap().is_none());
+        // Replayed after the end, it changes nothing (and the name may be reused).
+        assert_eq!(finish(&s, id).state, JobState::Done);
+    }
+
+    #[test]
+    fn a_bucket_job_keeps_a_bucket_written_to_after_its_start() {
+        let (_d, s) = store();
+        put(&s, "a");
+        let id = bucket_job(&s);
+        put(&s, "new");
+        assert_eq!(chunk(&s, id, &["a", "new"], "new", false), (1, true));
+        let job = finish(&s, id);
+        match &job.state {
+            JobState::Failed(why) => assert!(why.contains("\"new\""), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(s.bucket("mail").unwrap().is_some());
+        assert_eq!(s.keys_after("mail", "", None, 10).unwrap(), ["new"]);
+        assert_eq!(refs(&s), 1);
+        // A delete-prefix job has no final command.
+        let other = create(&s, "");
+        let r = s.execute(&Command::JobDeleteBucket {
+            id: other,
+            now_ms: 1,
+        });
+        assert!(matches!(r, Err(MetaError::InvalidCommand(_))), "{r:?}");
     }
 }
