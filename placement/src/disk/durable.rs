@@ -14,10 +14,12 @@
 //! 3. one `syncfs` writes back and commits all of it: the data, the new directories and
 //!    the new names, in one journal commit and one device flush.
 //!
-//! Naming before the data is durable is safe only because no name is replaced: until the
-//! syncfs returns, no record points at a new name (the record commits after the pass), so
-//! a crash can leave at worst a content file without a record, which Valkyrie removes, and
-//! a file some record already points at is never touched. A name that already exists (a
+//! Naming before the data is durable is safe only because no existing name is replaced:
+//! a file some record points at is never touched. A crash before the syncfs leaves at
+//! worst a new content file without a record (the upload was not acknowledged: its record
+//! commits after the pass; Valkyrie removes the orphan), or, where a record's copy was
+//! missing anyway (an upload healing it, a repair), a copy that still fails the size and
+//! CRC32 checks of every read, as it did before. A name that already exists (a
 //! racing upload of the same content, a crash leftover, a copy being healed) or a
 //! filesystem without `RENAME_NOREPLACE` takes the careful order instead: the pass's
 //! syncfs has made its data durable, then it is renamed over the old file, then a second
