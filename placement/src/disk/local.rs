@@ -82,6 +82,7 @@ impl LocalDisk {
             file: FileSlot::Idle(file),
             batch: Vec::new(),
             batch_bytes: 0,
+            written: 0,
         })
     }
 
@@ -143,6 +144,8 @@ pub struct LocalTempWriter {
     file: FileSlot,
     batch: Vec<Bytes>,
     batch_bytes: usize,
+    /// Bytes handed to the file so far: where the next batch starts.
+    written: u64,
 }
 
 /// The temp file: idle between batches, or being written by a blocking task.
@@ -193,9 +196,12 @@ impl LocalTempWriter {
         }
         let mut file = self.settle().await?;
         let batch = std::mem::take(&mut self.batch);
+        let (start, len) = (self.written, self.batch_bytes as u64);
+        self.written += len;
         self.batch_bytes = 0;
         self.file = FileSlot::Writing(tokio::task::spawn_blocking(move || {
             write_all_vectored(&mut file, &batch)?;
+            start_writeback(&file, start, len);
             Ok(file)
         }));
         Ok(())
@@ -279,6 +285,23 @@ impl Drop for LocalTempFile {
         if let Some(tmp) = self.path.take() {
             let _ = fs::remove_file(tmp);
         }
+    }
+}
+
+/// Starts writing a batch just written to the device, without waiting. The group pass's
+/// syncfs then finds little left to write: a large upload never piles up dirty pages that
+/// every other upload's pass would have to wait for, and its writes overlap its receiving.
+/// (A streamed body that turns out to be a duplicate has been written for nothing: that
+/// is the price of bodies too large to hold in memory until their hash is known.)
+fn start_writeback(file: &File, start: u64, len: u64) {
+    use std::os::unix::io::AsRawFd as _;
+    let (Ok(start), Ok(len)) = (i64::try_from(start), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a valid open descriptor; the call only schedules writeback. Its failure (a
+    // filesystem without it) is harmless: the pass's syncfs writes the data anyway.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), start, len, libc::SYNC_FILE_RANGE_WRITE);
     }
 }
 
