@@ -260,8 +260,7 @@ impl StagedUpload {
     /// point at a pair when both its disks hold the file.
     pub async fn commit(self) -> Result<(), WriteError> {
         let sha1 = self.digests.sha1;
-        let [t0, t1] = self.temps;
-        let (a, b) = tokio::join!(t0.commit(&sha1), t1.commit(&sha1));
+        let [a, b] = TempFile::commit_pair(self.temps, &sha1).await;
         a?;
         b?;
         Ok(())

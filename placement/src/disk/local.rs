@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::task::JoinHandle;
 
+use super::durable::{self, Durable};
 use super::{ByteStream, DiskError, TMP_DIR, content_path};
 use crate::vocab::{DiskRef, Sha1};
 
@@ -59,8 +60,16 @@ impl LocalDisk {
         let file = {
             let path = path.clone();
             tokio::task::spawn_blocking(move || {
-                fs::create_dir_all(&dir)?;
-                OpenOptions::new().write(true).create_new(true).open(&path)
+                let open = || OpenOptions::new().write(true).create_new(true).open(&path);
+                // The folder exists but on a disk's first upload (or after an operator
+                // removed it): no stat per upload.
+                match open() {
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                        fs::create_dir_all(&dir)?;
+                        open()
+                    }
+                    other => other,
+                }
             })
             .await
             .map_err(io::Error::other)
@@ -73,6 +82,7 @@ impl LocalDisk {
             file: FileSlot::Idle(file),
             batch: Vec::new(),
             batch_bytes: 0,
+            written: 0,
         })
     }
 
@@ -134,6 +144,8 @@ pub struct LocalTempWriter {
     file: FileSlot,
     batch: Vec<Bytes>,
     batch_bytes: usize,
+    /// Bytes handed to the file so far: where the next batch starts.
+    written: u64,
 }
 
 /// The temp file: idle between batches, or being written by a blocking task.
@@ -184,9 +196,12 @@ impl LocalTempWriter {
         }
         let mut file = self.settle().await?;
         let batch = std::mem::take(&mut self.batch);
+        let (start, len) = (self.written, self.batch_bytes as u64);
+        self.written += len;
         self.batch_bytes = 0;
         self.file = FileSlot::Writing(tokio::task::spawn_blocking(move || {
             write_all_vectored(&mut file, &batch)?;
+            start_writeback(&file, start, len);
             Ok(file)
         }));
         Ok(())
@@ -222,27 +237,36 @@ pub struct LocalTempFile {
 }
 
 impl LocalTempFile {
-    pub async fn commit(mut self, sha1: &Sha1) -> Result<(), DiskError> {
-        let Some(tmp) = self.path.take() else {
-            return Ok(());
-        };
-        let root = self.disk.root.clone();
-        let target = self.disk.content_file(sha1);
-        let file = self.file.take();
-        tokio::task::spawn_blocking(move || {
-            // The data reaches the device before the name does.
-            let result = file
-                .map_or(Ok(()), |f| f.sync_all())
-                .and_then(|()| rename_durably(&root, &tmp, &target));
-            if result.is_err() {
-                let _ = fs::remove_file(&tmp);
+    /// Gives the file its content address durably, with the next group pass of its
+    /// filesystem (see [`durable`](super::durable)).
+    pub async fn commit(self, sha1: &Sha1) -> Result<(), DiskError> {
+        let mut results = Self::commit_all(vec![self], sha1).await;
+        results.pop().unwrap_or(Ok(()))
+    }
+
+    /// [`commit`](Self::commit) of several copies of one content (both disks of a pair)
+    /// together, so that one pass covers them when they share a filesystem.
+    pub async fn commit_all(files: Vec<LocalTempFile>, sha1: &Sha1) -> Vec<Result<(), DiskError>> {
+        let mut works = Vec::with_capacity(files.len());
+        let mut disks = Vec::with_capacity(files.len());
+        for mut t in files {
+            // Both are taken together, by `commit_all` or `discard`, so neither is
+            // missing here; a file already handed on has nothing left to do.
+            if let (Some(tmp), Some(file)) = (t.path.take(), t.file.take()) {
+                works.push(Durable {
+                    file,
+                    tmp,
+                    target: t.disk.content_file(sha1),
+                });
+                disks.push(t.disk.disk_ref.clone());
             }
-            result
-        })
-        .await
-        .map_err(io::Error::other)
-        .and_then(|r| r)
-        .map_err(|e| DiskError::io(&self.disk.disk_ref, "rename", e))
+        }
+        durable::commit(works)
+            .await
+            .into_iter()
+            .zip(disks)
+            .map(|(r, disk)| r.map_err(|e| DiskError::io(&disk, "rename", e)))
+            .collect()
     }
 
     pub async fn discard(mut self) -> Result<(), DiskError> {
@@ -264,26 +288,21 @@ impl Drop for LocalTempFile {
     }
 }
 
-/// `rename(tmp, target)` made durable: the target's directories are created (and their
-/// parents fsynced when new) and the target directory is fsynced after the rename, so a
-/// power cut after we return cannot lose the name.
-fn rename_durably(root: &Path, tmp: &Path, target: &Path) -> io::Result<()> {
-    let dir = target
-        .parent()
-        .ok_or_else(|| io::Error::other("content path has no parent"))?;
-    if !dir.is_dir() {
-        fs::create_dir_all(dir)?;
-        let mut d = dir.parent();
-        while let Some(p) = d {
-            File::open(p)?.sync_all()?;
-            if p == root {
-                break;
-            }
-            d = p.parent();
-        }
+/// Starts writing a batch just written to the device, without waiting. The group pass's
+/// syncfs then finds little left to write: a large upload never piles up dirty pages that
+/// every other upload's pass would have to wait for, and its writes overlap its receiving.
+/// (A streamed body that turns out to be a duplicate has been written for nothing: that
+/// is the price of bodies too large to hold in memory until their hash is known.)
+fn start_writeback(file: &File, start: u64, len: u64) {
+    use std::os::unix::io::AsRawFd as _;
+    let (Ok(start), Ok(len)) = (i64::try_from(start), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a valid open descriptor; the call only schedules writeback. Its failure (a
+    // filesystem without it) is harmless: the pass's syncfs writes the data anyway.
+    unsafe {
+        libc::sync_file_range(file.as_raw_fd(), start, len, libc::SYNC_FILE_RANGE_WRITE);
     }
-    fs::rename(tmp, target)?;
-    File::open(dir)?.sync_all()
 }
 
 fn statvfs_bytes(path: &Path) -> io::Result<(u64, u64)> {

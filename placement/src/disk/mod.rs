@@ -9,6 +9,7 @@
 //! directory, [`local`]; a folder on a WebDAV storage node, [`webdav`]) and an enum keeps
 //! the async methods free of boxing.
 
+mod durable;
 pub mod local;
 pub mod webdav;
 
@@ -248,6 +249,24 @@ impl TempFile {
         match self {
             TempFile::Local(t) => t.commit(sha1).await,
             TempFile::WebDav(t) => t.commit(sha1).await,
+        }
+    }
+
+    /// Commits both copies of a pair: two local files go to their group passes together
+    /// (one pass when they share a filesystem).
+    pub async fn commit_pair([t0, t1]: [TempFile; 2], sha1: &Sha1) -> [Result<(), DiskError>; 2] {
+        match (t0, t1) {
+            (TempFile::Local(a), TempFile::Local(b)) => {
+                let mut r = local::LocalTempFile::commit_all(vec![a, b], sha1)
+                    .await
+                    .into_iter();
+                let done = || Ok(());
+                [r.next().unwrap_or_else(done), r.next().unwrap_or_else(done)]
+            }
+            (a, b) => {
+                let (a, b) = tokio::join!(a.commit(sha1), b.commit(sha1));
+                [a, b]
+            }
         }
     }
 
