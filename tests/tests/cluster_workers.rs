@@ -26,6 +26,8 @@ const EXPIRY_BOUND: Duration = Duration::from_secs(30);
 const JOB_BOUND: Duration = Duration::from_secs(60);
 /// Every node's log lines kept by the harness are searched; this many at most.
 const LOG_LINES: usize = 2000;
+/// How long a node may take to write a pass's summary line after its commands applied.
+const LOG_SETTLE: Duration = Duration::from_secs(10);
 
 /// Flags of every node: short lifecycle days, and logs that are few (no request lines)
 /// and machine-readable.
@@ -98,6 +100,20 @@ fn logged_sum(cluster: &Cluster, id: usize, message: &str, field: &str) -> u64 {
                 .unwrap_or_else(|_| panic!("{field} is not a number: {l}"))
         })
         .sum()
+}
+
+/// [`logged_sum`] once it reaches `want` or stops changing: a pass logs its summary after
+/// its last command is applied, so the keys can be gone a moment before the line is
+/// written. Bounded by [`LOG_SETTLE`]; a sum above `want` is returned at once.
+fn settled_logged_sum(cluster: &Cluster, id: usize, message: &str, field: &str, want: u64) -> u64 {
+    let deadline = Instant::now() + LOG_SETTLE;
+    loop {
+        let sum = logged_sum(cluster, id, message, field);
+        if sum >= want || Instant::now() >= deadline {
+            return sum;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// How many of node `id`'s log lines carry `message` and `needle`.
@@ -226,7 +242,7 @@ fn lifecycle_expiry_runs_on_the_leader_only_and_goes_on_after_it_is_killed() {
         "the leadership changed during round 1: which node swept is not known"
     );
     assert_eq!(
-        logged_sum(&cluster, leader, "lifecycle pass", "expired"),
+        settled_logged_sum(&cluster, leader, "lifecycle pass", "expired", 25),
         25
     );
     for f in [f1, f2] {
@@ -266,7 +282,7 @@ fn lifecycle_expiry_runs_on_the_leader_only_and_goes_on_after_it_is_killed() {
         "round 2",
     );
     assert_eq!(
-        logged_sum(&cluster, new_leader, "lifecycle pass", "expired"),
+        settled_logged_sum(&cluster, new_leader, "lifecycle pass", "expired", 20),
         20
     );
     assert_eq!(logged_count(&cluster, other, "lifecycle pass", ""), 0);
