@@ -4,7 +4,7 @@
 //!
 //! Which node did the work is read from each node's own log (`--log-format json`): the
 //! sweep logs a `lifecycle pass` line with the count it expired, the job worker a `jobs:
-//! job done` line. The commands they commit are applied on every node, so these lines are
+//! job ended` line. The commands they commit are applied on every node, so these lines are
 //! the only trace of who ran them.
 //!
 //! Each test starts its own cluster on random 127.0.0.1 ports and temp folders (see
@@ -401,19 +401,22 @@ fn a_delete_prefix_job_finishes_on_the_new_leader_and_spares_later_writes() {
     assert_eq!(done["state"], "done", "{done:?}");
     assert_eq!(deleted(&done), MAILBOX as u64, "{done:?}");
     assert_eq!(job(&r1, id), done, "the job reads the same on both nodes");
+    let needle = format!("\"job\":{id}");
+    let deadline = Instant::now() + LOG_SETTLE;
+    // The line is written after the job's last command applied: give it a moment.
+    while logged_count(&cluster, new_leader, "jobs: job ended", &needle) == 0
+        && Instant::now() < deadline
+    {
+        thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(
-        logged_count(
-            &cluster,
-            new_leader,
-            "jobs: job done",
-            &format!("\"job\":{id}")
-        ),
+        logged_count(&cluster, new_leader, "jobs: job ended", &needle),
         1,
         "the new leader finished the job:\n{}",
         cluster.node(new_leader).log_tail(50)
     );
     for id2 in cluster.ids().into_iter().filter(|&n| n != new_leader) {
-        assert_eq!(logged_count(&cluster, id2, "jobs: job done", ""), 0);
+        assert_eq!(logged_count(&cluster, id2, "jobs: job ended", ""), 0);
     }
 
     // Exactly the later writes and what is outside the prefix are left, each its own bytes.
