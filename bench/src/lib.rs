@@ -6,6 +6,7 @@
 //! compared with ([`limits`]), measured in the same run. See `bench/README.md`.
 
 pub mod cluster;
+pub mod compare;
 pub mod filedb_report;
 pub mod fsstat;
 pub mod jobs;
@@ -19,5 +20,6 @@ pub mod raft;
 pub mod report;
 pub mod rng;
 pub mod s3;
+pub mod scratch;
 pub mod stats;
 pub mod workloads;

@@ -7,15 +7,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bench::compare::{Contender, Kind, Op, Role};
 use bench::filedb_report::{FiledbReport, JSON_PREFIX};
-use bench::fsstat::fs_type;
 use bench::limits::{self, DiskRates, HashRates, Loopback};
 use bench::load::Outcome;
-use bench::procs::{self, Peer};
+use bench::procs;
 use bench::raft::{RaftBins, RaftPlan};
 use bench::report::{Report, Row, fmt_ratio};
 use bench::rng::Rng;
 use bench::s3::Client;
+use bench::scratch::{ScratchKind, Scratches};
 use bench::stats::{bytes, cpu_time, mbps, us};
 use bench::workloads::{self, BUCKET, Corpus, Gw, WriteCost};
 use bytes::Bytes;
@@ -47,6 +48,23 @@ struct Args {
     /// Do not run the peers even when they are installed.
     #[arg(long)]
     no_peers: bool,
+    /// Folder searched first for the peers' binaries (garage, s3s-fs), before PATH and
+    /// ~/.cargo/bin, e.g. the --root of their `cargo install` + `/bin`
+    #[arg(long, env = "BENCH_PEERS_DIR")]
+    peers_bin_dir: Option<PathBuf>,
+    /// A second gateway binary measured in the same interleaved rounds of the side-by-side
+    /// comparison (the before of a write-path change), rows labelled "gateway B"
+    #[arg(long, env = "GATEWAY_B_BIN")]
+    gateway_b: Option<PathBuf>,
+    /// Interleaved rounds of the side-by-side comparison [default: 3; 1 with --quick]
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Size of the sparse image of each measured run's fresh ext4 (loop device, as root)
+    #[arg(long, default_value_t = 8)]
+    fs_size_gib: u64,
+    /// Fresh folders instead of a fresh ext4 per measured run, even as root
+    #[arg(long)]
+    no_loop_fs: bool,
     /// The `filedb` binary [default: `filedb` beside this binary; built with
     /// `cargo build --release -p bench --features filedb`]
     #[arg(long)]
@@ -80,8 +98,10 @@ enum Workload {
     Corpus,
     /// FileDB size and inc latency
     Filedb,
-    /// garage and s3s-fs
+    /// side by side with garage, s3s-fs (and --gateway-b), interleaved rounds
     Peers,
+    /// 8 MiB PUT with and without SHA-1 collision detection, interleaved rounds
+    Sha1dc,
     /// replicated metadata: 1 node before/after and 3 nodes (64 KiB PUT, inc/dec),
     /// election after kill -9, restart after kill -9 at 1 M / 10 M objects
     Raft,
@@ -127,6 +147,8 @@ struct Plan {
     filedb_sizes: Vec<u64>,
     filedb_inc_samples: usize,
     raft: RaftPlan,
+    /// Interleaved rounds of the side-by-side comparison.
+    rounds: usize,
     /// No workload runs longer than this (it stops early and reports what it did).
     limit: Duration,
 }
@@ -157,6 +179,7 @@ impl Plan {
                 limit: Duration::from_secs(10),
                 load_limit: Duration::from_secs(300),
             },
+            rounds: 1,
             limit: Duration::from_secs(10),
         }
     }
@@ -186,6 +209,7 @@ impl Plan {
                 limit: Duration::from_secs(90),
                 load_limit: Duration::from_secs(1800),
             },
+            rounds: 3,
             limit: Duration::from_secs(90),
         }
     }
@@ -334,16 +358,12 @@ fn trunc(o: &Outcome, planned: usize) -> String {
     }
 }
 
-/// Everything measured, for the comparisons at the end.
+/// The limits measured first, for the targets of the workloads.
 #[derive(Default)]
 struct Measured {
     hash: HashRates,
     disk: DiskRates,
     loopback: Option<Loopback>,
-    put8: Option<Outcome>,
-    get8: Option<Outcome>,
-    put64: Option<Outcome>,
-    get64: Option<Outcome>,
 }
 
 async fn run(args: Args) -> Result<Report, String> {
@@ -362,8 +382,13 @@ async fn run(args: Args) -> Result<Report, String> {
         .map_err(|e| format!("{}: {e}", root.display()))?;
     let mut rng = Rng::new(args.seed);
     let mut report = Report::default();
+    let (kind, fallback) = ScratchKind::detect(args.fs_size_gib << 30, !args.no_loop_fs);
+    let scratches = Scratches {
+        root: root.clone(),
+        kind,
+    };
     report.note(format!(
-        "run: {} plan, seed {}, gateway {}{}, data folders under {} ({})",
+        "run: {} plan, seed {}, gateway {}{}, data on {}{}",
         plan.name,
         args.seed,
         gateway_bin.display(),
@@ -372,8 +397,8 @@ async fn run(args: Args) -> Result<Report, String> {
         } else {
             ""
         },
-        root.display(),
-        fs_type(&root)
+        scratches.describe(),
+        fallback.map(|f| format!(" ({f})")).unwrap_or_default()
     ));
     for m in machine() {
         report.note(m);
@@ -404,10 +429,7 @@ async fn run(args: Args) -> Result<Report, String> {
         "the same pass with plain SHA-1 (no collision detection), 1 core",
         mbps(m.hash.combined_plain),
     );
-    let probe_dir = tempfile::Builder::new()
-        .prefix("bench-limits-")
-        .tempdir_in(&root)
-        .map_err(|e| format!("temp folder in {}: {e}", root.display()))?;
+    let probe_dir = scratches.fresh("limits")?;
     let (pd, disk_len, seed) = (
         probe_dir.path().to_path_buf(),
         plan.disk_len,
@@ -498,26 +520,35 @@ async fn run(args: Args) -> Result<Report, String> {
 
     // ---- 8 MiB objects --------------------------------------------------------------
     if args.runs(Workload::Big)
-        && let Err(e) = big_objects(&gateway_bin, &root, &plan, &mut rng, &mut m, &mut report).await
+        && let Err(e) =
+            big_objects(&gateway_bin, &scratches, &plan, &mut rng, &m, &mut report).await
     {
         report.error("8 MiB objects", "run", e);
     }
     // ---- 64 KiB objects ------------------------------------------------------------
     if args.runs(Workload::Small)
-        && let Err(e) =
-            small_objects(&gateway_bin, &root, &plan, &mut rng, &mut m, &mut report).await
+        && let Err(e) = small_objects(&gateway_bin, &scratches, &plan, &mut rng, &mut report).await
     {
         report.error("64 KiB objects", "run", e);
     }
     // ---- CopyObject and the native API ---------------------------------------------
     if args.runs(Workload::Copy)
-        && let Err(e) = copy_and_native(&gateway_bin, &root, &plan, &mut rng, &mut report).await
+        && let Err(e) =
+            copy_and_native(&gateway_bin, &scratches, &plan, &mut rng, &mut report).await
     {
         report.error("copy / native", "run", e);
     }
     // ---- storage efficiency ----------------------------------------------------------
     if args.runs(Workload::Corpus)
-        && let Err(e) = corpus(&gateway_bin, &root, &plan, args.seed, &mut rng, &mut report).await
+        && let Err(e) = corpus(
+            &gateway_bin,
+            &scratches,
+            &plan,
+            args.seed,
+            &mut rng,
+            &mut report,
+        )
+        .await
     {
         report.error("storage efficiency", "run", e);
     }
@@ -553,11 +584,19 @@ async fn run(args: Args) -> Result<Report, String> {
             Err(e) => report.error(bench::raft::SEC_RATE, "binaries", e),
         }
     }
-    // ---- peers -----------------------------------------------------------------------
-    if args.no_peers {
-        report.skipped("peers", "garage, s3s-fs", "--no-peers".into());
-    } else if args.runs(Workload::Peers) {
-        peers(&root, &plan, &mut rng, &m, &mut report).await;
+    // ---- side by side: peers, gateway B, SHA-1 collision detection off ---------------
+    match contenders(&args, &gateway_bin, &mut report) {
+        Ok(list) if list.len() > 1 => {
+            let compare = bench::compare::ComparePlan {
+                rounds: args.rounds.unwrap_or(plan.rounds).max(1),
+                small_count: plan.small_count,
+                big_count: plan.big_count,
+                limit: plan.limit,
+            };
+            bench::compare::run(&list, &scratches, &compare, &mut rng, &mut report).await;
+        }
+        Ok(_) => {}
+        Err(e) => report.error(bench::compare::SEC, "servers", e),
     }
 
     report.note(format!(
@@ -702,24 +741,30 @@ fn signed_bytes(n: i64) -> String {
     }
 }
 
-async fn start_gw(bin: &Path, root: &Path, tag: &str, rng: &mut Rng) -> Result<Gw, String> {
-    let gw = tokio::task::block_in_place(|| Gw::start(bin, root, tag, rng))?;
+async fn start_gw(
+    bin: &Path,
+    scratches: &Scratches,
+    tag: &str,
+    rng: &mut Rng,
+) -> Result<Gw, String> {
+    let dir = scratches.fresh(&format!("gw-{tag}"))?;
+    let gw = tokio::task::block_in_place(|| Gw::start_in(bin, dir, &[], rng))?;
     gw.s3.create_bucket(BUCKET).await?;
     Ok(gw)
 }
 
 async fn big_objects(
     bin: &Path,
-    root: &Path,
+    scratches: &Scratches,
     plan: &Plan,
     rng: &mut Rng,
-    m: &mut Measured,
+    m: &Measured,
     report: &mut Report,
 ) -> Result<(), String> {
     let sec = "8 MiB objects, 4 clients";
     progress("8 MiB objects: PUT, GET, dedup-hit PUT");
     let bodies = workloads::bodies(rng, plan.big_count, BIG);
-    let gw = start_gw(bin, root, "8mib", rng).await?;
+    let gw = start_gw(bin, scratches, "8mib", rng).await?;
     let (put, put_cost) = gw
         .measure_writes(|| workloads::put_all(&gw.s3, BUCKET, "u8m", &bodies, BIG_CONC, plan.limit))
         .await?;
@@ -792,24 +837,20 @@ async fn big_objects(
         ratio >= 0.8,
         cpu_us(&get),
     );
-    dedup_hit_put(&gw, sec, &bodies, &put, ("d8m", BIG_CONC), plan, report).await?;
-    m.put8 = Some(put);
-    m.get8 = Some(get);
-    Ok(())
+    dedup_hit_put(&gw, sec, &bodies, &put, ("d8m", BIG_CONC), plan, report).await
 }
 
 async fn small_objects(
     bin: &Path,
-    root: &Path,
+    scratches: &Scratches,
     plan: &Plan,
     rng: &mut Rng,
-    m: &mut Measured,
     report: &mut Report,
 ) -> Result<(), String> {
     let sec = "64 KiB objects, 32 connections";
     progress("64 KiB objects: PUT, GET, dedup-hit PUT");
     let bodies = workloads::bodies(rng, plan.small_count, SMALL);
-    let gw = start_gw(bin, root, "64kib", rng).await?;
+    let gw = start_gw(bin, scratches, "64kib", rng).await?;
     let (put, put_cost) = gw
         .measure_writes(|| {
             workloads::put_all(&gw.s3, BUCKET, "u64k", &bodies, SMALL_CONC, plan.limit)
@@ -859,22 +900,19 @@ async fn small_objects(
         client_cpu: cpu_us(&get),
         ..Row::default()
     });
-    dedup_hit_put(&gw, sec, &bodies, &put, ("d64k", SMALL_CONC), plan, report).await?;
-    m.put64 = Some(put);
-    m.get64 = Some(get);
-    Ok(())
+    dedup_hit_put(&gw, sec, &bodies, &put, ("d64k", SMALL_CONC), plan, report).await
 }
 
 async fn copy_and_native(
     bin: &Path,
-    root: &Path,
+    scratches: &Scratches,
     plan: &Plan,
     rng: &mut Rng,
     report: &mut Report,
 ) -> Result<(), String> {
     let sec = "CopyObject, native API";
     progress("CopyObject 1 MiB / 100 MiB, native inc/dec");
-    let gw = start_gw(bin, root, "copy", rng).await?;
+    let gw = start_gw(bin, scratches, "copy", rng).await?;
     let c = workloads::copies(&gw, MIB, 100 * MIB, plan.copy_reps, rng).await?;
     report.info(
         sec,
@@ -939,7 +977,7 @@ async fn copy_and_native(
 
 async fn corpus(
     bin: &Path,
-    root: &Path,
+    scratches: &Scratches,
     plan: &Plan,
     seed: u64,
     rng: &mut Rng,
@@ -953,7 +991,7 @@ async fn corpus(
         plan.corpus_max_size,
         plan.corpus_item_cap,
     );
-    let gw = start_gw(bin, root, "corpus", rng).await?;
+    let gw = start_gw(bin, scratches, "corpus", rng).await?;
     let limit = plan.limit * 3;
     let up = workloads::upload_corpus(&gw.s3, &corpus, BIG_CONC, limit).await;
     up.check("corpus upload")?;
@@ -1201,134 +1239,81 @@ async fn filedb(args: &Args, root: &Path, plan: &Plan, report: &mut Report) {
     }
 }
 
-/// One peer, both object sizes, each on a fresh instance; ratios are gateway / peer.
-async fn peers(root: &Path, plan: &Plan, rng: &mut Rng, m: &Measured, report: &mut Report) {
-    let sec = "peers (gateway / peer)";
-    type Starter = fn(&Path, &Path, u64) -> Result<Peer, String>;
-    let garage: Starter =
-        |bin, dir, seed| procs::start_garage(bin, dir, BUCKET, &mut Rng::new(seed));
-    let s3s: Starter = |bin, dir, seed| procs::start_s3s_fs(bin, dir, &mut Rng::new(seed));
-    let list: [(&str, &str, Starter); 2] = [
-        ("garage", "cargo install garage@2.5.0 --locked", garage),
-        (
-            "s3s-fs",
-            "cargo install s3s-fs@0.14.1 --features binary --locked",
-            s3s,
-        ),
-    ];
-    for (name, install, start) in list {
-        let Some(bin) = procs::find_binary(name) else {
-            report.skipped(sec, name, format!("not installed ({install})"));
-            continue;
+/// The servers of the side-by-side comparison: the gateway, gateway B, the peers that
+/// are installed (at their defaults; garage with fsync as an extra row), and the gateway
+/// with SHA-1 collision detection off (its 8 MiB PUT only).
+fn contenders(args: &Args, gateway: &Path, report: &mut Report) -> Result<Vec<Contender>, String> {
+    let sec = bench::compare::SEC;
+    let gw = |label: &str, bin: &Path, extra: &[&str], ops: &[Op], role| Contender {
+        label: label.into(),
+        kind: Kind::Gateway {
+            bin: bin.to_path_buf(),
+            args: extra.iter().map(|s| s.to_string()).collect(),
+        },
+        ops: ops.to_vec(),
+        role,
+    };
+    let mut list = vec![gw("gateway", gateway, &[], &Op::ALL, Role::Gateway)];
+    let peers = args.runs(Workload::Peers);
+    if peers && let Some(b) = &args.gateway_b {
+        if !b.is_file() {
+            return Err(format!("no gateway B binary at {}", b.display()));
+        }
+        report.note(format!("gateway B: {}", b.display()));
+        list.push(gw("gateway B", b, &[], &Op::ALL, Role::GatewayB));
+    }
+    if peers && args.no_peers {
+        report.skipped(sec, "garage, s3s-fs", "--no-peers".into());
+    } else if peers {
+        let dir = args.peers_bin_dir.as_deref();
+        let hint = |what: &str| {
+            format!(
+                "not installed ({what}; looked in {}PATH and ~/.cargo/bin)",
+                dir.map(|d| format!("{}, ", d.display()))
+                    .unwrap_or_default()
+            )
         };
-        progress(&format!("peer {name}: {}", bin.display()));
-        type Group<'a> = (&'a str, usize, usize, usize, [Option<&'a Outcome>; 2]);
-        let groups: [Group; 2] = [
-            (
-                "8 MiB",
-                BIG,
-                plan.big_count,
-                BIG_CONC,
-                [m.put8.as_ref(), m.get8.as_ref()],
+        match procs::find_binary_in(dir, "s3s-fs") {
+            Some(bin) => list.push(Contender {
+                label: "s3s-fs".into(),
+                kind: Kind::S3sFs { bin },
+                ops: Op::ALL.to_vec(),
+                role: Role::Peer,
+            }),
+            None => report.skipped(
+                sec,
+                "s3s-fs",
+                hint("cargo install s3s-fs@0.14.1 --features binary --locked"),
             ),
-            (
-                "64 KiB",
-                SMALL,
-                plan.small_count,
-                SMALL_CONC,
-                [m.put64.as_ref(), m.get64.as_ref()],
-            ),
-        ];
-        for (label, size, count, conc, [gput, gget]) in groups {
-            let bodies = workloads::bodies(rng, count, size);
-            let seed = rng.next_u64();
-            let r = peer_round(root, &bin, start, seed, &bodies, size, conc, plan.limit).await;
-            match r {
-                Ok((setup, put, get)) => {
-                    for (op, peer, gw) in [("PUT", &put, gput), ("GET", &get, gget)] {
-                        let (measured, ratio) = match gw {
-                            Some(g) => (
-                                format!(
-                                    "gateway {} vs {name} {} ({:.0} vs {:.0} ops/s)",
-                                    mbps(g.bytes_per_sec()),
-                                    mbps(peer.bytes_per_sec()),
-                                    g.ops_per_sec(),
-                                    peer.ops_per_sec()
-                                ),
-                                fmt_ratio(g.ops_per_sec() / peer.ops_per_sec().max(1e-9)),
-                            ),
-                            None => (
-                                format!(
-                                    "{name} {} (no gateway figure)",
-                                    mbps(peer.bytes_per_sec())
-                                ),
-                                "-".into(),
-                            ),
-                        };
-                        report.push(Row {
-                            section: sec.into(),
-                            figure: format!("{label} {op}, {conc} connections, vs {name}"),
-                            measured,
-                            compared_with: format!("{name} ({})", lat(peer)),
-                            ratio,
-                            client_cpu: cpu_us(peer),
-                            ..Row::default()
-                        });
-                    }
-                    if label == "8 MiB" {
-                        report.note(format!("peer {name}: {setup}"));
-                    }
-                }
-                Err(e) => {
-                    eprintln!("bench: peer {name}, {label}: {e}");
-                    report.skipped(
-                        sec,
-                        &format!("{label} vs {name}"),
-                        format!("failed: {}", e.lines().next().unwrap_or("")),
-                    );
+        }
+        match procs::find_binary_in(dir, "garage") {
+            Some(bin) => {
+                for (label, fsync, role) in [
+                    ("garage", false, Role::Peer),
+                    ("garage, data_fsync + metadata_fsync", true, Role::PeerExtra),
+                ] {
+                    list.push(Contender {
+                        label: label.into(),
+                        kind: Kind::Garage {
+                            bin: bin.clone(),
+                            fsync,
+                        },
+                        ops: Op::ALL.to_vec(),
+                        role,
+                    });
                 }
             }
+            None => report.skipped(sec, "garage", hint("cargo install garage@2.5.0 --locked")),
         }
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn peer_round(
-    root: &Path,
-    bin: &Path,
-    start: fn(&Path, &Path, u64) -> Result<Peer, String>,
-    seed: u64,
-    bodies: &Arc<Vec<Bytes>>,
-    size: usize,
-    conc: usize,
-    limit: Duration,
-) -> Result<(String, Outcome, Outcome), String> {
-    let dir = tempfile::Builder::new()
-        .prefix("bench-peer-")
-        .tempdir_in(root)
-        .map_err(|e| format!("temp folder: {e}"))?;
-    let peer = tokio::task::block_in_place(|| start(bin, dir.path(), seed))?;
-    let client = Client::new(
-        peer.server.addr,
-        Some((&peer.access, &peer.secret)),
-        "us-east-1",
-    );
-    workloads::warm_up(&client, BUCKET, peer.needs_create_bucket).await?;
-    let put = workloads::put_all(&client, BUCKET, "p", bodies, conc, limit).await;
-    put.check("PUT")?;
-    let get = workloads::get_all(
-        &client,
-        BUCKET,
-        "p",
-        put.ops as usize,
-        size as u64,
-        conc,
-        limit,
-    )
-    .await;
-    get.check("GET")?;
-    let setup = peer.setup.clone();
-    drop(peer);
-    drop(dir);
-    Ok((setup, put, get))
+    if args.runs(Workload::Sha1dc) {
+        list.push(gw(
+            "gateway, SHA-1 collision detection off",
+            gateway,
+            &["--sha1-collision-detection", "off"],
+            &[Op::Put8],
+            Role::NoDetection,
+        ));
+    }
+    Ok(list)
 }

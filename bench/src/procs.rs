@@ -265,11 +265,13 @@ fn wait_port(server: &mut Server, timeout: Duration) -> Result<(), String> {
     ))
 }
 
-/// An installed program: on PATH, or in cargo's bin folder (where `cargo install` puts it).
-pub fn find_binary(name: &str) -> Option<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
+/// An installed program: in `first` (`--peers-bin-dir`), else on PATH, else in cargo's bin
+/// folder (where `cargo install` puts it).
+pub fn find_binary_in(first: Option<&Path>, name: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = first.map(Path::to_path_buf).into_iter().collect();
+    if let Some(p) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&p));
+    }
     if let Some(h) = std::env::var_os("CARGO_HOME") {
         dirs.push(PathBuf::from(h).join("bin"));
     }
@@ -282,6 +284,11 @@ pub fn find_binary(name: &str) -> Option<PathBuf> {
             .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
             .unwrap_or(false)
     })
+}
+
+/// [`find_binary_in`] without a folder of its own.
+pub fn find_binary(name: &str) -> Option<PathBuf> {
+    find_binary_in(None, name)
 }
 
 /// Runs a short command to completion (at most `timeout`); returns its stdout, or an error
@@ -384,21 +391,29 @@ pub fn start_s3s_fs(bin: &Path, dir: &Path, rng: &mut Rng) -> Result<Peer, Strin
 
 /// A single-node garage v2 (`cargo install garage@2.5.0 --locked`), following its quick
 /// start: a config file, `garage server`, a one-node layout, a key and a bucket made with
-/// its CLI. Set up to be comparable with the gateway: fsync of data and metadata on,
-/// compression off (attachments are mostly compressed already), region us-east-1. It keeps
-/// ONE copy (replication_factor = 1) where the gateway keeps two.
-pub fn start_garage(bin: &Path, dir: &Path, bucket: &str, rng: &mut Rng) -> Result<Peer, String> {
+/// its CLI. Its own defaults, as a user runs it (lmdb, no fsync of data or metadata, zstd
+/// level 1 compression), unless `fsync`: then `data_fsync` and `metadata_fsync` are on, the
+/// durability the gateway always has (an extra, labelled row). It keeps ONE copy
+/// (replication_factor = 1, a single node) where the gateway keeps two.
+pub fn start_garage(
+    bin: &Path,
+    dir: &Path,
+    bucket: &str,
+    fsync: bool,
+    rng: &mut Rng,
+) -> Result<Peer, String> {
     let (rpc, s3, admin) = (free_port()?, free_port()?, free_port()?);
     let cfg = dir.join("garage.toml");
+    let fsync_lines = if fsync {
+        "metadata_fsync = true\ndata_fsync = true\n"
+    } else {
+        ""
+    };
     let text = format!(
         r#"metadata_dir = "{meta}"
 data_dir = "{data}"
-db_engine = "lmdb"
 replication_factor = 1
-metadata_fsync = true
-data_fsync = true
-compression_level = "none"
-
+{fsync_lines}
 rpc_bind_addr = "127.0.0.1:{rpc}"
 rpc_public_addr = "127.0.0.1:{rpc}"
 rpc_secret = "{secret}"
@@ -478,7 +493,12 @@ admin_token = "{token}"
         access,
         secret,
         needs_create_bucket: false,
-        setup: "garage: one copy (replication_factor 1), lmdb, data_fsync + metadata_fsync, no compression".into(),
+        setup: if fsync {
+            "garage: one copy (replication_factor 1), its defaults but data_fsync + metadata_fsync on"
+        } else {
+            "garage: one copy (replication_factor 1), its defaults (lmdb, no fsync of data or metadata, zstd level 1 compression)"
+        }
+        .into(),
     })
 }
 
@@ -524,6 +544,19 @@ mod tests {
     fn finds_sh_and_not_nonsense() {
         assert!(find_binary("sh").is_some());
         assert!(find_binary("no-such-binary-for-bench").is_none());
+    }
+
+    #[test]
+    fn the_peers_folder_comes_first() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().expect("tempdir");
+        let sh = d.path().join("sh");
+        std::fs::write(&sh, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&sh, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert_eq!(find_binary_in(Some(d.path()), "sh"), Some(sh));
+        let not_exec = d.path().join("peer-x");
+        std::fs::write(&not_exec, "").expect("write");
+        assert_eq!(find_binary_in(Some(d.path()), "peer-x"), None);
     }
 
     #[test]

@@ -22,7 +22,8 @@ use crate::procs::{GatewayLaunch, Secrets, Server, free_port, spawn_gateway};
 use crate::report::{Report, Row, fmt_ratio};
 use crate::rng::Rng;
 use crate::s3::Client;
-use crate::stats::{bytes, us};
+pub use crate::stats::median;
+use crate::stats::{bytes, med_range, us};
 use crate::workloads::{self, BUCKET, Gw};
 
 const SMALL: usize = 64 << 10;
@@ -341,37 +342,6 @@ async fn round(
     inc.check("native inc")?;
     dec.check("native dec")?;
     Ok(Round { put, inc, dec })
-}
-
-/// The median of `v` (the mean of the middle two for an even count).
-pub fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
-fn range(v: &[f64]) -> (f64, f64) {
-    v.iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
-            (lo.min(x), hi.max(x))
-        })
-}
-
-/// "median X (range a-b)" of a figure over rounds.
-fn med_range(v: &[f64], fmt: impl Fn(f64) -> String) -> String {
-    let (lo, hi) = range(v);
-    match median(v.to_vec()) {
-        Some(m) if v.len() > 1 => format!("{} ({}-{})", fmt(m), fmt(lo), fmt(hi)),
-        Some(m) => fmt(m),
-        None => "-".into(),
-    }
 }
 
 fn lat_us(x: f64) -> String {
@@ -959,19 +929,6 @@ async fn restart_at(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn medians_and_ranges() {
-        assert_eq!(median(vec![]), None);
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
-        assert_eq!(range(&[2.0, 9.0, 4.0]), (2.0, 9.0));
-        assert_eq!(
-            med_range(&[3.0, 1.0, 2.0], |x| format!("{x:.0}")),
-            "2 (1-3)"
-        );
-        assert_eq!(med_range(&[5.0], |x| format!("{x:.0}")), "5");
-    }
 
     #[test]
     fn sizes_read_as_people_write_them() {

@@ -71,6 +71,37 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// The median of `v` (the mean of the middle two for an even count).
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+pub fn range(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
+}
+
+/// "median X (range a-b)" of a figure over rounds.
+pub fn med_range(v: &[f64], fmt: impl Fn(f64) -> String) -> String {
+    let (lo, hi) = range(v);
+    match median(v.to_vec()) {
+        Some(m) if v.len() > 1 => format!("{} ({}-{})", fmt(m), fmt(lo), fmt(hi)),
+        Some(m) => fmt(m),
+        None => "-".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +123,18 @@ mod tests {
         }
         std::hint::black_box(x);
         assert!(cpu_time() >= a);
+    }
+
+    #[test]
+    fn medians_and_ranges() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), Some(2.5));
+        assert_eq!(range(&[2.0, 9.0, 4.0]), (2.0, 9.0));
+        assert_eq!(
+            med_range(&[3.0, 1.0, 2.0], |x| format!("{x:.0}")),
+            "2 (1-3)"
+        );
+        assert_eq!(med_range(&[5.0], |x| format!("{x:.0}")), "5");
     }
 }

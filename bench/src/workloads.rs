@@ -10,33 +10,46 @@ use sha1::Digest as _;
 
 use crate::fsstat::{DirStat, ProcIo, dir_stat};
 use crate::load::{self, Outcome};
-use crate::procs::{Secrets, Server, start_gateway};
+use crate::procs::{GatewayLaunch, Secrets, Server, spawn_gateway};
 use crate::rng::{Rng, Zipf};
 use crate::s3::Client;
+use crate::scratch::{Scratch, ScratchKind};
 use crate::stats::Latency;
 
 pub const BUCKET: &str = "bench";
 
-/// A running gateway with its own temp folder (removed when dropped, after the process).
+/// A running gateway with its own fresh folder (removed when dropped, after the process).
 pub struct Gw {
     pub server: Server,
     pub data: PathBuf,
     pub s3: Client,
     pub native: Client,
     pub secrets: Secrets,
-    // Dropped last: the process is stopped before its folder goes.
-    _dir: tempfile::TempDir,
+    // Dropped last: the process is stopped before its folder (or filesystem) goes.
+    _dir: Scratch,
 }
 
 impl Gw {
+    /// A gateway on a fresh temp folder under `root`.
     pub fn start(bin: &Path, root: &Path, tag: &str, rng: &mut Rng) -> Result<Gw, String> {
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("bench-gw-{tag}-"))
-            .tempdir_in(root)
-            .map_err(|e| format!("temp folder in {}: {e}", root.display()))?;
+        let dir = Scratch::new(&ScratchKind::Folder, root, &format!("gw-{tag}"))?;
+        Gw::start_in(bin, dir, &[], rng)
+    }
+
+    /// A gateway on `dir` (a fresh folder or filesystem), with `args` after
+    /// `serve --data DIR --listen ADDR`.
+    pub fn start_in(
+        bin: &Path,
+        dir: Scratch,
+        args: &[String],
+        rng: &mut Rng,
+    ) -> Result<Gw, String> {
         let data = dir.path().join("data");
         let secrets = Secrets::random(rng);
-        let server = start_gateway(bin, &data, &secrets, &dir.path().join("gateway.log"))?;
+        let mut launch =
+            GatewayLaunch::single(bin, &data, &secrets, &dir.path().join("gateway.log"));
+        launch.args = args.to_vec();
+        let server = spawn_gateway(&launch)?;
         let s3 = Client::new(
             server.addr,
             Some((&secrets.access, &secrets.secret)),

@@ -76,6 +76,8 @@ pub struct FileConfig {
     pub job_chunk_keys: Option<usize>,
     /// Pause after each chunk of a background job, milliseconds (default 5).
     pub job_pause_ms: Option<u64>,
+    /// SHA-1 collision detection on content names: "on" (default) or "off".
+    pub sha1_collision_detection: Option<Switch>,
     #[serde(default)]
     pub pairs: Vec<PairConfig>,
     /// The cluster secret (`GATEWAY_CLUSTER_SECRET` wins; also accepted in `[cluster]`).
@@ -86,6 +88,21 @@ pub struct FileConfig {
     /// `scrub_interval_secs`, `grace_secs`, `scrub_bytes_per_sec`, ...).
     #[serde(default)]
     pub valkyrie: Option<valkyrie::Settings>,
+}
+
+/// A setting that is on or off (`"on"`/`"off"` in the file, `on|off` on the command line).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Switch {
+    #[default]
+    On,
+    Off,
+}
+
+impl Switch {
+    pub fn is_on(self) -> bool {
+        self == Switch::On
+    }
 }
 
 /// The `[cluster]` section: the same settings as `--node-id`, `--peers`, `--snapshot-logs`.
@@ -253,6 +270,14 @@ mod tests {
         assert_eq!(c.metrics_open, Some(true));
         assert_eq!(c.any_region, Some(true));
         assert_eq!(c.presigned_v2_expires_max_secs, Some(3600));
+    }
+
+    #[test]
+    fn collision_detection_is_on_or_off() {
+        let c = FileConfig::parse("sha1_collision_detection = \"off\"").unwrap();
+        assert_eq!(c.sha1_collision_detection, Some(Switch::Off));
+        assert!(!Switch::Off.is_on() && Switch::default().is_on());
+        assert!(FileConfig::parse("sha1_collision_detection = \"maybe\"").is_err());
     }
 
     #[test]

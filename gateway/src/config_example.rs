@@ -85,6 +85,12 @@ pub fn text() -> String {
     line(format!("max_connections = {}", c.max_connections));
     line("# n of the n-th root of free space that weights the pair choice.".into());
     line("choice_root = 2".into());
+    line(
+        "# SHA-1 collision detection on content names (\"off\" only to measure its cost: two"
+            .into(),
+    );
+    line("# colliding bodies would then be deduplicated into one file).".into());
+    line("sha1_collision_detection = \"on\"".into());
     line(String::new());
     line("# Tokens; \"\" is no token (the API it guards is off, /_metrics then needs the admin one).".into());
     line("# /_admin/ (also opens /_metrics, /_status and /_catalog/).".into());

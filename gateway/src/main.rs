@@ -10,7 +10,7 @@ use gateway::admin_client::{
     AdminClient, ClusterCommand, DiskCommand, JobsCommand, PairsCommand, ScrubCommand,
 };
 use gateway::admin_keys_client::KeysCommand;
-use gateway::config::FileConfig;
+use gateway::config::{FileConfig, Switch};
 use gateway::s3::request_log::RequestLogLevel;
 use gateway::server::connections::{self, ConnectionLimits};
 use gateway::server::{self, Config};
@@ -184,6 +184,11 @@ struct ServeArgs {
     /// the metadata log against foreground writes [default: 5]
     #[arg(long)]
     job_pause_ms: Option<u64>,
+    /// SHA-1 collision detection on content names; `off` names content by its plain SHA-1
+    /// (only to measure the cost: two colliding bodies are then deduplicated into one
+    /// file) [default: on]
+    #[arg(long, value_enum)]
+    sha1_collision_detection: Option<Switch>,
 }
 
 #[derive(Subcommand)]
@@ -321,6 +326,11 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
         return Err("--lifecycle-day-secs must be at least 1".into());
     }
     Ok(Config {
+        sha1_collision_detection: args
+            .sha1_collision_detection
+            .or(file.sha1_collision_detection)
+            .unwrap_or_default()
+            .is_on(),
         lifecycle,
         job_pace,
         cluster,

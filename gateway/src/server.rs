@@ -60,6 +60,9 @@ pub struct Config {
     pub stats: crate::telemetry::stored::Settings,
     /// Pace of background jobs (`--job-chunk-keys`, `--job-pause-ms`).
     pub job_pace: crate::jobs::JobPace,
+    /// `--sha1-collision-detection`: content names with collision detection (default), or
+    /// the plain SHA-1, to measure what detection costs.
+    pub sha1_collision_detection: bool,
 }
 
 /// Everything a request handler needs.
@@ -281,6 +284,13 @@ fn protect_data_dir(dir: &std::path::Path, fresh: bool) -> std::io::Result<()> {
 /// Runs the gateway until SIGINT or SIGTERM.
 pub async fn serve(config: Config) -> Result<(), ServeError> {
     let io_err = |e| ServeError::DataDir(config.data_dir.clone(), e);
+    // Before anything names content: every hasher of the process follows it.
+    placement::digest::set_collision_detection(config.sha1_collision_detection);
+    if !config.sha1_collision_detection {
+        tracing::warn!(
+            "SHA-1 collision detection is off: two bodies of a collision attack would be deduplicated into one file"
+        );
+    }
     let fresh = !config.data_dir.exists();
     std::fs::create_dir_all(&config.data_dir).map_err(io_err)?;
     let data_dir = config.data_dir.canonicalize().map_err(io_err)?;

@@ -19,8 +19,14 @@
 //! bounded by MD5 alone and both cores work on it while the async threads receive the next
 //! batch. Each task hashes one batch and ends: no blocking thread waits on a client, so no
 //! number of slow uploads can take the whole blocking pool.
+//!
+//! Detection can be turned off for a whole process ([`set_collision_detection`], the
+//! gateway's `--sha1-collision-detection off`), to measure what it costs: names are then the
+//! plain SHA-1 (the `sha1` crate), identical for every body without an attack, and the
+//! two bodies of a collision get one name and are deduplicated into one file.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use md5::Digest as _;
@@ -44,9 +50,34 @@ pub struct Digests {
     pub collision_attack: bool,
 }
 
-/// The name of a content: SHA-1 with collision detection (see the module doc).
-#[derive(Clone, Default)]
-pub struct NameHasher(sha1dc::mitigate::Hasher);
+/// Whether new [`NameHasher`]s detect collision attacks (on unless turned off at start).
+static COLLISION_DETECTION: AtomicBool = AtomicBool::new(true);
+
+/// Turns SHA-1 collision detection on or off for every [`NameHasher`] made after it. A
+/// process-wide setting because every component that names content (uploads, the
+/// scrubber, repair) must agree on the names; set once at start, before serving.
+pub fn set_collision_detection(on: bool) {
+    COLLISION_DETECTION.store(on, Ordering::Relaxed);
+}
+
+/// Whether new [`NameHasher`]s detect collision attacks.
+pub fn collision_detection() -> bool {
+    COLLISION_DETECTION.load(Ordering::Relaxed)
+}
+
+/// The name of a content: SHA-1 with collision detection (see the module doc), or plain
+/// SHA-1 where detection is off.
+#[derive(Clone)]
+pub enum NameHasher {
+    Detecting(sha1dc::mitigate::Hasher),
+    Plain(sha1::Sha1),
+}
+
+impl Default for NameHasher {
+    fn default() -> Self {
+        Self::with_detection(collision_detection())
+    }
+}
 
 /// A content's name and whether a collision attack was found while computing it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,16 +87,37 @@ pub struct ContentName {
 }
 
 impl NameHasher {
+    /// A hasher as the process is set ([`set_collision_detection`]).
     pub fn new() -> Self {
         Self::default()
     }
 
+    pub fn with_detection(on: bool) -> Self {
+        if on {
+            NameHasher::Detecting(sha1dc::mitigate::Hasher::default())
+        } else {
+            NameHasher::Plain(sha1::Sha1::default())
+        }
+    }
+
     pub fn update(&mut self, buf: &[u8]) {
-        self.0.update(buf);
+        match self {
+            NameHasher::Detecting(h) => h.update(buf),
+            NameHasher::Plain(h) => sha1::Digest::update(h, buf),
+        }
     }
 
     pub fn finish(self) -> ContentName {
-        match self.0.finalize() {
+        let h = match self {
+            NameHasher::Detecting(h) => h,
+            NameHasher::Plain(h) => {
+                return ContentName {
+                    sha1: Sha1(sha1::Digest::finalize(h).into()),
+                    collision_attack: false,
+                };
+            }
+        };
+        match h.finalize() {
             Ok(d) => ContentName {
                 sha1: Sha1(d.to_bytes()),
                 collision_attack: false,
@@ -275,6 +327,26 @@ mod tests {
             h.update(Bytes::copy_from_slice(chunk)).await.unwrap();
         }
         assert_eq!(h.finish().await.unwrap(), d1);
+    }
+
+    /// Detection off: the plain SHA-1, so a collision's two bodies share one name (the
+    /// risk `--sha1-collision-detection off` takes), and every other body keeps its name.
+    #[test]
+    fn without_detection_names_are_the_plain_sha1() {
+        use sha1::Digest as _;
+        let (one, two) = collision_pair("shattered-1.pdf", "shattered-2.pdf");
+        let name = |b: &[u8]| {
+            let mut h = NameHasher::with_detection(false);
+            h.update(b);
+            h.finish()
+        };
+        let (n1, n2) = (name(&one), name(&two));
+        assert_eq!(n1, n2);
+        assert!(!n1.collision_attack);
+        assert_eq!(n1.sha1.0, <[u8; 20]>::from(sha1::Sha1::digest(&one)));
+        let mut on = NameHasher::with_detection(true);
+        on.update(b"abc");
+        assert_eq!(on.finish(), name(b"abc"));
     }
 
     #[tokio::test]

@@ -174,3 +174,43 @@ async fn native_upload_names_a_colliding_body_by_its_safe_name() {
         }
     }
 }
+
+/// `--sha1-collision-detection off` (only to measure what detection costs): content is
+/// named by its plain SHA-1, bodies held in memory and streamed alike store and read back
+/// byte-exact, duplicates share one file, and (the documented risk) the two bodies of a
+/// collision share one name, where detection keeps them apart (the test above).
+#[tokio::test]
+async fn without_detection_bodies_are_stored_under_their_plain_sha1() {
+    let gw = Gateway::start_with(&["--sha1-collision-detection", "off"], &[]);
+    let s3 = gw.client();
+    create_bucket(&s3, "bkt").await;
+    // In memory (64 KiB, 3 MiB) and streamed to disk (over 16 MiB).
+    let bodies: Vec<Vec<u8>> = [64 << 10, 3 << 20, (17 << 20) + 5]
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| e2e::random_body(1300 + i as u64, len))
+        .collect();
+    for (i, body) in bodies.iter().enumerate() {
+        put_bytes(&s3, "bkt", &format!("one/{i}"), body).await;
+        put_bytes(&s3, "bkt", &format!("two/{i}"), body).await;
+    }
+    for (i, body) in bodies.iter().enumerate() {
+        for k in [format!("one/{i}"), format!("two/{i}")] {
+            assert_same_body(&get_bytes(&s3, "bkt", &k).await, body, &k);
+        }
+        let f = gw
+            .admin_file(&sha1_hex(body))
+            .expect("FileDB has the plain SHA-1");
+        assert_eq!(f.refs, Some(2), "{f:?}");
+    }
+    let [one, two] = pair("shattered-1.pdf", "shattered-2.pdf");
+    put_bytes(&s3, "bkt", "pdf/1", &one).await;
+    put_bytes(&s3, "bkt", "pdf/2", &two).await;
+    assert_same_body(&get_bytes(&s3, "bkt", "pdf/1").await, &one, "pdf/1");
+    let plain = gw.content_path(0, &sha1_hex(&one));
+    assert!(plain.is_file(), "{} missing", plain.display());
+    assert!(!gw.content_path(0, &safe_name(&one)).exists());
+    assert!(!gw.content_path(0, &safe_name(&two)).exists());
+    let files: Vec<_> = gw.content_files(0);
+    assert_eq!(files.len(), bodies.len() + 1, "{files:?}");
+}
