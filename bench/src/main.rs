@@ -561,7 +561,7 @@ async fn run(args: Args) -> Result<Report, String> {
         progress("jobs: foreground latency with and without a delete-prefix job");
         let plan = bench::jobs::JobsPlan::new(args.quick);
         let run = async {
-            let gw = start_gw(&gateway_bin, &root, "jobs", &mut rng).await?;
+            let gw = start_gw(&gateway_bin, &scratches, "jobs", &mut rng).await?;
             bench::jobs::run(&gw, plan, &mut rng, &mut report).await
         };
         if let Err(e) = run.await {
