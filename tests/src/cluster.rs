@@ -489,6 +489,19 @@ impl Cluster {
         run_gateway(&["fsck", "--data", path_str(node.data_dir())], &[])
     }
 
+    /// Stops every node and checks that `gateway fsck` finds each data folder clean.
+    pub fn kill_all_and_fsck(&mut self) {
+        self.kill_all();
+        for id in self.ids() {
+            let run = self.fsck(id);
+            assert_eq!(run.code, Some(0), "fsck of node {id}:\n{run}");
+            assert!(
+                run.stdout.contains("fsck: clean"),
+                "fsck of node {id}:\n{run}"
+            );
+        }
+    }
+
     /// `gateway admin --endpoint <node id> ARGS` with the admin token in the environment,
     /// e.g. `["cluster", "status"]`.
     pub fn admin_cli(&self, id: usize, args: &[&str]) -> Run {
