@@ -833,14 +833,7 @@ impl ObjectStore {
         let on_disk = match staged.body {
             StagedBody::Disk(upload) => upload,
             StagedBody::Memory { chunks, _permit } => {
-                let mut upload = write::begin_upload_unhashed(
-                    &self.pairs,
-                    staged.digests.size_bytes,
-                    self.choice_root,
-                )
-                .await?;
-                upload.write_all(chunks).await?;
-                upload.finish_hashed(staged.digests).await?
+                write::stage_whole(&self.pairs, staged.digests, chunks, self.choice_root).await?
             }
         };
         let pair: PairId = on_disk.pair;

@@ -33,8 +33,8 @@ pub enum WriteError {
     Hasher(#[from] HasherGone),
     #[error("{written} bytes written for a body hashed at {expected}")]
     LengthMismatch { expected: u64, written: u64 },
-    #[error("digests given to an upload that hashes, or missing for one that does not")]
-    DigestsMisused,
+    #[error("a probe upload (begun without hashing) was written to or finished")]
+    ProbeWritten,
 }
 
 /// Chooses a pair for a body of `size_bytes` and opens temp files on both its disks,
@@ -47,15 +47,75 @@ pub async fn begin_upload(
     begin_on_some_pair(pairs, size_bytes, root, true).await
 }
 
-/// [`begin_upload`] for a body hashed elsewhere (it is held in memory): the chunks go to
-/// both disks without a hashing pass, and [`PairUpload::finish_hashed`] takes the digests
-/// and checks that exactly their size was written.
+/// [`begin_upload`] for a body hashed elsewhere that will never be written: an empty temp
+/// file on both disks of the chosen pair, to [`PairUpload::abandon`] (the probe of a body
+/// held in memory, before it is received).
 pub async fn begin_upload_unhashed(
     pairs: &PairTable,
     size_bytes: u64,
     root: u32,
 ) -> Result<PairUpload, WriteError> {
     begin_on_some_pair(pairs, size_bytes, root, false).await
+}
+
+/// Writes a body held in memory, hashed elsewhere (`digests`), to temp files on both disks
+/// of a chosen pair, trying other pairs when a disk refuses, as [`begin_upload`] does.
+/// Each disk gets the whole body at once (for a local disk: one blocking task that
+/// creates, writes and starts the writeback of the file).
+pub async fn stage_whole(
+    pairs: &PairTable,
+    digests: Digests,
+    chunks: Vec<Bytes>,
+    root: u32,
+) -> Result<StagedUpload, WriteError> {
+    let size_bytes = digests.size_bytes;
+    let written: u64 = chunks.iter().map(|c| c.len() as u64).sum();
+    if written != size_bytes {
+        return Err(WriteError::LengthMismatch {
+            expected: size_bytes,
+            written,
+        });
+    }
+    let mut failed = Vec::new();
+    let mut last_error = None;
+    for _ in 0..PROBE_ATTEMPTS_MAX {
+        let Some(id) = pairs.choose(size_bytes, root, &failed) else {
+            break;
+        };
+        let Some(entry) = pairs.get(id) else {
+            failed.push(id);
+            continue;
+        };
+        let disks = entry.disks;
+        let (a, b) = tokio::join!(
+            disks[0].write_temp(chunks.clone()),
+            disks[1].write_temp(chunks.clone())
+        );
+        match (a, b) {
+            (Ok(t0), Ok(t1)) => {
+                return Ok(StagedUpload {
+                    pair: id,
+                    disks,
+                    digests,
+                    temps: [t0, t1],
+                });
+            }
+            (a, b) => {
+                let (kept, errors): (Vec<_>, Vec<_>) = [a, b].into_iter().partition(Result::is_ok);
+                for t in kept.into_iter().flatten() {
+                    if let Err(e) = t.discard().await {
+                        tracing::warn!(error = %e, "could not remove temp file; Valkyrie will");
+                    }
+                }
+                for e in errors.into_iter().filter_map(Result::err) {
+                    tracing::warn!(pair = %id, error = %e, "writing a body failed, choosing another pair");
+                    last_error = Some(WriteError::Disk(e));
+                }
+                failed.push(id);
+            }
+        }
+    }
+    Err(last_error.unwrap_or(WriteError::NoSpace { size_bytes }))
 }
 
 async fn begin_on_some_pair(
@@ -96,17 +156,8 @@ pub struct PairUpload {
     pair: PairId,
     disks: Arc<[Disk; 2]>,
     writers: [TempWriter; 2],
-    digesting: Digesting,
-}
-
-/// Where an upload's digests come from.
-enum Digesting {
-    /// Hashed as it is written.
-    Hashing(Box<ParallelHasher>),
-    /// Computed elsewhere (the body is hashed in memory) and given to
-    /// [`PairUpload::finish_hashed`]; only the length written is counted, to be checked
-    /// against them.
-    Elsewhere { written: u64 },
+    /// `None` for a probe: begun only to be [`abandon`](PairUpload::abandon)ed.
+    hasher: Option<Box<ParallelHasher>>,
 }
 
 impl PairUpload {
@@ -117,18 +168,18 @@ impl PairUpload {
             pair,
             disks,
             writers,
-            digesting: Digesting::Hashing(Box::default()),
+            hasher: Some(Box::default()),
         })
     }
 
-    /// Opens temp files on both disks of `pair` for a body hashed elsewhere.
+    /// Opens temp files on both disks of `pair` for a probe, never written.
     pub async fn begin_unhashed(pair: PairId, disks: Arc<[Disk; 2]>) -> Result<Self, WriteError> {
         let writers = Self::open_temps(&disks).await?;
         Ok(PairUpload {
             pair,
             disks,
             writers,
-            digesting: Digesting::Elsewhere { written: 0 },
+            hasher: None,
         })
     }
 
@@ -141,67 +192,36 @@ impl PairUpload {
         self.pair
     }
 
-    /// Sends one chunk to both disks (and to the hasher, if hashing).
+    /// Sends one chunk to both disks and to the hasher.
     pub async fn write(&mut self, chunk: Bytes) -> Result<(), WriteError> {
-        let [w0, w1] = &mut self.writers;
-        let hashed = async {
-            match &mut self.digesting {
-                Digesting::Hashing(h) => h.update(chunk.clone()).await.map_err(WriteError::from),
-                Digesting::Elsewhere { written } => {
-                    *written += chunk.len() as u64;
-                    Ok(())
-                }
-            }
+        let Some(h) = &mut self.hasher else {
+            return Err(WriteError::ProbeWritten);
         };
-        let (a, b, h) = tokio::join!(w0.write(chunk.clone()), w1.write(chunk.clone()), hashed);
+        let [w0, w1] = &mut self.writers;
+        let (a, b, h) = tokio::join!(
+            w0.write(chunk.clone()),
+            w1.write(chunk.clone()),
+            h.update(chunk)
+        );
         a?;
         b?;
-        h
-    }
-
-    /// Sends a whole body held in memory to both disks at once (one `writev` per local
-    /// disk); only for an upload begun with [`Self::begin_unhashed`].
-    pub async fn write_all(&mut self, chunks: Vec<Bytes>) -> Result<(), WriteError> {
-        let Digesting::Elsewhere { written } = &mut self.digesting else {
-            return Err(WriteError::DigestsMisused);
-        };
-        *written += chunks.iter().map(|c| c.len() as u64).sum::<u64>();
-        let [w0, w1] = &mut self.writers;
-        let (a, b) = tokio::join!(w0.write_many(chunks.clone()), w1.write_many(chunks));
-        a?;
-        b?;
-        Ok(())
+        Ok(h?)
     }
 
     /// Completes both temp files and returns the digests of everything written (the fsync
     /// comes with [`StagedUpload::commit`]).
     pub async fn finish(self) -> Result<StagedUpload, WriteError> {
-        self.finish_with(None).await
-    }
-
-    /// [`finish`](Self::finish) for an upload begun with [`Self::begin_unhashed`]: `digests`
-    /// are the body's, computed elsewhere.
-    pub async fn finish_hashed(self, digests: Digests) -> Result<StagedUpload, WriteError> {
-        self.finish_with(Some(digests)).await
-    }
-
-    async fn finish_with(self, given: Option<Digests>) -> Result<StagedUpload, WriteError> {
         let PairUpload {
             pair,
             disks,
             writers,
-            digesting,
+            hasher,
         } = self;
         let [w0, w1] = writers;
         let digests = async move {
-            match (digesting, given) {
-                (Digesting::Hashing(h), None) => h.finish().await.map_err(WriteError::from),
-                (Digesting::Elsewhere { written }, Some(d)) if written == d.size_bytes => Ok(d),
-                (Digesting::Elsewhere { written }, Some(d)) => Err(WriteError::LengthMismatch {
-                    expected: d.size_bytes,
-                    written,
-                }),
-                (_, _) => Err(WriteError::DigestsMisused),
+            match hasher {
+                Some(h) => h.finish().await.map_err(WriteError::from),
+                None => Err(WriteError::ProbeWritten),
             }
         };
         let (a, b, h) = tokio::join!(w0.finish(), w1.finish(), digests);
@@ -300,6 +320,53 @@ mod tests {
         for d in disks.iter() {
             assert_eq!(&d.read_all(&expect.sha1).await.unwrap()[..], b"hello world");
         }
+    }
+
+    #[tokio::test]
+    async fn a_whole_body_goes_to_another_pair_when_a_disk_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        let pairs = PairTable::new();
+        // Pair 0's second disk is a plain file: no temp file can be made in it.
+        std::fs::write(dir.path().join("not-a-dir"), b"").unwrap();
+        for (id, d1) in [(0, "not-a-dir"), (1, "b1")] {
+            let mut rec = PairRecord::new([
+                DiskRef::local(dir.path().join(format!("a{id}"))),
+                DiskRef::local(dir.path().join(d1)),
+            ]);
+            rec.free_bytes = [1 << 30, 1 << 30];
+            pairs.upsert(PairId(id), rec).unwrap();
+        }
+        let body = b"held in memory".to_vec();
+        let digests = ContentHasher::digest(&body);
+        let chunks = vec![
+            Bytes::from_static(b"held "),
+            Bytes::from_static(b"in memory"),
+        ];
+        let mut landed = std::collections::HashSet::new();
+        // Whichever pair is chosen first, every body ends on pair 1, and pair 0 keeps no
+        // temp file.
+        for root in 0..8 {
+            let staged = stage_whole(&pairs, digests, chunks.clone(), root)
+                .await
+                .unwrap();
+            landed.insert(staged.pair);
+            let disks = staged.disks.clone();
+            staged.commit().await.unwrap();
+            for d in disks.iter() {
+                assert_eq!(&d.read_all(&digests.sha1).await.unwrap()[..], &body[..]);
+            }
+        }
+        assert_eq!(landed, [PairId(1)].into());
+        let temps = std::fs::read_dir(dir.path().join("a0").join(crate::disk::TMP_DIR))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(temps, 0);
+        // A body that is not the size its digests say is refused before any write.
+        let short = vec![Bytes::from_static(b"held")];
+        assert!(matches!(
+            stage_whole(&pairs, digests, short, 0).await,
+            Err(WriteError::LengthMismatch { .. })
+        ));
     }
 
     #[tokio::test]

@@ -157,6 +157,19 @@ impl Disk {
         }
     }
 
+    /// A new temp file holding a whole body held in memory (a local disk: one blocking
+    /// task; a WebDAV disk: streamed as any temp file).
+    pub async fn write_temp(&self, chunks: Vec<Bytes>) -> Result<TempFile, DiskError> {
+        match self {
+            Disk::Local(d) => d.write_temp(chunks).await.map(TempFile::Local),
+            Disk::WebDav(_) => {
+                let mut w = self.begin_temp().await?;
+                w.write_many(chunks).await?;
+                w.finish().await
+            }
+        }
+    }
+
     /// The size of the content file, `None` if it is absent.
     pub async fn size_of(&self, sha1: &Sha1) -> Result<Option<u64>, DiskError> {
         match self {
