@@ -44,7 +44,7 @@ pub async fn begin_upload(
     size_bytes: u64,
     root: u32,
 ) -> Result<PairUpload, WriteError> {
-    begin_on_some_pair(pairs, size_bytes, root, true).await
+    on_some_pair(pairs, size_bytes, root, PairUpload::begin).await
 }
 
 /// [`begin_upload`] for a body hashed elsewhere that will never be written: an empty temp
@@ -55,7 +55,7 @@ pub async fn begin_upload_unhashed(
     size_bytes: u64,
     root: u32,
 ) -> Result<PairUpload, WriteError> {
-    begin_on_some_pair(pairs, size_bytes, root, false).await
+    on_some_pair(pairs, size_bytes, root, PairUpload::begin_unhashed).await
 }
 
 /// Writes a body held in memory, hashed elsewhere (`digests`), to temp files on both disks
@@ -76,54 +76,53 @@ pub async fn stage_whole(
             written,
         });
     }
-    let mut failed = Vec::new();
-    let mut last_error = None;
-    for _ in 0..PROBE_ATTEMPTS_MAX {
-        let Some(id) = pairs.choose(size_bytes, root, &failed) else {
-            break;
-        };
-        let Some(entry) = pairs.get(id) else {
-            failed.push(id);
-            continue;
-        };
-        let disks = entry.disks;
-        let (a, b) = tokio::join!(
-            disks[0].write_temp(chunks.clone()),
-            disks[1].write_temp(chunks.clone())
-        );
-        match (a, b) {
-            (Ok(t0), Ok(t1)) => {
-                return Ok(StagedUpload {
+    on_some_pair(pairs, size_bytes, root, |id, disks| {
+        let chunks = chunks.clone();
+        async move {
+            let (a, b) = tokio::join!(
+                disks[0].write_temp(chunks.clone()),
+                disks[1].write_temp(chunks)
+            );
+            match (a, b) {
+                (Ok(t0), Ok(t1)) => Ok(StagedUpload {
                     pair: id,
                     disks,
                     digests,
                     temps: [t0, t1],
-                });
-            }
-            (a, b) => {
-                let (kept, errors): (Vec<_>, Vec<_>) = [a, b].into_iter().partition(Result::is_ok);
-                for t in kept.into_iter().flatten() {
-                    if let Err(e) = t.discard().await {
-                        tracing::warn!(error = %e, "could not remove temp file; Valkyrie will");
+                }),
+                (a, b) => {
+                    let (kept, errors): (Vec<_>, Vec<_>) =
+                        [a, b].into_iter().partition(Result::is_ok);
+                    for t in kept.into_iter().flatten() {
+                        if let Err(e) = t.discard().await {
+                            tracing::warn!(error = %e, "could not remove temp file; Valkyrie will");
+                        }
                     }
+                    let mut errors = errors.into_iter().filter_map(Result::err);
+                    let first = errors.next();
+                    for other in errors {
+                        tracing::warn!(pair = %id, error = %other, "writing a body failed");
+                    }
+                    Err(first.map_or(WriteError::NoSpace { size_bytes }, WriteError::Disk))
                 }
-                for e in errors.into_iter().filter_map(Result::err) {
-                    tracing::warn!(pair = %id, error = %e, "writing a body failed, choosing another pair");
-                    last_error = Some(WriteError::Disk(e));
-                }
-                failed.push(id);
             }
         }
-    }
-    Err(last_error.unwrap_or(WriteError::NoSpace { size_bytes }))
+    })
+    .await
 }
 
-async fn begin_on_some_pair(
+/// Runs `attempt` on pairs chosen for a body of `size_bytes`, trying another pair when it
+/// fails (the article's probe before streaming), at most [`PROBE_ATTEMPTS_MAX`] times.
+async fn on_some_pair<T, F, Fut>(
     pairs: &PairTable,
     size_bytes: u64,
     root: u32,
-    hashing: bool,
-) -> Result<PairUpload, WriteError> {
+    mut attempt: F,
+) -> Result<T, WriteError>
+where
+    F: FnMut(PairId, Arc<[Disk; 2]>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, WriteError>>,
+{
     let mut failed = Vec::new();
     let mut last_error = None;
     for _ in 0..PROBE_ATTEMPTS_MAX {
@@ -134,13 +133,8 @@ async fn begin_on_some_pair(
             failed.push(id);
             continue;
         };
-        let begun = if hashing {
-            PairUpload::begin(id, entry.disks).await
-        } else {
-            PairUpload::begin_unhashed(id, entry.disks).await
-        };
-        match begun {
-            Ok(upload) => return Ok(upload),
+        match attempt(id, entry.disks).await {
+            Ok(done) => return Ok(done),
             Err(e) => {
                 tracing::warn!(pair = %id, error = %e, "probe failed, choosing another pair");
                 failed.push(id);

@@ -57,11 +57,8 @@ impl LocalDisk {
         let (dir, path) = self.temp_path();
         let file = {
             let path = path.clone();
-            tokio::task::spawn_blocking(move || open_temp(&dir, &path))
-                .await
-                .map_err(io::Error::other)
-                .and_then(|r| r)
-                .map_err(self.err("create temp"))?
+            self.blocking("create temp", move || open_temp(&dir, &path))
+                .await?
         };
         Ok(LocalTempWriter {
             disk: self.clone(),
@@ -79,7 +76,7 @@ impl LocalDisk {
         let (dir, path) = self.temp_path();
         let file = {
             let path = path.clone();
-            tokio::task::spawn_blocking(move || {
+            self.blocking("write temp", move || {
                 let mut file = open_temp(&dir, &path)?;
                 let len: u64 = chunks.iter().map(|c| c.len() as u64).sum();
                 match write_all_vectored(&mut file, &chunks) {
@@ -93,10 +90,7 @@ impl LocalDisk {
                     }
                 }
             })
-            .await
-            .map_err(io::Error::other)
-            .and_then(|r| r)
-            .map_err(self.err("write temp"))?
+            .await?
         };
         Ok(LocalTempFile {
             disk: self.clone(),
@@ -137,21 +131,26 @@ impl LocalDisk {
         len: u64,
     ) -> Result<ByteStream, DiskError> {
         let path = self.content_file(sha1);
-        let file = tokio::task::spawn_blocking(move || File::open(path))
-            .await
-            .map_err(io::Error::other)
-            .and_then(|r| r)
-            .map_err(self.err("open"))?;
+        let file = self.blocking("open", move || File::open(path)).await?;
         Ok(read_ahead_stream(Arc::new(file), offset, len))
     }
 
     pub async fn space(&self) -> Result<(u64, u64), DiskError> {
         let root = self.root.clone();
-        tokio::task::spawn_blocking(move || statvfs_bytes(&root))
+        self.blocking("statvfs", move || statvfs_bytes(&root)).await
+    }
+
+    /// Runs `f` on a blocking thread; its error (or the task's) is the disk's `op` error.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce() -> io::Result<T> + Send + 'static,
+    ) -> Result<T, DiskError> {
+        tokio::task::spawn_blocking(f)
             .await
             .map_err(io::Error::other)
             .and_then(|r| r)
-            .map_err(self.err("statvfs"))
+            .map_err(self.err(op))
     }
 }
 
