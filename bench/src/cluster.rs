@@ -20,6 +20,9 @@ pub struct ClusterView {
     pub leader: Option<u64>,
     pub term: u64,
     pub state: String,
+    /// The index of the node's last log entry (appended, not necessarily committed).
+    #[serde(default)]
+    pub last_log_index: Option<u64>,
 }
 
 /// Bound on one status request (loopback: an answer takes well under a millisecond).

@@ -203,7 +203,7 @@ impl Plan {
                 rounds: 3,
                 put_count: 4000,
                 incdec_count: 6000,
-                election_trials: 5,
+                election_trials: 6,
                 restart_sizes: vec![1_000_000, 10_000_000],
                 restart_puts: 300,
                 limit: Duration::from_secs(90),

@@ -105,7 +105,8 @@ impl Switch {
     }
 }
 
-/// The `[cluster]` section: the same settings as `--node-id`, `--peers`, `--snapshot-logs`.
+/// The `[cluster]` section: the same settings as `--node-id`, `--peers`, `--snapshot-logs`,
+/// `--election-timeout-ms`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
@@ -114,6 +115,7 @@ pub struct ClusterSection {
     pub peers: Option<String>,
     pub cluster_secret: Option<String>,
     pub snapshot_logs: Option<u64>,
+    pub election_timeout_ms: Option<u64>,
 }
 
 /// A token setting from its environment variable's value and the config file's: the

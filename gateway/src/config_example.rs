@@ -157,6 +157,11 @@ pub fn text() -> String {
         "# snapshot_logs = {}",
         crate::meta::raft::SNAPSHOT_LOGS_DEFAULT
     ));
+    line("# Shortest Raft election timeout in ms (longest: twice; heartbeat: a fifth).".into());
+    line(format!(
+        "# election_timeout_ms = {}",
+        crate::meta::raft::ELECTION_TIMEOUT_MS_DEFAULT
+    ));
     line(String::new());
     line("# The in-process Valkyrie workers (one per local disk).".into());
     line("[valkyrie]".into());

@@ -161,6 +161,11 @@ struct ServeArgs {
     /// Log entries applied between two metadata snapshots (log compaction) [default: 20000]
     #[arg(long)]
     snapshot_logs: Option<u64>,
+    /// The shortest Raft election timeout in milliseconds (the longest is twice it, the
+    /// leader's heartbeat a fifth): a leader that stops answering is replaced after about
+    /// three to four times this value [default: 500]
+    #[arg(long)]
+    election_timeout_ms: Option<u64>,
     /// Level of the one log line per S3 request (request id, method, bucket, key, status,
     /// bytes in and out, duration), or off [default: info]
     #[arg(long, value_enum)]
@@ -239,6 +244,10 @@ enum ConfigCmd {
     Example,
 }
 
+/// Below 50 ms a heartbeat (a fifth) would be under 10 ms, far below a loaded machine's
+/// scheduling jitter; above a minute a dead leader would stall writes for minutes.
+const ELECTION_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 50..=60_000;
+
 fn env_token(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|t| !t.is_empty())
 }
@@ -283,11 +292,23 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
                         gateway::cluster::CLUSTER_SECRET_ENV
                     )
                 })?;
+            let election_timeout_ms = args
+                .election_timeout_ms
+                .or(cluster_file.election_timeout_ms)
+                .unwrap_or(gateway::meta::raft::ELECTION_TIMEOUT_MS_DEFAULT);
+            if !(ELECTION_TIMEOUT_MS_RANGE).contains(&election_timeout_ms) {
+                return Err(format!(
+                    "--election-timeout-ms must be within {}..={} (got {election_timeout_ms})",
+                    ELECTION_TIMEOUT_MS_RANGE.start(),
+                    ELECTION_TIMEOUT_MS_RANGE.end()
+                ));
+            }
             Some(gateway::meta::raft::ClusterConfig {
                 node_id,
                 peers,
                 secret,
                 snapshot_logs,
+                election_timeout_ms,
             })
         }
     };

@@ -230,3 +230,60 @@ fn a_single_node_grows_into_a_group_loses_a_member_and_is_backed_up_and_restored
 fn fsck(data: &Path) -> Run {
     run_gateway(&["fsck", "--data", &data.display().to_string()], &[])
 }
+
+/// The election timeout, from the flag or from `[cluster]` in the config file, is checked
+/// before the node starts: out of range, the node refuses to start and names the setting.
+#[test]
+fn an_election_timeout_out_of_range_is_refused_at_start() {
+    let root = tempfile::Builder::new()
+        .prefix("e2e-cluster-timeout-")
+        .tempdir()
+        .expect("temp folder");
+    let data = root.path().join("data");
+    let data = data.to_str().expect("utf-8 path");
+    let peers = "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3";
+    let base = ["serve", "--data", data, "--listen", "127.0.0.1:0"];
+    let env = [(CLUSTER_SECRET_ENV, "a-cluster-secret")];
+    let flag = [
+        &base[..],
+        &[
+            "--node-id",
+            "1",
+            "--peers",
+            peers,
+            "--election-timeout-ms",
+            "10",
+        ],
+    ]
+    .concat();
+    let run = run_gateway(&flag, &env);
+    assert_ne!(
+        run.code,
+        Some(0),
+        "started with a 10 ms election timeout: {run}"
+    );
+    assert!(
+        run.stderr
+            .contains("--election-timeout-ms must be within 50..=60000 (got 10)"),
+        "{run}"
+    );
+
+    let config = root.path().join("cluster.toml");
+    std::fs::write(
+        &config,
+        format!("[cluster]\nnode_id = 1\npeers = \"{peers}\"\nelection_timeout_ms = 90000\n"),
+    )
+    .expect("write config");
+    let config = config.to_str().expect("utf-8 path");
+    let run = run_gateway(&[&base[..], &["--config", config]].concat(), &env);
+    assert_ne!(
+        run.code,
+        Some(0),
+        "started with a 90 s election timeout: {run}"
+    );
+    assert!(run.stderr.contains("(got 90000)"), "{run}");
+    assert!(
+        !Path::new(data).join("meta.redb").exists(),
+        "a refused start created metadata"
+    );
+}

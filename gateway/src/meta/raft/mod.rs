@@ -79,6 +79,13 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default of `--snapshot-logs`: entries applied between two snapshots.
 pub const SNAPSHOT_LOGS_DEFAULT: u64 = 20_000;
 
+/// The shortest election timeout, in milliseconds. The longest is twice it, the leader's
+/// heartbeat a fifth of it, and openraft's leader lease (during which a follower refuses to
+/// vote) equals the longest: a follower that stops hearing from the leader starts an
+/// election after lease + timeout, 1.5-2 s with this value. Five heartbeats fit in the
+/// shortest timeout, so a heartbeat delayed by a busy machine does not depose a leader.
+pub const ELECTION_TIMEOUT_MS_DEFAULT: u64 = 500;
+
 /// How this node takes part in a group.
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
@@ -88,6 +95,8 @@ pub struct ClusterConfig {
     pub peers: BTreeMap<NodeId, String>,
     pub secret: String,
     pub snapshot_logs: u64,
+    /// The shortest election timeout in milliseconds (see [`ELECTION_TIMEOUT_MS_DEFAULT`]).
+    pub election_timeout_ms: u64,
 }
 
 impl ClusterConfig {
@@ -98,6 +107,7 @@ impl ClusterConfig {
             peers: BTreeMap::from([(1, addr)]),
             secret: String::new(),
             snapshot_logs: SNAPSHOT_LOGS_DEFAULT,
+            election_timeout_ms: ELECTION_TIMEOUT_MS_DEFAULT,
         }
     }
 }
@@ -183,9 +193,9 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
     )?;
     let config = Config {
         cluster_name: "dedup-gateway".into(),
-        heartbeat_interval: 250,
-        election_timeout_min: 1000,
-        election_timeout_max: 2000,
+        heartbeat_interval: (cluster.election_timeout_ms / 5).max(1),
+        election_timeout_min: cluster.election_timeout_ms,
+        election_timeout_max: cluster.election_timeout_ms * 2,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(cluster.snapshot_logs.max(1)),
         snapshot_max_chunk_size: 1 << 20,
         max_payload_entries: 256,
