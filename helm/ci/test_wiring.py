@@ -4,7 +4,7 @@
 Usage:
   test_wiring.py RENDERED.yaml --namespace NS [--gateways N] [--storage M]
                  [--existing-secret NAME] [--gateway-bin PATH] [--valkyrie-bin PATH]
-                 [--nginx PATH]
+                 [--nginx PATH] [--chart-values values.yaml --helm-args "-f FILE --set K=V"]
 
 Schema validation says each object is well-formed; this says they fit together: Service
 target ports exist on the pods they select, probes hit /_health on the S3 port, volume
@@ -25,6 +25,16 @@ and /_catalog/ to their own tokens only), and valkyrie must know every flag.
 With --nginx the rendered nginx.conf is started (paths moved into a temp folder) and must
 take the gateway's WebDAV protocol: PUT into tmp/, MOVE to the content address, GET, DELETE.
 
+With --chart-values (and --helm-args, the -f/--set arguments of the render) every setting
+of SETTINGS is checked against the values: a set value must be in the config file under
+its key, in its section, with its TOML type (and each valkyrie.* value a flag of the
+storage nodes' valkyrie), a null or "" value must be absent. With --gateway-bin too,
+`gateway config example` names the keys the binary knows: every key of the rendered file
+must be one of them in its section (the [valkyrie] section ignores unknown keys, so only
+this catches a misspelt one there), and every one of them must be a chart value of
+SETTINGS or one the chart writes otherwise (CHART_WRITES_OTHERWISE), so a new gateway
+setting without a chart value fails here.
+
 With --existing-secret the chart renders no Secret: env entries must then name that
 Secret and the keys helm/README.md documents for it.
 
@@ -36,6 +46,7 @@ import http.client
 import os
 import posixpath
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -67,6 +78,51 @@ EXISTING_SECRET_KEYS = {
     "catalog-token",
     "cluster-secret",
     "native-token",
+}
+# The gateway.toml settings that are chart values: (values path, section, key, kind). A
+# kind is the TOML type the key must have; "switch" is on/off, given as a boolean or the
+# string. None of these may be in the file when its value is null or "".
+SETTINGS = [
+    ("gateway.anyRegion", None, "any_region", "bool"),
+    ("gateway.presignedV2ExpiresMaxSecs", None, "presigned_v2_expires_max_secs", "int"),
+    ("gateway.choiceRoot", None, "choice_root", "int"),
+    ("gateway.maxObjectBytes", None, "max_object_bytes", "int"),
+    ("gateway.memoryStageBytes", None, "memory_stage_bytes", "int"),
+    ("gateway.memoryReadBytes", None, "memory_read_bytes", "int"),
+    ("gateway.requestLogLevel", None, "request_log_level", "str"),
+    ("gateway.snapshotLogs", "cluster", "snapshot_logs", "int"),
+    ("connections.headerReadTimeoutSecs", None, "header_read_timeout_secs", "int"),
+    ("connections.keepaliveIdleSecs", None, "keepalive_idle_secs", "int"),
+    ("connections.bodyIdleTimeoutSecs", None, "body_idle_timeout_secs", "int"),
+    ("connections.sendTimeoutSecs", None, "send_timeout_secs", "int"),
+    ("connections.max", None, "max_connections", "int"),
+    ("lifecycle.daySecs", None, "lifecycle_day_secs", "int"),
+    ("lifecycle.uploadMaxAgeSecs", None, "upload_max_age_secs", "int"),
+    ("jobs.chunkKeys", None, "job_chunk_keys", "int"),
+    ("jobs.pauseMs", None, "job_pause_ms", "int"),
+    ("stats.scanSecs", None, "stats_scan_secs", "int"),
+    ("integrity.sha1CollisionDetection", None, "sha1_collision_detection", "switch"),
+    ("valkyrie.quarantineSecs", "valkyrie", "quarantine_secs", "int"),
+    ("valkyrie.slaveDelaySecs", "valkyrie", "slave_delay_secs", "int"),
+    ("valkyrie.scrubIntervalSecs", "valkyrie", "scrub_interval_secs", "int"),
+    ("valkyrie.graceSecs", "valkyrie", "grace_secs", "int"),
+    ("valkyrie.scrubBytesPerSec", "valkyrie", "scrub_bytes_per_sec", "int"),
+    ("valkyrie.tempMaxAgeSecs", "valkyrie", "temp_max_age_secs", "int"),
+    ("valkyrie.deletionIntervalSecs", "valkyrie", "deletion_interval_secs", "int"),
+    ("valkyrie.deletionPageEntries", "valkyrie", "deletion_page_entries", "int"),
+    ("valkyrie.scrubBatchFiles", "valkyrie", "scrub_batch_files", "int"),
+]
+# Keys of the gateway's config the chart fills without a value of SETTINGS: fixed by the
+# pod (data, listen), from other values (region, domain, metrics.open, the pairs), or kept
+# out of the file on purpose (tokens and the cluster secret come from the Secret as
+# environment variables, node_id and peers are flags per pod ordinal).
+CHART_WRITES_OTHERWISE = {
+    None: {
+        "data", "listen", "region", "domain", "metrics_open", "admin_token", "native_token",
+        "metrics_token", "catalog_token", "cluster_secret",
+    },
+    "cluster": {"node_id", "peers", "cluster_secret"},
+    "pairs": {"id", "disks"},
 }
 # Bounds on the processes this test starts.
 SCRIPT_TIMEOUT_SECS = 10
@@ -569,6 +625,179 @@ def check_service_monitor(r, t, gateway):
                 )
 
 
+def coalesce(base, over):
+    """`over` merged into `base` as Helm merges values: maps key by key, null removes."""
+    out = dict(base)
+    for key, value in over.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = coalesce(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def set_value(text):
+    """A --set value typed as Helm types it (null, true/false, whole numbers, else text)."""
+    if text == "null":
+        return None
+    if text in ("true", "false"):
+        return text == "true"
+    if re.fullmatch(r"-?[0-9]+", text):
+        return int(text)
+    return text
+
+
+def merged_values(chart_values, helm_args):
+    """The values a render used: the chart's values.yaml, the -f files in order, then the
+    --set assignments (dotted paths to scalars only: the renders of ci.sh need no more)."""
+    with open(chart_values, encoding="utf-8") as f:
+        values = yaml.safe_load(f) or {}
+    words = shlex.split(helm_args or "")
+    if len(words) % 2:
+        raise ValueError(f"helm arguments {helm_args!r}: an option without its value")
+    sets = []
+    for opt, arg in zip(words[::2], words[1::2]):
+        if opt in ("-f", "--values"):
+            with open(arg, encoding="utf-8") as f:
+                values = coalesce(values, yaml.safe_load(f) or {})
+        elif opt == "--set":
+            sets += arg.split(",")
+        else:
+            raise ValueError(f"the wiring test cannot follow the helm argument {opt}")
+    for assignment in sets:
+        path, eq, text = assignment.partition("=")
+        if not eq or re.search(r"[\[\]{}\\]", assignment):
+            raise ValueError(f"--set {assignment}: only PATH=SCALAR is followed")
+        nested = set_value(text)
+        for part in reversed(path.split(".")):
+            nested = {part: nested}
+        values = coalesce(values, nested)
+    return values
+
+
+def lookup(values, path):
+    node = values
+    for part in path.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def toml_expected(value, kind):
+    """What the config file must hold for a set value of `kind`."""
+    if kind == "switch" and isinstance(value, bool):
+        return "on" if value else "off"
+    if kind == "int" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+TOML_TYPES = {"int": int, "bool": bool, "str": str, "switch": str}
+
+
+def check_settings(t, config, values):
+    """Every value of SETTINGS reaches its key with its type when set, and only then."""
+    for path, section, key, kind in SETTINGS:
+        value = lookup(values, path)
+        table = config if section is None else config.get(section, {})
+        where = key if section is None else f"[{section}] {key}"
+        if value is None or value == "":
+            t.that(
+                key not in table,
+                f"{path} is not set, yet gateway.toml has {where} = {table.get(key)!r} (the gateway's default must apply)",
+            )
+            continue
+        want = toml_expected(value, kind)
+        got = table.get(key)
+        t.that(
+            key in table and got == want and type(got) is TOML_TYPES[kind] and type(want) is TOML_TYPES[kind],
+            f"{path} = {value!r}: gateway.toml has {where} = {got!r}, expected {want!r} ({kind})",
+        )
+
+
+def check_valkyrie_flags(t, r, values, work):
+    """Each valkyrie.* value set is a flag of the storage nodes' valkyrie, with the same
+    number as the gateway's [valkyrie]; an unset one is no flag (unless extraArgs gives it)."""
+    st = component(r, "storage")
+    if st is None or container(st, "valkyrie") is None:
+        return
+    argv, err = run_script(container(st, "valkyrie"), f"{st['metadata']['name']}-0", work)
+    if not t.that(argv is not None, err):
+        return
+    extra = set(lookup(values, "storage.valkyrie.extraArgs") or [])
+    for path, section, key, kind in SETTINGS:
+        if section != "valkyrie":
+            continue
+        name = "--" + key.replace("_", "-")
+        given = [a for a in argv if a == name or a.startswith(name + "=")]
+        value = lookup(values, path)
+        if value is None or value == "":
+            t.that(not given or name in extra, f"{path} is not set, yet valkyrie runs with {name} {flag(argv, name)}")
+        else:
+            want = str(toml_expected(value, kind))
+            t.that(
+                len(given) == 1 and flag(argv, name) == want,
+                f"{path} = {value!r}: valkyrie runs with {name} {flag(argv, name)!r} ({len(given)} times), expected {want}",
+            )
+
+
+def example_keys(text):
+    """Section (None for the top level) -> keys of `gateway config example`, active or
+    commented out (`# key = ...`), as the gateway's own test of the example reads them."""
+    keys, current = {None: set()}, None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("# "):
+            stripped = stripped[2:].strip()
+        if stripped.startswith("["):
+            current = stripped.strip("[]")
+            keys.setdefault(current, set())
+            continue
+        key, eq, _ = stripped.partition(" = ")
+        if eq and " " not in key and not key.startswith("#"):
+            keys[current].add(key)
+    return keys
+
+
+def config_keys(config):
+    """Section -> keys of a parsed config file (a [[table]] array is one section)."""
+    out = {None: set()}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.setdefault(key, set()).update(value)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            out.setdefault(key, set()).update(k for v in value for k in v)
+        else:
+            out[None].add(key)
+    return out
+
+
+def check_known_keys(t, config, binary):
+    """The rendered keys are the binary's, and the binary's keys are all carried."""
+    done = subprocess.run([binary, "config", "example"], capture_output=True, text=True, timeout=BINARY_TIMEOUT_SECS, check=False)
+    known = example_keys(done.stdout)
+    if not t.that(done.returncode == 0 and known[None], f"gateway config example failed: {done.stderr.strip()[-500:]}"):
+        return
+    for section, keys in config_keys(config).items():
+        for key in sorted(keys):
+            where = key if section is None else f"[{section}] {key}"
+            t.that(key in known.get(section, ()), f"gateway.toml has {where}, which `gateway config example` does not name")
+    carried = {}
+    for _, section, key, _ in SETTINGS:
+        carried.setdefault(section, set()).add(key)
+    for section, keys in known.items():
+        for key in sorted(keys):
+            where = key if section is None else f"[{section}] {key}"
+            t.that(
+                key in carried.get(section, ()) or key in CHART_WRITES_OTHERWISE.get(section, ()),
+                f"the gateway knows {where} (gateway config example) but the chart has no value for it: "
+                "add one (values.yaml, gateway-configmap.yaml, helm/README.md, SETTINGS)",
+            )
+
+
 # Token values the real gateway is started with, one per variable, all distinct.
 TEST_TOKENS = {
     "GATEWAY_ADMIN_TOKEN": "ci-admin-token",
@@ -762,6 +991,8 @@ def main():
     parser.add_argument("--gateway-bin")
     parser.add_argument("--valkyrie-bin")
     parser.add_argument("--nginx")
+    parser.add_argument("--chart-values")
+    parser.add_argument("--helm-args", default="")
     args = parser.parse_args()
     r = Rendered(args.rendered, args.namespace, args.existing_secret)
     t = Checks()
@@ -773,6 +1004,13 @@ def main():
         gateway = check_gateway(r, t, args.gateways, work)
         disk_volume = check_storage(r, t, args.storage, gateway, work)
         check_service_monitor(r, t, gateway)
+        config = (gateway or {}).get("config")
+        if args.chart_values and config is not None:
+            values = merged_values(args.chart_values, args.helm_args)
+            check_settings(t, config, values)
+            check_valkyrie_flags(t, r, values, work)
+        if args.gateway_bin and config is not None:
+            check_known_keys(t, config, args.gateway_bin)
         if args.gateway_bin and gateway and gateway["config_text"]:
             check_real_gateway(t, gateway, args.gateway_bin, work)
         if args.valkyrie_bin:

@@ -113,3 +113,72 @@ with the reason instead of starting pods that crash.
 {{- fail "storage.diskName must be a plain folder name (lowercase letters, digits, '-')" -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+A value of gateway.toml as TOML, or "" when the value is null or "" (the key is then left
+out, so the gateway's own default applies). Call with (list NAME KEY VALUE KIND), NAME the
+value's path for messages; KIND: "int" (a whole number >= 0), "bool", "switch" (true/on
+or false/off, written "on"/"off") or "level" (a request log level). A value of the wrong
+kind fails the render rather than the gateway's start.
+*/}}
+{{- define "dedup-gateway.tomlValue" -}}
+{{- $name := index . 0 -}}
+{{- $v := index . 2 -}}
+{{- $kind := index . 3 -}}
+{{- if not (or (kindIs "invalid" $v) (and (kindIs "string" $v) (eq $v ""))) -}}
+{{- if eq $kind "int" -}}
+{{- $whole := or (kindIs "int" $v) (kindIs "int64" $v) -}}
+{{- if kindIs "float64" $v -}}
+{{- $whole = eq $v (float64 (int64 $v)) -}}
+{{- end -}}
+{{- if or (not $whole) (lt (int64 $v) 0) -}}
+{{- fail (printf "%s must be a whole number of 0 or more, not %v" $name $v) -}}
+{{- end -}}
+{{- int64 $v -}}
+{{- else if eq $kind "bool" -}}
+{{- if not (kindIs "bool" $v) -}}
+{{- fail (printf "%s must be true or false, not %v" $name $v) -}}
+{{- end -}}
+{{- $v -}}
+{{- else if eq $kind "switch" -}}
+{{- if kindIs "bool" $v -}}
+{{- ternary "on" "off" $v | quote -}}
+{{- else if has $v (list "on" "off") -}}
+{{- $v | quote -}}
+{{- else -}}
+{{- fail (printf "%s must be true/on or false/off, not %v" $name $v) -}}
+{{- end -}}
+{{- else if eq $kind "level" -}}
+{{- if and (kindIs "string" $v) (has $v (list "off" "error" "warn" "info" "debug")) -}}
+{{- $v | quote -}}
+{{- else -}}
+{{- fail (printf "%s must be \"off\", \"error\", \"warn\", \"info\" or \"debug\" (quoted: YAML reads a bare off as false), not %v" $name $v) -}}
+{{- end -}}
+{{- else -}}
+{{- fail (printf "dedup-gateway.tomlValue: unknown kind %s" $kind) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The [valkyrie] settings: (list NAME KEY VALUE "int") per value, for the gateway's config
+file and, with "_" as "-", the storage nodes' valkyrie flags. Call with the root context;
+the list comes back as JSON (templates return text).
+*/}}
+{{- define "dedup-gateway.valkyrie.settings" -}}
+{{- $v := .Values.valkyrie -}}
+{{- $out := list -}}
+{{- range $pair := list
+    (list "quarantineSecs" "quarantine_secs")
+    (list "slaveDelaySecs" "slave_delay_secs")
+    (list "scrubIntervalSecs" "scrub_interval_secs")
+    (list "graceSecs" "grace_secs")
+    (list "scrubBytesPerSec" "scrub_bytes_per_sec")
+    (list "tempMaxAgeSecs" "temp_max_age_secs")
+    (list "deletionIntervalSecs" "deletion_interval_secs")
+    (list "deletionPageEntries" "deletion_page_entries")
+    (list "scrubBatchFiles" "scrub_batch_files") -}}
+{{- $out = append $out (list (printf "valkyrie.%s" (index $pair 0)) (index $pair 1) (index $v (index $pair 0)) "int") -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end -}}
