@@ -70,9 +70,14 @@ mkdir -p "$out_dir"
 out_dir=$(realpath "$out_dir")
 work=$(mktemp -d "${TMPDIR:-/tmp}/callgrind.XXXXXX")
 gateway_pid=
+client_pid=
 
 cleanup() {
     local status=$?
+    if [[ -n $client_pid ]]; then
+        kill -TERM "$client_pid" 2>/dev/null || true
+        wait "$client_pid" 2>/dev/null || true
+    fi
     if [[ -n $gateway_pid ]] && kill -0 "$gateway_pid" 2>/dev/null; then
         kill -TERM "$gateway_pid" 2>/dev/null || true
         # valgrind writes its last dump on the way out: a bounded wait, then the hard way
@@ -122,8 +127,13 @@ put_all() {
     fi
     local want codes bad
     want=$(grep -c '^url' "$config")
-    codes=$(timeout "$phase_secs" curl -sS -o /dev/null -w '%{http_code}\n' \
-        --max-time "$phase_secs" "${sign[@]}" -K "$config")
+    # In the background and waited for, so that a signal to this script is handled at once
+    timeout "$phase_secs" curl -sS -o /dev/null -w '%{http_code}\n' \
+        --max-time "$phase_secs" "${sign[@]}" -K "$config" >"$work/codes" &
+    client_pid=$!
+    wait "$client_pid"
+    client_pid=
+    codes=$(<"$work/codes")
     bad=$(grep -vc '^200$' <<<"$codes" || true)
     if [[ $(wc -l <<<"$codes") -ne $want || $bad -ne 0 ]]; then
         echo "$prefix: $bad of $want PUTs not answered 200" >&2
