@@ -59,6 +59,9 @@ seed=${CG_SEED:-20261124}
 start_secs=${CG_START_SECS:-300}
 phase_secs=${CG_PHASE_SECS:-3600}
 running_file=${CG_RUNNING_FILE:-}
+for n in "$small_n" "$big_n" "$dup_n" "$start_secs" "$phase_secs"; do
+    [[ $n =~ ^[1-9][0-9]{0,6}$ ]] || { echo "not a count from 1 to 9999999: $n" >&2; exit 2; }
+done
 
 access_key=callgrindkey
 secret_key=callgrindsecret0123456789
@@ -210,7 +213,6 @@ for phase in "${phases[@]}"; do
     esac
     dump_to "$phase" "$out_dir/$phase.callgrind"
 done
-
 
 # Cost per function, summed over the source files its code came from (callgrind_annotate
 # lists a function once per file inlined into it). Lines "S Ir share% syscalls name [object]"
