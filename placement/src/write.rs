@@ -79,10 +79,7 @@ pub async fn stage_whole(
     on_some_pair(pairs, size_bytes, root, |id, disks| {
         let chunks = chunks.clone();
         async move {
-            let (a, b) = tokio::join!(
-                disks[0].write_temp(chunks.clone()),
-                disks[1].write_temp(chunks)
-            );
+            let [a, b] = Disk::write_temp_pair(&disks, chunks).await;
             match (a, b) {
                 (Ok(t0), Ok(t1)) => Ok(StagedUpload {
                     pair: id,
@@ -330,31 +327,35 @@ mod tests {
             rec.free_bytes = [1 << 30, 1 << 30];
             pairs.upsert(PairId(id), rec).unwrap();
         }
-        let body = b"held in memory".to_vec();
-        let digests = ContentHasher::digest(&body);
-        let chunks = vec![
-            Bytes::from_static(b"held "),
-            Bytes::from_static(b"in memory"),
-        ];
-        let mut landed = std::collections::HashSet::new();
-        // Whichever pair is chosen first, every body ends on pair 1, and pair 0 keeps no
-        // temp file.
-        for root in 0..8 {
-            let staged = stage_whole(&pairs, digests, chunks.clone(), root)
-                .await
-                .unwrap();
-            landed.insert(staged.pair);
-            let disks = staged.disks.clone();
-            staged.commit().await.unwrap();
-            for d in disks.iter() {
-                assert_eq!(&d.read_all(&digests.sha1).await.unwrap()[..], &body[..]);
+        // A small body (both copies by one task) and a large one (a task per disk).
+        let large: Vec<u8> = (0..crate::disk::ONE_TASK_PAIR_BYTES + 1)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        for body in [b"held in memory".to_vec(), large] {
+            let digests = ContentHasher::digest(&body);
+            let (head, tail) = body.split_at(5);
+            let chunks = vec![Bytes::copy_from_slice(head), Bytes::copy_from_slice(tail)];
+            let mut landed = std::collections::HashSet::new();
+            // Whichever pair is chosen first, every body ends on pair 1, and pair 0 keeps
+            // no temp file.
+            for root in 0..8 {
+                let staged = stage_whole(&pairs, digests, chunks.clone(), root)
+                    .await
+                    .unwrap();
+                landed.insert(staged.pair);
+                let disks = staged.disks.clone();
+                staged.commit().await.unwrap();
+                for d in disks.iter() {
+                    assert_eq!(&d.read_all(&digests.sha1).await.unwrap()[..], &body[..]);
+                }
             }
+            assert_eq!(landed, [PairId(1)].into());
+            let temps = std::fs::read_dir(dir.path().join("a0").join(crate::disk::TMP_DIR))
+                .map(|d| d.count())
+                .unwrap_or(0);
+            assert_eq!(temps, 0);
         }
-        assert_eq!(landed, [PairId(1)].into());
-        let temps = std::fs::read_dir(dir.path().join("a0").join(crate::disk::TMP_DIR))
-            .map(|d| d.count())
-            .unwrap_or(0);
-        assert_eq!(temps, 0);
+        let digests = ContentHasher::digest(b"held in memory");
         // A body that is not the size its digests say is refused before any write.
         let short = vec![Bytes::from_static(b"held")];
         assert!(matches!(

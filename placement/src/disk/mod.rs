@@ -114,6 +114,11 @@ pub fn content_path(sha1: &Sha1) -> PathBuf {
 /// The directory for uploads in flight.
 pub const TMP_DIR: &str = "tmp";
 
+/// Bodies up to this size are written to both local disks of a pair by one blocking task
+/// (one after the other); larger ones by one task per disk, in parallel, where the copies'
+/// time outweighs a hand-off.
+pub const ONE_TASK_PAIR_BYTES: usize = 256 * 1024;
+
 /// A byte stream read from a disk.
 pub type ByteStream = std::pin::Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send>>;
 
@@ -168,6 +173,27 @@ impl Disk {
                 w.finish().await
             }
         }
+    }
+
+    /// [`write_temp`](Self::write_temp) on both disks of a pair; a body of at most
+    /// [`ONE_TASK_PAIR_BYTES`] on two local disks is written by one blocking task.
+    pub async fn write_temp_pair(
+        disks: &[Disk; 2],
+        chunks: Vec<Bytes>,
+    ) -> [Result<TempFile, DiskError>; 2] {
+        let len: usize = chunks.iter().map(Bytes::len).sum();
+        if let [Disk::Local(a), Disk::Local(b)] = disks
+            && len <= ONE_TASK_PAIR_BYTES
+        {
+            return LocalDisk::write_temp_both([a, b], chunks)
+                .await
+                .map(|r| r.map(TempFile::Local));
+        }
+        let (a, b) = tokio::join!(
+            disks[0].write_temp(chunks.clone()),
+            disks[1].write_temp(chunks)
+        );
+        [a, b]
     }
 
     /// The size of the content file, `None` if it is absent.
