@@ -579,7 +579,16 @@ async fn run(args: Args) -> Result<Report, String> {
                         b.display()
                     ));
                 }
-                bench::raft::run(&bins, &root, &plan.raft, parts, &mut rng, &mut report).await;
+                bench::raft::run(
+                    &bins,
+                    &root,
+                    &scratches,
+                    &plan.raft,
+                    parts,
+                    &mut rng,
+                    &mut report,
+                )
+                .await;
             }
             Err(e) => report.error(bench::raft::SEC_RATE, "binaries", e),
         }

@@ -22,6 +22,7 @@ use crate::procs::{GatewayLaunch, Secrets, Server, free_port, spawn_gateway};
 use crate::report::{Report, Row, fmt_ratio};
 use crate::rng::Rng;
 use crate::s3::Client;
+use crate::scratch::Scratches;
 pub use crate::stats::median;
 use crate::stats::{bytes, med_range, us};
 use crate::workloads::{self, BUCKET, Gw};
@@ -123,13 +124,14 @@ fn ms(d: Duration) -> String {
 pub async fn run(
     bins: &RaftBins,
     root: &Path,
+    scratches: &Scratches,
     plan: &RaftPlan,
     parts: RaftParts,
     rng: &mut Rng,
     report: &mut Report,
 ) {
     if parts.rates {
-        rates(bins, root, plan, rng, report).await;
+        rates(bins, scratches, plan, rng, report).await;
     }
     if parts.election
         && let Err(e) = election(&bins.gateway, root, plan, rng, report).await
@@ -174,7 +176,13 @@ impl Round {
     }
 }
 
-async fn rates(bins: &RaftBins, root: &Path, plan: &RaftPlan, rng: &mut Rng, report: &mut Report) {
+async fn rates(
+    bins: &RaftBins,
+    scratches: &Scratches,
+    plan: &RaftPlan,
+    rng: &mut Rng,
+    report: &mut Report,
+) {
     let mut setups = Vec::new();
     match &bins.baseline {
         Some(_) => setups.push(Setup::Baseline),
@@ -202,7 +210,7 @@ async fn rates(bins: &RaftBins, root: &Path, plan: &RaftPlan, rng: &mut Rng, rep
                 Setup::Baseline => bins.baseline.as_deref().unwrap_or(&bins.gateway),
                 _ => &bins.gateway,
             };
-            match round(setup, bin, root, plan, seed, &bodies).await {
+            match round(setup, bin, scratches, plan, seed, &bodies).await {
                 Ok(res) => results[k].push(Some(res)),
                 Err(e) => {
                     report.error(SEC_RATE, &format!("{}, round {}", setup.label(), r + 1), e);
@@ -287,12 +295,21 @@ async fn rates(bins: &RaftBins, root: &Path, plan: &RaftPlan, rng: &mut Rng, rep
 async fn round(
     setup: Setup,
     bin: &Path,
-    root: &Path,
+    scratches: &Scratches,
     plan: &RaftPlan,
     seed: u64,
     bodies: &Arc<Vec<Bytes>>,
 ) -> Result<Round, String> {
     let mut rng = Rng::new(seed);
+    // Each setup of each round on a fresh filesystem (as root): on a filesystem that has
+    // seen many files come and go, ext4's inode allocator alone takes a fifth of the PUT
+    // phase's CPU and makes later rounds slower than the first. Dropped after the servers.
+    let scratch = scratches.fresh(match setup {
+        Setup::Baseline => "base",
+        Setup::One => "raft1",
+        Setup::Three => "raft3",
+    })?;
+    let root = scratch.path();
     let (put, (inc, dec)) = match setup {
         Setup::Baseline | Setup::One => {
             let tag = if setup == Setup::Baseline {
