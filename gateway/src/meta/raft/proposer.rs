@@ -30,6 +30,12 @@ use crate::meta::{Command, MetaError, Response};
 /// vs 12 900-13 100 and 10 600-10 900; three nodes PUT 1 015-1 070 vs 979-982, inc/dec
 /// unchanged (4 600-4 940 in all three). Batches form while the previous one commits.
 const IN_FLIGHT_MAX: usize = 1;
+/// Batches a follower forwards at once. More than one: the leader queues forwarded
+/// commands with its own and packs them into its next entry, so a follower that waited
+/// for its previous batch's answer before sending the next would only make its commands
+/// miss that entry. Three nodes, inc/dec, four interleaved runs each: 5 159-5 701 per
+/// second against 4 713-5 290 with one batch forwarded at a time.
+const FORWARD_IN_FLIGHT_MAX: usize = 4;
 /// Bound on the commands of one batch (a log entry stays well under a replication RPC's
 /// body bound even with CompleteUpload's part lists).
 const BATCH_COMMANDS_MAX: usize = 512;
@@ -60,13 +66,18 @@ pub struct Proposer {
 impl Proposer {
     pub fn start(raft: MetaRaft, rpc: Rpc, me: NodeId) -> Self {
         let (queue, mut rx) = mpsc::channel::<Pending>(QUEUE_MAX);
-        let in_flight = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
+        let appending = Arc::new(Semaphore::new(IN_FLIGHT_MAX));
+        let forwarding = Arc::new(Semaphore::new(FORWARD_IN_FLIGHT_MAX));
         tokio::spawn(async move {
             loop {
-                let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                let Some(first) = rx.recv().await else { return };
+                // The role decides the bound; a leader change in between only costs a
+                // redirect (see `send`).
+                let leading = raft.metrics().borrow().current_leader == Some(me);
+                let permits = if leading { &appending } else { &forwarding };
+                let Ok(permit) = permits.clone().acquire_owned().await else {
                     return;
                 };
-                let Some(first) = rx.recv().await else { return };
                 let mut pending = vec![first];
                 while pending.len() < BATCH_COMMANDS_MAX {
                     match rx.try_recv() {
