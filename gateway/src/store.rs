@@ -508,6 +508,25 @@ impl ObjectStore {
             .ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))
     }
 
+    /// The pre-check of a write that is about to stream a body: a bucket this node has
+    /// applied is taken as it is (the write's command checks again, atomically, so a bucket
+    /// deleted meanwhile still fails the write), which spares a cluster node a read-index
+    /// round per PUT; a bucket missing here is looked up linearizably before the write is
+    /// refused, so a bucket just created through another node is never refused by a node
+    /// that lags.
+    async fn bucket_before_write(&self, bucket: &str) -> Result<(), StoreError> {
+        let name = bucket.to_string();
+        let applied = self
+            .meta
+            .read_local(move |m| m.bucket(&name))
+            .await
+            .map_err(|e| StoreError::meta(e, bucket))?;
+        match applied {
+            Some(_) => Ok(()),
+            None => self.bucket(bucket).await.map(|_| ()),
+        }
+    }
+
     pub async fn buckets(&self) -> Result<Vec<(String, BucketRecord)>, StoreError> {
         self.meta_read(|m| m.buckets()).await
     }
@@ -576,7 +595,7 @@ impl ObjectStore {
         self.check_attrs(&req.attrs)?;
         // Fail before streaming when the bucket is missing or a condition fails; the
         // command re-checks both atomically.
-        self.bucket(&req.bucket).await?;
+        self.bucket_before_write(&req.bucket).await?;
         if let Some(pre) = &req.precondition {
             self.check_write_precondition(&req.bucket, &req.key, pre)
                 .await?;

@@ -198,6 +198,30 @@ async fn list_all_keys(s3: &Client) -> Vec<String> {
     keys
 }
 
+/// A bucket created while a follower was paused takes a PUT through that follower as soon
+/// as it resumes, before it has applied the bucket: a node looks a bucket it lacks up
+/// through the leader before it refuses a write.
+#[tokio::test]
+async fn a_follower_that_lags_does_not_refuse_a_put_into_a_new_bucket() {
+    let mut cluster = Cluster::start(3, &[]);
+    let leader = cluster.wait_leader(ELECTION_TIMEOUT);
+    let lagging = cluster
+        .ids()
+        .into_iter()
+        .find(|&id| id != leader)
+        .expect("a follower");
+    let s3 = cluster.client(lagging);
+    for i in 0..5 {
+        let bucket = format!("fresh-{i}");
+        cluster.pause(lagging);
+        cluster.create_bucket(leader, &bucket);
+        cluster.resume(lagging);
+        // At once: the leader's next append reaches the follower within a heartbeat.
+        put_bytes(&s3, &bucket, "k", b"first write").await;
+        assert_eq!(get_bytes(&s3, &bucket, "k").await, b"first write");
+    }
+}
+
 #[tokio::test]
 async fn writes_through_every_node_are_readable_from_every_node() {
     let cluster = Cluster::start(3, &[]);
