@@ -516,15 +516,12 @@ impl ObjectStore {
     /// that lags.
     async fn bucket_before_write(&self, bucket: &str) -> Result<(), StoreError> {
         let name = bucket.to_string();
-        let applied = self
-            .meta
-            .read_local(move |m| m.bucket(&name))
+        self.meta
+            .read_unless_settled(move |m| m.bucket(&name), Option::is_some)
             .await
-            .map_err(|e| StoreError::meta(e, bucket))?;
-        match applied {
-            Some(_) => Ok(()),
-            None => self.bucket(bucket).await.map(|_| ()),
-        }
+            .map_err(|e| StoreError::meta(e, bucket))?
+            .map(|_| ())
+            .ok_or_else(|| StoreError::NoSuchBucket(bucket.to_string()))
     }
 
     pub async fn buckets(&self) -> Result<Vec<(String, BucketRecord)>, StoreError> {

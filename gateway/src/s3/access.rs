@@ -137,23 +137,17 @@ pub async fn authorize(
     if record.granted(bucket).allows(rights) {
         return Ok(());
     }
-    let meta = app.store.metadata();
-    let name = bucket.to_string();
-    let local = meta
-        .read_local(move |m| m.bucket(&name))
-        .await
-        .map_err(|e| S3Error::from(crate::store::StoreError::from(e)))?;
     let owned = |r: &Option<BucketRecord>| match r {
         Some(r) => r.owner.as_deref() == Some(key.as_str()),
         None => false,
     };
-    if owned(&local) {
-        return Ok(());
-    }
-    // Before refusing (or answering NoSuchBucket), see every write acknowledged so far.
+    // Owned as this node has applied it: let through. Otherwise, before refusing (or
+    // answering NoSuchBucket), see every write acknowledged so far.
     let name = bucket.to_string();
-    let current = meta
-        .read(move |m| m.bucket(&name))
+    let current = app
+        .store
+        .metadata()
+        .read_unless_settled(move |m| m.bucket(&name), owned)
         .await
         .map_err(|e| S3Error::from(crate::store::StoreError::from(e)))?;
     if current.is_none() || owned(&current) {

@@ -334,6 +334,23 @@ impl Metadata {
         self.read_local(f).await
     }
 
+    /// A read that settles on the local state machine when `settled` accepts its answer,
+    /// and is otherwise run again as of now (linearizable): for answers a lagging node can
+    /// only get wrong in one direction (a bucket it has applied exists until a command says
+    /// otherwise; one it lacks may just have been created elsewhere), so the common case
+    /// costs no read-index round.
+    pub async fn read_unless_settled<T: Send + 'static>(
+        &self,
+        f: impl Fn(&MetaStore) -> Result<T, MetaError> + Clone + Send + 'static,
+        settled: impl FnOnce(&T) -> bool,
+    ) -> Result<T, MetaError> {
+        let local = self.read_local(f.clone()).await?;
+        if settled(&local) {
+            return Ok(local);
+        }
+        self.read(f).await
+    }
+
     /// A read of the local state machine, which may lag the leader: only where a stale
     /// answer is checked again by a command (the dedup pre-check), or right after a
     /// linearizable read in the same request.
