@@ -291,5 +291,9 @@ mod tests {
         assert!(FileConfig::parse(rel).is_err());
         let dup = "[[pairs]]\nid = 1\ndisks = [\"local:/a\", \"local:/b\"]\n[[pairs]]\nid = 1\ndisks = [\"local:/c\", \"local:/d\"]";
         assert!(FileConfig::parse(dup).unwrap_err().contains("twice"));
+        // Valkyrie's keys are checked as strictly as the gateway's own.
+        let e = FileConfig::parse("[valkyrie]\nquarantine_sec = 86400").unwrap_err();
+        assert!(e.contains("quarantine_sec"), "{e}");
+        assert!(FileConfig::parse("[valkyrie]\nquarantine_secs = 86400").is_ok());
     }
 }

@@ -8,8 +8,11 @@ const HOUR_SECS: u64 = 3600;
 const DAY_SECS: u64 = 24 * HOUR_SECS;
 
 /// Everything a worker can be told; [`Settings::default`] holds the production values.
+/// Unknown keys are refused: these are also the keys of the gateway's `[valkyrie]` config
+/// section, where a misspelt key silently kept its production default (a week of
+/// quarantine, say, where the operator asked for a day).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// How long a quarantined `<sha1>.deleted.<ts>` file is kept before it is deleted for
     /// good: the window in which a wrong deletion can still be undone.
@@ -85,5 +88,11 @@ mod tests {
         }
         .sanitized();
         assert_eq!((zero.deletion_page_entries, zero.scrub_batch_files), (1, 1));
+    }
+
+    #[test]
+    fn a_misspelt_key_is_refused_not_ignored() {
+        let e = serde_json::from_str::<Settings>(r#"{"quarantine_sec": 86400}"#).unwrap_err();
+        assert!(e.to_string().contains("quarantine_sec"), "{e}");
     }
 }
