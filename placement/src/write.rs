@@ -79,7 +79,7 @@ pub async fn stage_whole(
     on_some_pair(pairs, size_bytes, root, |id, disks| {
         let chunks = chunks.clone();
         async move {
-            let [a, b] = Disk::write_temp_pair(&disks, chunks).await;
+            let [a, b] = Disk::write_temp_pair(&disks, chunks, digests.sha1.master_disk()).await;
             match (a, b) {
                 (Ok(t0), Ok(t1)) => Ok(StagedUpload {
                     pair: id,

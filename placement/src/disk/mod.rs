@@ -9,6 +9,7 @@
 //! directory, [`local`]; a folder on a WebDAV storage node, [`webdav`]) and an enum keeps
 //! the async methods free of boxing.
 
+mod direct;
 mod durable;
 pub mod local;
 pub mod webdav;
@@ -22,7 +23,7 @@ use futures_util::Stream;
 
 use crate::vocab::{DiskRef, Sha1};
 
-pub use local::LocalDisk;
+pub use local::{LocalDisk, PageCache};
 pub use webdav::{WebDavConfig, WebDavDisk};
 
 /// Errors of a disk operation.
@@ -163,10 +164,15 @@ impl Disk {
     }
 
     /// A new temp file holding a whole body held in memory (a local disk: one blocking
-    /// task; a WebDAV disk: streamed as any temp file).
-    pub async fn write_temp(&self, chunks: Vec<Bytes>) -> Result<TempFile, DiskError> {
+    /// task, through the page cache or past it as `cache` says; a WebDAV disk: streamed as
+    /// any temp file).
+    pub async fn write_temp(
+        &self,
+        chunks: Vec<Bytes>,
+        cache: PageCache,
+    ) -> Result<TempFile, DiskError> {
         match self {
-            Disk::Local(d) => d.write_temp(chunks).await.map(TempFile::Local),
+            Disk::Local(d) => d.write_temp(chunks, cache).await.map(TempFile::Local),
             Disk::WebDav(_) => {
                 let mut w = self.begin_temp().await?;
                 w.write_many(chunks).await?;
@@ -176,22 +182,32 @@ impl Disk {
     }
 
     /// [`write_temp`](Self::write_temp) on both disks of a pair; a body of at most
-    /// [`ONE_TASK_PAIR_BYTES`] on two local disks is written by one blocking task.
+    /// [`ONE_TASK_PAIR_BYTES`] on two local disks is written by one blocking task. The copy
+    /// on disk `cached` (the content's master disk, where reads start) goes through the
+    /// page cache, the other one past it where the filesystem allows.
     pub async fn write_temp_pair(
         disks: &[Disk; 2],
         chunks: Vec<Bytes>,
+        cached: usize,
     ) -> [Result<TempFile, DiskError>; 2] {
+        let caches = [0, 1].map(|i| {
+            if i == cached {
+                PageCache::Keep
+            } else {
+                PageCache::Skip
+            }
+        });
         let len: usize = chunks.iter().map(Bytes::len).sum();
         if let [Disk::Local(a), Disk::Local(b)] = disks
             && len <= ONE_TASK_PAIR_BYTES
         {
-            return LocalDisk::write_temp_both([a, b], chunks)
+            return LocalDisk::write_temp_both([a, b], chunks, caches)
                 .await
                 .map(|r| r.map(TempFile::Local));
         }
         let (a, b) = tokio::join!(
-            disks[0].write_temp(chunks.clone()),
-            disks[1].write_temp(chunks)
+            disks[0].write_temp(chunks.clone(), caches[0]),
+            disks[1].write_temp(chunks, caches[1])
         );
         [a, b]
     }
