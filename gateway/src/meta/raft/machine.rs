@@ -106,6 +106,34 @@ fn apply_one(db: &Database, cmd: &Command) -> Result<crate::meta::Response, Meta
     }
 }
 
+/// Applies every command of `entries` in `txn`, then `state`, and commits: one result per
+/// entry. `None`, with nothing committed, as soon as a command fails.
+fn apply_together(
+    txn: WriteTransaction,
+    entries: &[Entry<TypeConfig>],
+    state: impl FnOnce(&WriteTransaction) -> Result<(), MetaError>,
+) -> Result<Option<Vec<BatchResult>>, MetaError> {
+    let mut results = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let mut out = Vec::new();
+        if let EntryPayload::Normal(batch) = &entry.payload {
+            for cmd in &batch.0 {
+                match apply(&txn, cmd) {
+                    Ok(resp) => out.push(Ok(resp)),
+                    Err(_) => {
+                        txn.abort()?;
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        results.push(BatchResult(out));
+    }
+    state(&txn)?;
+    txn.commit()?;
+    Ok(Some(results))
+}
+
 /// Whether a command changes PairDB (the in-memory pair table must follow).
 fn touches_pairs(cmd: &Command) -> bool {
     matches!(
@@ -194,6 +222,13 @@ impl StateMachine {
     }
 
     /// Applies entries in log order; one result per entry.
+    ///
+    /// All their commands first go into one transaction with the applied state: a redb
+    /// commit, durable or not, rewrites the pages on the path to every key it changed, so
+    /// one commit per command cost a group's worth of commits per log entry (on every
+    /// replica). Only if some command fails is that transaction dropped and each command
+    /// applied in its own, where a failure changes nothing; both ways give every command
+    /// the same result, on every node.
     fn apply_blocking(
         db: &Database,
         entries: Vec<Entry<TypeConfig>>,
@@ -201,19 +236,16 @@ impl StateMachine {
         mut membership: StoredMembership<NodeId, Node>,
         durable: bool,
     ) -> Result<Applied, MetaError> {
-        let mut results = Vec::with_capacity(entries.len());
         let mut pairs = false;
         let mut keys = false;
         let mut membership_changed = false;
-        for entry in entries {
-            let mut out = Vec::new();
+        for entry in &entries {
             match &entry.payload {
                 EntryPayload::Blank => {}
                 EntryPayload::Normal(batch) => {
                     for cmd in &batch.0 {
                         pairs |= touches_pairs(cmd);
                         keys |= cmd.touches_keys();
-                        out.push(apply_one(db, cmd));
                     }
                 }
                 EntryPayload::Membership(m) => {
@@ -222,23 +254,40 @@ impl StateMachine {
                 }
             }
             last_applied = Some(entry.log_id);
-            results.push(BatchResult(out));
         }
-        let mut txn = db.begin_write()?;
-        txn.set_durability(if durable {
-            Durability::Immediate
-        } else {
-            Durability::None
-        })?;
-        // A durable commit records the allocator state, so that a restart after kill -9
-        // loads it instead of walking the whole file (seconds at 10 M objects).
-        txn.set_quick_repair(durable);
-        put_raft_state(
-            &txn,
-            &last_applied,
-            membership_changed.then_some(&membership),
-        )?;
-        txn.commit()?;
+        let changed_membership = membership_changed.then_some(&membership);
+        let begin = || -> Result<WriteTransaction, MetaError> {
+            let mut txn = db.begin_write()?;
+            txn.set_durability(if durable {
+                Durability::Immediate
+            } else {
+                Durability::None
+            })?;
+            // A durable commit records the allocator state, so that a restart after
+            // kill -9 loads it instead of walking the whole file (seconds at 10 M objects).
+            txn.set_quick_repair(durable);
+            Ok(txn)
+        };
+        let results = match apply_together(begin()?, &entries, |txn| {
+            put_raft_state(txn, &last_applied, changed_membership)
+        })? {
+            Some(results) => results,
+            None => {
+                let results = entries
+                    .iter()
+                    .map(|entry| match &entry.payload {
+                        EntryPayload::Normal(batch) => {
+                            BatchResult(batch.0.iter().map(|cmd| apply_one(db, cmd)).collect())
+                        }
+                        _ => BatchResult(Vec::new()),
+                    })
+                    .collect();
+                let txn = begin()?;
+                put_raft_state(&txn, &last_applied, changed_membership)?;
+                txn.commit()?;
+                results
+            }
+        };
         Ok(Applied {
             results,
             last_applied,
@@ -494,5 +543,70 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             meta,
             snapshot: Box::new(file),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::CommittedLeaderId;
+
+    use super::super::Batch;
+    use super::*;
+
+    fn entry(index: u64, cmds: Vec<Command>) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Batch(cmds)),
+        }
+    }
+
+    fn create(bucket: &str) -> Command {
+        Command::CreateBucket {
+            bucket: bucket.into(),
+            created_ms: 1,
+        }
+    }
+
+    fn apply_entries(db: &Database, entries: Vec<Entry<TypeConfig>>) -> Vec<Vec<bool>> {
+        let (last, membership) = applied_state(db).unwrap();
+        let applied = StateMachine::apply_blocking(db, entries, last, membership, false).unwrap();
+        applied
+            .results
+            .iter()
+            .map(|r| r.0.iter().map(Result::is_ok).collect())
+            .collect()
+    }
+
+    /// Entries applied together give each command the result it would get alone: a
+    /// failing command (a bucket created twice) fails alone and changes nothing, the
+    /// others are applied, and the applied state is the last entry's either way.
+    #[test]
+    fn a_failing_command_fails_alone_among_entries_applied_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let db = meta.db();
+        let names = || -> Vec<String> {
+            meta.buckets()
+                .unwrap()
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect()
+        };
+        // No failure: one transaction.
+        let oks = apply_entries(&db, vec![entry(1, vec![create("a"), create("b")])]);
+        assert_eq!(oks, vec![vec![true, true]]);
+        assert_eq!(applied_state(&db).unwrap().0.map(|l| l.index), Some(1));
+        // A failure in the middle: each command on its own.
+        let oks = apply_entries(
+            &db,
+            vec![
+                entry(2, vec![create("c"), create("a")]),
+                entry(3, vec![create("d")]),
+                entry(4, vec![]),
+            ],
+        );
+        assert_eq!(oks, vec![vec![true, false], vec![true], vec![]]);
+        assert_eq!(names(), ["a", "b", "c", "d"]);
+        assert_eq!(applied_state(&db).unwrap().0.map(|l| l.index), Some(4));
     }
 }
