@@ -300,3 +300,21 @@ pub async fn delete_objects(
     w.close("DeleteResult");
     Ok(xml_response(w.finish()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys are names byte for byte: the spaces around a key in a DeleteObjects body are
+    /// part of it (a trimmed " a" would delete "a"), and an escaped character is the
+    /// character.
+    #[test]
+    fn delete_keys_keep_their_spaces() {
+        for key in [" a", "a ", "  ", " x y ", "a&amp;b"] {
+            let body = format!("<Delete><Object><Key>{key}</Key></Object></Delete>");
+            let parsed = parse_delete(&body).unwrap();
+            let want = key.replace("&amp;", "&");
+            assert_eq!(parsed.objects[0].key, want, "{key:?}");
+        }
+    }
+}

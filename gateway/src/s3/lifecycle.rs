@@ -482,6 +482,39 @@ mod tests {
         assert_eq!(again, rules);
     }
 
+    /// A prefix is matched byte for byte against keys: spaces around it are part of it,
+    /// never trimmed (a trimmed " logs/" would expire every "logs/..." object).
+    #[test]
+    fn a_prefix_keeps_its_spaces() {
+        for (prefix, legacy) in [
+            (" logs/", false),
+            ("tmp/ ", false),
+            ("  ", false),
+            (" a ", true),
+        ] {
+            let rule = if legacy {
+                format!(
+                    "<Rule><ID>x</ID><Prefix>{prefix}</Prefix><Status>Enabled</Status><Expiration><Days>1</Days></Expiration></Rule>"
+                )
+            } else {
+                format!(
+                    "<Rule><ID>x</ID><Filter><Prefix>{prefix}</Prefix></Filter><Status>Enabled</Status><Expiration><Days>1</Days></Expiration></Rule>"
+                )
+            };
+            let rules = parse_configuration(&doc(&rule)).unwrap();
+            let want = if legacy {
+                RuleFilter::LegacyPrefix(prefix.into())
+            } else {
+                RuleFilter::Prefix(prefix.into())
+            };
+            assert_eq!(rules[0].filter, want, "{prefix:?}");
+            let again =
+                parse_configuration(&String::from_utf8(render_configuration(&rules)).unwrap())
+                    .unwrap();
+            assert_eq!(again, rules, "{prefix:?}");
+        }
+    }
+
     #[test]
     fn bad_configurations_get_s3s_codes() {
         let rule = |inner: &str| format!("<Rule><ID>x</ID><Status>Enabled</Status>{inner}</Rule>");
