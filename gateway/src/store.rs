@@ -402,6 +402,8 @@ pub struct ObjectStore {
     /// Permits are bytes of [`Limits::memory_read_bytes`]; None: no bound.
     read_memory: Option<Arc<Semaphore>>,
     choice_root: u32,
+    /// Lifecycle rules as last read, for `x-amz-expiration`.
+    pub(crate) lifecycle_rules: crate::lifecycle::cache::RulesCache,
 }
 
 pub fn now_ms() -> u64 {
@@ -436,6 +438,7 @@ impl ObjectStore {
             stage_memory: Arc::new(Semaphore::new(budget)),
             read_memory,
             choice_root,
+            lifecycle_rules: Default::default(),
         }
     }
 
@@ -490,14 +493,18 @@ impl ObjectStore {
             created_ms: now_ms(),
             owner,
         };
-        self.execute_in(bucket, cmd).await
+        let done = self.execute_in(bucket, cmd).await;
+        self.lifecycle_rules.forget(bucket);
+        done
     }
 
     pub async fn delete_bucket(&self, bucket: &str) -> Result<(), StoreError> {
         let cmd = Command::DeleteBucket {
             bucket: bucket.to_string(),
         };
-        self.execute_in(bucket, cmd).await
+        let done = self.execute_in(bucket, cmd).await;
+        self.lifecycle_rules.forget(bucket);
+        done
     }
 
     pub async fn bucket(&self, bucket: &str) -> Result<BucketRecord, StoreError> {

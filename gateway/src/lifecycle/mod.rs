@@ -5,6 +5,7 @@
 //! - [`rules`]: what a rule matches and when it acts (pure functions).
 //! - [`pacing`]: bounded batches, yields and a rate limit, for any background sweep.
 //! - [`worker`]: the sweep itself, run by the Raft leader only.
+//! - [`cache`]: each bucket's rules as last read, for the `x-amz-expiration` header.
 //!
 //! Back of the envelope: a pass reads 1000 index entries per batch (~100 B each, one read
 //! transaction of ~1 ms) and expires at most [`Settings::deletes_per_sec`] objects a
@@ -12,6 +13,7 @@
 //! is scanned in 10 000 batches; with nothing to expire that is a few seconds of one
 //! core's time per pass, spread over the pass by the pacing.
 
+pub mod cache;
 pub mod pacing;
 pub mod rules;
 pub mod worker;

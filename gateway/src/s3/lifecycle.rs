@@ -383,14 +383,8 @@ pub async fn expiration_header(
     record: &ObjectRecord,
     headers: &mut HeaderMap,
 ) {
-    let name = bucket.to_string();
-    let rules = match app
-        .store
-        .metadata()
-        .read_local(move |m| m.lifecycle(&name))
-        .await
-    {
-        Ok(Some(r)) => r.rules,
+    let rules = match app.store.lifecycle_local(bucket).await {
+        Ok(Some(r)) => r,
         Ok(None) => return,
         Err(e) => {
             tracing::warn!(bucket, error = %e, "reading lifecycle rules");
@@ -426,10 +420,35 @@ impl ObjectStore {
             bucket: bucket.to_string(),
             rules,
         };
-        self.execute(cmd)
+        let done = self
+            .execute(cmd)
             .await
             .map(drop)
-            .map_err(|e| StoreError::meta(e, bucket))
+            .map_err(|e| StoreError::meta(e, bucket));
+        self.lifecycle_rules.forget(bucket);
+        done
+    }
+
+    /// The bucket's rules from this node's state, through the rules cache (see
+    /// [`crate::lifecycle::cache`]): at most a moment stale, for `x-amz-expiration` only.
+    pub async fn lifecycle_local(
+        &self,
+        bucket: &str,
+    ) -> Result<crate::lifecycle::cache::Rules, StoreError> {
+        // Taken before the read: the entry's age counts from a moment it could be stale.
+        let now = std::time::Instant::now();
+        if let Some(rules) = self.lifecycle_rules.get(bucket, now) {
+            return Ok(rules);
+        }
+        let name = bucket.to_string();
+        let rules = self
+            .metadata()
+            .read_local(move |m| m.lifecycle(&name))
+            .await
+            .map_err(|e| StoreError::meta(e, bucket))?
+            .map(|r| std::sync::Arc::new(r.rules));
+        self.lifecycle_rules.put(bucket, rules.clone(), now);
+        Ok(rules)
     }
 
     /// The bucket's rules (linearizable), None if it has none; NoSuchBucket if it is gone.
