@@ -111,7 +111,7 @@ fn apply_one(db: &Database, cmd: &Command) -> Result<crate::meta::Response, Meta
 fn apply_together(
     txn: WriteTransaction,
     entries: &[Entry<TypeConfig>],
-    state: impl FnOnce(&WriteTransaction) -> Result<(), MetaError>,
+    state: impl Fn(&WriteTransaction) -> Result<(), MetaError>,
 ) -> Result<Option<Vec<BatchResult>>, MetaError> {
     let mut results = Vec::with_capacity(entries.len());
     for entry in entries {
@@ -256,6 +256,7 @@ impl StateMachine {
             last_applied = Some(entry.log_id);
         }
         let changed_membership = membership_changed.then_some(&membership);
+        let state = |txn: &WriteTransaction| put_raft_state(txn, &last_applied, changed_membership);
         let begin = || -> Result<WriteTransaction, MetaError> {
             let mut txn = db.begin_write()?;
             txn.set_durability(if durable {
@@ -268,9 +269,7 @@ impl StateMachine {
             txn.set_quick_repair(durable);
             Ok(txn)
         };
-        let results = match apply_together(begin()?, &entries, |txn| {
-            put_raft_state(txn, &last_applied, changed_membership)
-        })? {
+        let results = match apply_together(begin()?, &entries, state)? {
             Some(results) => results,
             None => {
                 let results = entries
@@ -283,7 +282,7 @@ impl StateMachine {
                     })
                     .collect();
                 let txn = begin()?;
-                put_raft_state(&txn, &last_applied, changed_membership)?;
+                state(&txn)?;
                 txn.commit()?;
                 results
             }
