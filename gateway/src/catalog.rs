@@ -38,14 +38,33 @@ fn store_error(e: impl std::fmt::Display) -> CatalogError {
     CatalogError::Store(e.to_string())
 }
 
+fn file_state(r: crate::meta::FileRecord) -> FileState {
+    FileState {
+        refs: r.refs,
+        pair: r.pair,
+        do_not_delete: r.do_not_delete(),
+    }
+}
+
+fn file_json(f: &FileState) -> serde_json::Value {
+    serde_json::json!({"refs": f.refs, "pair": f.pair.0, "do_not_delete": f.do_not_delete})
+}
+
 impl Catalog for LocalCatalog {
     async fn lookup(&self, sha1: Sha1) -> Result<Option<FileState>, CatalogError> {
         let rec = self.app.store.file(sha1).await.map_err(store_error)?;
-        Ok(rec.map(|r| FileState {
-            refs: r.refs,
-            pair: r.pair,
-            do_not_delete: r.do_not_delete(),
-        }))
+        Ok(rec.map(file_state))
+    }
+
+    async fn lookup_fenced(&self, sha1: Sha1) -> Result<Option<FileState>, CatalogError> {
+        let rec = self
+            .app
+            .store
+            .metadata()
+            .read_fenced(move |m| m.file(&sha1))
+            .await
+            .map_err(store_error)?;
+        Ok(rec.map(file_state))
     }
 
     async fn deleting(
@@ -116,6 +135,7 @@ impl Catalog for LocalCatalog {
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/_catalog/files/{sha1}", get(http_lookup))
+        .route("/_catalog/files/{sha1}/fenced", post(http_lookup_fenced))
         .route("/_catalog/deleting", get(http_deleting))
         .route("/_catalog/deleting/{sha1}", delete(http_remove_deleting))
         .route("/_catalog/relocate/{sha1}", post(http_relocate))
@@ -182,12 +202,25 @@ async fn http_lookup(
 ) -> Answer {
     let catalog = guard(&app, &headers)?;
     match catalog.lookup(sha1_of(&sha1)?).await? {
-        Some(f) => Ok(json(
-            StatusCode::OK,
-            serde_json::json!({"refs": f.refs, "pair": f.pair.0, "do_not_delete": f.do_not_delete}),
-        )),
+        Some(f) => Ok(json(StatusCode::OK, file_json(&f))),
         None => Err(HttpError(StatusCode::NOT_FOUND, "no record".into())),
     }
+}
+
+/// `POST /_catalog/files/{sha1}/fenced`: the record after a fence through the metadata
+/// log, 200 with the record or with `null` (never 404, which a gateway without fences
+/// answers for the path).
+async fn http_lookup_fenced(
+    State(app): State<Arc<AppState>>,
+    Path(sha1): Path<String>,
+    headers: HeaderMap,
+) -> Answer {
+    let catalog = guard(&app, &headers)?;
+    let found = catalog.lookup_fenced(sha1_of(&sha1)?).await?;
+    Ok(json(
+        StatusCode::OK,
+        found.map_or(serde_json::Value::Null, |f| file_json(&f)),
+    ))
 }
 
 async fn http_deleting(

@@ -71,6 +71,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let rpc = Router::new()
         .route("/_cluster/raft/append", post(append))
         .route("/_cluster/raft/vote", post(vote))
+        .route("/_cluster/pre-vote", post(pre_vote))
         .route("/_cluster/raft/snapshot", post(snapshot))
         .route("/_cluster/write", post(write))
         .route("/_cluster/read-index", post(read_index))
@@ -94,7 +95,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 async fn append(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
     match decode(&body) {
-        Ok(req) => encode(&app.store.metadata().raft().append_entries(req).await),
+        Ok(req) => encode(&app.store.metadata().append_entries(req).await),
         Err(r) => *r,
     }
 }
@@ -113,9 +114,16 @@ async fn vote(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
     }
 }
 
+async fn pre_vote(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
+    match decode(&body) {
+        Ok(req) => encode(&app.store.metadata().pre_vote(req).await),
+        Err(r) => *r,
+    }
+}
+
 async fn snapshot(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
     match decode(&body) {
-        Ok(req) => encode(&app.store.metadata().raft().install_snapshot(req).await),
+        Ok(req) => encode(&app.store.metadata().install_snapshot(req).await),
         Err(r) => *r,
     }
 }

@@ -20,7 +20,9 @@ use crate::meta::{
     Command, MetaError, NewObject, ObjectPut, ObjectRecord, PartPut, PartRecord, Referenced,
     UploadRecord,
 };
-use crate::store::{ObjectAttrs, ObjectStore, ReadBody, StoreError, UploadError, now_ms};
+use crate::store::{
+    ContentReadError, ObjectAttrs, ObjectStore, ReadBody, StoreError, UploadError, now_ms,
+};
 
 /// S3's bounds on parts.
 pub const PART_NUMBER_MAX: u32 = 10_000;
@@ -153,15 +155,20 @@ impl ObjectStore {
     /// UploadPartCopy: a whole single-part source becomes the part without a byte read
     /// (its MD5 is the part's ETag); a range, or a multipart source whose body MD5 is not
     /// known, is read and stored as a new part.
+    /// `source` is the record read of `from` (bucket, key).
     pub async fn put_part_copy(
         &self,
-        bucket: &str,
-        key: &str,
-        upload_id: &str,
-        number: u32,
+        target: PartTarget<'_>,
         source: ObjectRecord,
+        from: (&str, &str),
         range: Option<(u64, u64)>,
     ) -> Result<PartRecord, StoreError> {
+        let PartTarget {
+            bucket,
+            key,
+            upload_id,
+            number,
+        } = target;
         Self::check_part_number(number)?;
         self.check_upload(bucket, key, upload_id).await?;
         let whole = range.is_none_or(|(first, last)| first == 0 && last + 1 == source.size_bytes);
@@ -183,7 +190,9 @@ impl ObjectStore {
             };
             return match self.metadata().referencing::<PartPut>(cmd).await {
                 Ok(Referenced::Done(PartPut)) => Ok(part),
-                Ok(Referenced::ContentGone) => Err(StoreError::NoSuchKey("copy source".into())),
+                Ok(Referenced::ContentGone) => {
+                    Err(self.released(from.0, from.1, &source, source.sha1).await)
+                }
                 Err(e) => Err(StoreError::meta(e, bucket)),
             };
         }
@@ -197,15 +206,12 @@ impl ObjectStore {
             size_bytes: source.size_bytes,
             crc32: source.crc32,
         };
-        let body = self
-            .read_content(source.sha1, expect, range)
-            .await
-            .map_err(StoreError::Read)?;
-        let target = PartTarget {
-            bucket,
-            key,
-            upload_id,
-            number,
+        let body = match self.read_content(source.sha1, expect, range).await {
+            Ok(body) => body,
+            Err(ContentReadError::NoRecord(sha1)) => {
+                return Err(self.released(from.0, from.1, &source, sha1).await);
+            }
+            Err(e) => return Err(StoreError::Read(e)),
         };
         // The body is stored content: its failure is the store's own.
         self.put_part(target, Some(len), None, read_body_stream(body))

@@ -699,6 +699,10 @@ impl ObjectStore {
         match self.meta.call::<ObjectPut>(cmd).await {
             Ok(put) => Ok(object.into_record(put.seq)),
             Err(MetaError::NoSuchKey) => Err(StoreError::NoSuchKey(from.1.to_string())),
+            // The command found another record at the source than the one read.
+            Err(MetaError::PreconditionFailed) => {
+                Err(StoreError::Raced(format!("{}/{}", from.0, from.1)))
+            }
             Err(e) => Err(StoreError::meta(e, to.0)),
         }
     }
@@ -914,19 +918,45 @@ impl ObjectStore {
             .reserve_read(served_bytes)
             .await
             .map_err(|_| StoreError::SlowDown)?;
-        let body = self
-            .read_content(record.sha1, expect, range)
-            .await
-            .map_err(|e| match e {
-                ContentReadError::Meta(e) => e.into(),
-                other => StoreError::Internal(format!("object {bucket}/{key}: {other}")),
-            })?
-            .holding(share);
+        let body = match self.read_content(record.sha1, expect, range).await {
+            Ok(body) => body.holding(share),
+            Err(ContentReadError::NoRecord(sha1)) => {
+                return Err(self.released(bucket, key, &record, sha1).await);
+            }
+            Err(ContentReadError::Meta(e)) => return Err(e.into()),
+            Err(other) => {
+                return Err(StoreError::Internal(format!(
+                    "object {bucket}/{key}: {other}"
+                )));
+            }
+        };
         Ok(ObjectRead {
             record,
             range,
             body,
         })
+    }
+
+    /// Why the content of `record` (read for `bucket/key`) has no FileDB record: the key
+    /// was overwritten or deleted since the record was read ([`StoreError::Raced`]: read
+    /// it again), or, if the key still holds this very record, the metadata is damaged.
+    pub(crate) async fn released(
+        &self,
+        bucket: &str,
+        key: &str,
+        record: &ObjectRecord,
+        sha1: Sha1,
+    ) -> StoreError {
+        let (b, k) = (bucket.to_string(), key.to_string());
+        match self.meta(move |m| m.object(&b, &k)).await {
+            Ok(Some(now)) if now.seq == record.seq && now.sha1 == record.sha1 => {
+                StoreError::Internal(format!(
+                    "object {bucket}/{key}: no FileDB record for its content {sha1}"
+                ))
+            }
+            Ok(_) => StoreError::Raced(format!("{bucket}/{key}")),
+            Err(e) => StoreError::meta(e, bucket),
+        }
     }
 
     /// Waits (up to [`READ_BUDGET_WAIT_SECS`]) for room in the read memory budget for a

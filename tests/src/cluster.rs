@@ -1,6 +1,7 @@
-//! Harness for a replicated cluster: `n` real `gateway serve` processes on 127.0.0.1 that
-//! form one Raft group, share the S3 credentials, the admin token, the cluster secret and
-//! the disk pairs (local folders every node reaches, listed in one configuration file).
+//! Harness for a replicated cluster: `n` real `gateway serve` processes on 127.0.0.1 (or
+//! each in its own network namespace, see [`Cluster::start_in`]) that form one Raft group,
+//! share the S3 credentials, the admin token, the cluster secret and the disk pairs (local
+//! folders every node reaches, listed in one configuration file).
 //!
 //! Layout of a cluster's temp folder (removed when the [`Cluster`] is dropped):
 //!
@@ -19,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{self, Read};
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -29,7 +30,9 @@ use std::time::{Duration, Instant};
 use aws_sdk_s3::Client;
 use serde_json::Value;
 
-use crate::{Gateway, GatewayOptions, RawResponse, Remote, encode_key, gateway_bin, random_token};
+use crate::{
+    Gateway, GatewayOptions, Placement, RawResponse, Remote, encode_key, gateway_bin, random_token,
+};
 
 /// Bound on an election (a leader every live node agrees on), generous for a slow,
 /// noisy machine running debug builds.
@@ -80,6 +83,14 @@ impl Cluster {
     /// node names its peers by their S3 listen address. The nodes are started concurrently:
     /// a node may wait for its peers before it prints `listening on`.
     pub fn start(n: usize, extra_args: &[&str]) -> Cluster {
+        Self::start_in(&vec![Placement::default(); n], extra_args)
+    }
+
+    /// Like [`Cluster::start`], one node per placement (node `i + 1` listens on
+    /// `places[i].host`, inside `places[i].netns` if set, and restarts there); the peers
+    /// name those addresses. E.g. the placements of a [`crate::netns::NetLab`].
+    pub fn start_in(places: &[Placement], extra_args: &[&str]) -> Cluster {
+        let n = places.len();
         assert!(n >= 1, "a cluster has at least one node");
         // A test that panicked while holding it poisoned it; its cluster is gone all the same.
         let one_at_a_time = ONE_CLUSTER_AT_A_TIME
@@ -96,7 +107,7 @@ impl Cluster {
         let peers = ports
             .iter()
             .enumerate()
-            .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
+            .map(|(i, &p)| format!("{}={}", i + 1, SocketAddr::new(places[i].host, p)))
             .collect::<Vec<_>>()
             .join(",");
         let secret = random_token(32);
@@ -104,7 +115,7 @@ impl Cluster {
         let secret_key = random_token(40);
         let admin_token = random_token(32);
 
-        let options: Vec<GatewayOptions> = (1..=n)
+        let options: Vec<(GatewayOptions, Placement)> = (1..=n)
             .map(|id| {
                 let mut args = vec![
                     "--node-id".to_string(),
@@ -115,7 +126,7 @@ impl Cluster {
                     path_str(&config).to_string(),
                 ];
                 args.extend(extra_args.iter().map(|a| a.to_string()));
-                GatewayOptions {
+                let opts = GatewayOptions {
                     data_dir: Some(root.path().join(format!("node{id}"))),
                     port: ports[id - 1],
                     access_key: Some(access_key.clone()),
@@ -125,7 +136,8 @@ impl Cluster {
                     env: vec![(CLUSTER_SECRET_ENV.to_string(), secret.clone())],
                     label: Some(format!("node {id}")),
                     stderr_file: None,
-                }
+                };
+                (opts, places[id - 1].clone())
             })
             .collect();
         // A node that fails to start panics in its thread; the others are dropped (killed)
@@ -133,7 +145,7 @@ impl Cluster {
         let started: Vec<thread::Result<Gateway>> = thread::scope(|s| {
             let handles: Vec<_> = options
                 .into_iter()
-                .map(|o| s.spawn(move || Gateway::start_opts(o)))
+                .map(|(o, place)| s.spawn(move || Gateway::start_placed(o, place)))
                 .collect();
             handles.into_iter().map(|h| h.join()).collect()
         });
@@ -528,7 +540,7 @@ impl Cluster {
                     Err(e) => e,
                 }
             };
-            s.push_str(&format!("node {id} (port {}): {line}\n", node.port()));
+            s.push_str(&format!("node {id} ({}): {line}\n", node.remote().addr()));
         }
         s
     }
@@ -563,6 +575,14 @@ pub struct ClusterStatus {
     pub last_applied: u64,
     /// `Leader`, `Follower`, `Candidate`, `Learner` or `Shutdown`.
     pub state: String,
+    /// The index of the last log entry, if any (`None` also when not sent).
+    pub last_log_index: Option<u64>,
+    /// The last index of the latest snapshot, if any (`None` also when not sent); the log
+    /// up to about there is purged after each one.
+    pub snapshot: Option<u64>,
+    /// The index of the last log entry removed by a purge, if any (`None` also when not
+    /// sent).
+    pub purged: Option<u64>,
 }
 
 impl ClusterStatus {
@@ -604,6 +624,9 @@ impl ClusterStatus {
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("no state string: {text}"))?
                 .to_string(),
+            last_log_index: v.get("last_log_index").and_then(Value::as_u64),
+            snapshot: v.get("snapshot").and_then(Value::as_u64),
+            purged: v.get("purged").and_then(Value::as_u64),
         })
     }
 }
@@ -1001,6 +1024,13 @@ mod tests {
         assert_eq!(st.members, vec![1, 2, 3]);
         assert_eq!((st.term, st.last_applied), (5, 123));
         assert_eq!(st.state, "Follower");
+        assert_eq!((st.last_log_index, st.snapshot), (None, None));
+        let snap = ClusterStatus::parse(
+            r#"{"node_id":1,"leader":1,"members":[1],"learners":[],"term":2,"last_applied":120,
+                "last_log_index":121,"snapshot":100,"state":"Leader"}"#,
+        )
+        .unwrap();
+        assert_eq!((snap.last_log_index, snap.snapshot), (Some(121), Some(100)));
         let none = ClusterStatus::parse(
             r#"{"node_id":3,"leader":null,"members":[1,2,3],"learners":[],"term":7,"last_applied":0,"state":"Candidate"}"#,
         )

@@ -3,9 +3,11 @@
 //!
 //! The harness never builds anything: it runs `<workspace>/target/debug/gateway` (or
 //! `$GATEWAY_BIN`) and panics with "build it first: cargo build -p gateway" if the binary
-//! is missing. Every wait is bounded; every address is 127.0.0.1.
+//! is missing. Every wait is bounded; every address is 127.0.0.1, unless a test places a
+//! gateway elsewhere (see [`Placement`] and [`netns`]).
 
 pub mod cluster;
+pub mod netns;
 pub mod nginx;
 pub mod prom;
 pub mod torture;
@@ -14,7 +16,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
@@ -85,6 +87,8 @@ pub struct Gateway {
     bin: PathBuf,
     dir: DataDir,
     port: u16,
+    /// Where the process runs and listens (see [`Placement`]), kept across restarts.
+    place: Placement,
     access_key: String,
     secret_key: String,
     admin_token: String,
@@ -143,6 +147,28 @@ pub struct GatewayOptions {
     pub stderr_file: Option<PathBuf>,
 }
 
+/// Where a gateway process runs on the network (see [`Gateway::start_placed`]): the address
+/// of `--listen ADDR:PORT` and the network namespace the process is started in, both kept
+/// across restarts. The default is 127.0.0.1 in the test's own namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The listen address, which clients (and peers) connect to.
+    pub host: IpAddr,
+    /// A named network namespace (`ip netns`): the process is started as
+    /// `ip netns exec NS <gateway> serve ...`. `ip netns exec` execs the command, so the
+    /// process id (for SIGKILL, SIGSTOP) is the gateway's own. `None`: this namespace.
+    pub netns: Option<String>,
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Placement {
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            netns: None,
+        }
+    }
+}
+
 impl Gateway {
     /// Starts a gateway on a fresh temp data dir, random credentials and admin token, and a
     /// port the OS chooses.
@@ -166,6 +192,12 @@ impl Gateway {
     /// Starts a gateway as `opts` says and waits for its `listening on` line; panics (with
     /// its output) if it does not start.
     pub fn start_opts(opts: GatewayOptions) -> Gateway {
+        Self::start_placed(opts, Placement::default())
+    }
+
+    /// Like [`Gateway::start_opts`], listening on `place.host` inside `place.netns` (and
+    /// restarted there).
+    pub fn start_placed(opts: GatewayOptions, place: Placement) -> Gateway {
         let bin = gateway_bin();
         let dir = match opts.data_dir {
             Some(path) => {
@@ -184,6 +216,7 @@ impl Gateway {
             bin,
             dir,
             port: opts.port,
+            place,
             access_key: opts
                 .access_key
                 .unwrap_or_else(|| format!("E2E{}", random_token(17).to_uppercase())),
@@ -204,7 +237,8 @@ impl Gateway {
         gw
     }
 
-    /// Spawns the binary listening on `127.0.0.1:port` and waits for its `listening on` line.
+    /// Spawns the binary listening on `HOST:port` (inside the placement's namespace, if any)
+    /// and waits for its `listening on` line.
     fn spawn(&mut self, port: u16) -> Result<u16, String> {
         let stderr_to = match &self.stderr_file {
             Some(path) => Stdio::from(
@@ -216,12 +250,21 @@ impl Gateway {
             ),
             None => Stdio::piped(),
         };
-        let mut child = Command::new(&self.bin)
+        let mut command = match &self.place.netns {
+            // `ip netns exec` enters the namespace and execs the binary: same pid.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns.as_str()]).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
+        let mut child = command
             .arg("serve")
             .arg("--data")
             .arg(self.dir.path())
             .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
+            .arg(SocketAddr::new(self.place.host, port).to_string())
             .env("GATEWAY_ACCESS_KEY", &self.access_key)
             .env("GATEWAY_SECRET_KEY", &self.secret_key)
             .env("GATEWAY_ADMIN_TOKEN", &self.admin_token)
@@ -231,7 +274,7 @@ impl Gateway {
             .stdout(Stdio::piped())
             .stderr(stderr_to)
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
+            .unwrap_or_else(|e| panic!("spawn {:?}: {e}", command.get_program()));
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel::<u16>();
         drain(stdout, "stdout", self.log.clone(), Some(tx));
@@ -254,7 +297,7 @@ impl Gateway {
                 let _ = child.kill();
                 let _ = child.wait();
                 Err(format!(
-                    "no 'listening on 127.0.0.1:PORT' line on stdout within {STARTUP_TIMEOUT:?}"
+                    "no 'listening on ADDR:PORT' line on stdout within {STARTUP_TIMEOUT:?}"
                 ))
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
@@ -355,6 +398,7 @@ impl Gateway {
     /// and to move to client threads while the harness kills and restarts the process.
     pub fn remote(&self) -> Remote {
         Remote {
+            host: self.place.host,
             port: self.port,
             access_key: self.access_key.clone(),
             secret_key: self.secret_key.clone(),
@@ -402,7 +446,12 @@ impl Gateway {
     }
 
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", self.host())
+    }
+
+    /// Where the process runs and listens.
+    pub fn placement(&self) -> &Placement {
+        &self.place
     }
 
     pub fn access_key(&self) -> &str {
@@ -529,7 +578,14 @@ impl Gateway {
     ) -> io::Result<RawResponse> {
         let mut hs: Vec<(String, String)> = vec![("host".into(), self.host())];
         hs.extend(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        raw_request(self.port, method, target, &hs, body)
+        raw_request_at(
+            SocketAddr::new(self.place.host, self.port),
+            method,
+            target,
+            &hs,
+            body,
+            RAW_IO_TIMEOUT,
+        )
     }
 
     /// A request signed by hand with SigV4 (the gateway's credentials, now, the body's real
@@ -540,8 +596,9 @@ impl Gateway {
         req
     }
 
+    /// `HOST:PORT`, as the `host` header and the endpoint name it.
     fn host(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        SocketAddr::new(self.place.host, self.port).to_string()
     }
 
     fn push_log(&self, line: String) {
@@ -559,9 +616,9 @@ impl Drop for Gateway {
         self.kill9();
         if thread::panicking() {
             eprintln!(
-                "{} (port {}), data dir: {}\n{}",
+                "{} ({}), data dir: {}\n{}",
                 self.label,
-                self.port,
+                self.host(),
                 self.dir.path().display(),
                 self.log_tail(150)
             );
@@ -573,6 +630,8 @@ impl Drop for Gateway {
 /// [`Gateway::remote`]): `Send`, `Clone`, usable while the process is killed or restarted.
 #[derive(Debug, Clone)]
 pub struct Remote {
+    /// The listen address (127.0.0.1 unless placed elsewhere, see [`Placement`]).
+    pub host: IpAddr,
     pub port: u16,
     pub access_key: String,
     pub secret_key: String,
@@ -580,15 +639,20 @@ pub struct Remote {
 }
 
 impl Remote {
-    /// `http://127.0.0.1:PORT`.
+    /// `http://HOST:PORT`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}", self.addr())
+    }
+
+    /// `HOST:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.host, self.port)
     }
 
     /// A SigV4-signed raw request, as [`Gateway::signed`].
     pub fn signed(&self, method: &str, target: &str) -> SignedRequest {
         SignedRequest {
-            port: self.port,
+            addr: self.addr(),
             log: None,
             method: method.to_string(),
             target: target.to_string(),
@@ -615,10 +679,9 @@ impl Remote {
         body: &[u8],
         io_timeout: Duration,
     ) -> io::Result<RawResponse> {
-        let mut hs: Vec<(String, String)> =
-            vec![("host".into(), format!("127.0.0.1:{}", self.port))];
+        let mut hs: Vec<(String, String)> = vec![("host".into(), self.addr().to_string())];
         hs.extend(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        raw_request_timeout(self.port, method, target, &hs, body, io_timeout)
+        raw_request_at(self.addr(), method, target, &hs, body, io_timeout)
     }
 
     /// `GET <path>` with `Authorization: Bearer <admin token>`.
@@ -635,7 +698,7 @@ impl Remote {
 }
 
 /// Reads lines of a child's pipe until EOF, keeping them in the log; the first
-/// `listening on 127.0.0.1:PORT` line's port goes to `ready`.
+/// `listening on ADDR:PORT` line's port goes to `ready`.
 fn drain<R: Read + Send + 'static>(
     pipe: R,
     tag: &'static str,
@@ -705,7 +768,7 @@ fn push_line(log: &Mutex<VecDeque<String>>, line: String) {
     log.push_back(line);
 }
 
-/// `listening on 127.0.0.1:PORT` -> PORT.
+/// `listening on ADDR:PORT` -> PORT.
 fn parse_listening(line: &str) -> Option<u16> {
     let addr: SocketAddr = line.trim().strip_prefix("listening on ")?.parse().ok()?;
     Some(addr.port())
@@ -1092,6 +1155,18 @@ pub fn raw_request_timeout(
     io_timeout: Duration,
 ) -> io::Result<RawResponse> {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    raw_request_at(addr, method, target, headers, body, io_timeout)
+}
+
+/// [`raw_request_timeout`] to any address (a gateway placed outside 127.0.0.1).
+pub fn raw_request_at(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+    io_timeout: Duration,
+) -> io::Result<RawResponse> {
     let mut stream = TcpStream::connect_timeout(&addr, io_timeout.min(Duration::from_secs(10)))?;
     stream.set_read_timeout(Some(io_timeout))?;
     stream.set_write_timeout(Some(io_timeout))?;
@@ -1217,7 +1292,7 @@ fn read_chunked<R: BufRead>(reader: &mut R, out: &mut Vec<u8>) -> io::Result<()>
 
 /// A SigV4-signed raw request being built; see [`Gateway::signed`] and [`Remote::signed`].
 pub struct SignedRequest {
-    port: u16,
+    addr: SocketAddr,
     /// The gateway's output and label, for the panic message of [`SignedRequest::send`].
     log: Option<(Arc<Mutex<VecDeque<String>>>, String)>,
     io_timeout: Duration,
@@ -1236,8 +1311,8 @@ pub struct SignedRequest {
 
 impl SignedRequest {
     /// Adds a header that is sent and signed. A `host` header replaces the default
-    /// `127.0.0.1:PORT` (a virtual-hosted-style Host); the connection still goes to the
-    /// gateway's port.
+    /// `HOST:PORT` (a virtual-hosted-style Host); the connection still goes to the
+    /// gateway's address.
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.headers
             .push((name.to_ascii_lowercase(), value.to_string()));
@@ -1312,7 +1387,7 @@ impl SignedRequest {
             .headers
             .iter()
             .find(|(k, _)| k == "host")
-            .map_or_else(|| format!("127.0.0.1:{}", self.port), |(_, v)| v.clone());
+            .map_or_else(|| self.addr.to_string(), |(_, v)| v.clone());
         let uri = format!("http://{host}{}", self.target);
         let mut headers = vec![("host".to_string(), host)];
         headers.extend(self.headers.iter().filter(|(k, _)| k != "host").cloned());
@@ -1354,8 +1429,8 @@ impl SignedRequest {
             headers.push((name.clone(), value.clone()));
         }
         let target = self.tampered_target.as_deref().unwrap_or(&self.target);
-        raw_request_timeout(
-            self.port,
+        raw_request_at(
+            self.addr,
             &self.method,
             target,
             &headers,

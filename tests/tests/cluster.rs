@@ -931,7 +931,9 @@ fn crash_loop_keeps_every_acknowledged_object() {
     println!("crash loop: {cycles} cycles, seed {seed} (CLUSTER_CRASH_SEED to replay)");
     let mut rng = StdRng::seed_from_u64(seed);
 
-    let mut cluster = Cluster::start(3, &[]);
+    // A snapshot and a log purge every 50 entries: nodes are killed before, during and
+    // after them, and restart on purged logs.
+    let mut cluster = Cluster::start(3, &["--snapshot-logs", "50"]);
     cluster.create_bucket(1, BUCKET);
     let remotes: Vec<Remote> = cluster.ids().iter().map(|&id| cluster.remote(id)).collect();
     let workload = torture::Workload {
@@ -999,7 +1001,17 @@ fn crash_loop_keeps_every_acknowledged_object() {
     // Quiesce: one leader, the same applied index and tables everywhere.
     cluster.wait_leader(ELECTION_TIMEOUT);
     let d = cluster.wait_same_digest(&cluster.ids(), CATCH_UP_TIMEOUT);
-    println!("converged at last_applied {}", d.last_applied);
+    let snapshot = cluster
+        .status(cluster.wait_leader(ELECTION_TIMEOUT))
+        .ok()
+        .and_then(|s| s.snapshot)
+        .unwrap_or(0);
+    println!(
+        "converged at last_applied {}; snapshot at {snapshot}: about {} snapshots and log purges crossed",
+        d.last_applied,
+        snapshot / 50
+    );
+    assert!(snapshot / 50 >= 3, "the crash loop crossed too few purges");
     for id in cluster.ids() {
         if let Err(e) = torture::verify_objects(&cluster.remote(id), BUCKET, &model, &bodies) {
             panic!("node {id} disagrees with the acknowledged operations:\n{e}");

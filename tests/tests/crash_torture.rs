@@ -20,6 +20,8 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 const BUCKET: &str = "torture";
+/// Entries between two snapshots (and log purges).
+const SNAPSHOT_LOGS: &str = "50";
 /// How long the clients may take to get a few operations acknowledged after a restart.
 const PROGRESS_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -50,6 +52,10 @@ fn kill9_loop_under_mixed_load_keeps_every_acknowledged_operation() {
             "2",
             "--scrub-interval-secs",
             "1",
+            // A snapshot and a log purge every 50 entries: kills land before, during and
+            // after them, and every restart starts from a purged log.
+            "--snapshot-logs",
+            SNAPSHOT_LOGS,
         ],
         &[("GATEWAY_NATIVE_TOKEN", native_token.as_str())],
     );
@@ -131,6 +137,22 @@ fn kill9_loop_under_mixed_load_keeps_every_acknowledged_operation() {
 
     // One more kill at rest, then the whole model against the gateway.
     gw.restart();
+    let status = gw
+        .remote()
+        .admin_get("/_admin/cluster", Duration::from_secs(5))
+        .map(|r| r.text())
+        .unwrap_or_default();
+    let status = e2e::cluster::ClusterStatus::parse(&status).expect("/_admin/cluster");
+    let every: u64 = SNAPSHOT_LOGS.parse().expect("a number");
+    let snapshots = status.snapshot.unwrap_or(0) / every;
+    println!(
+        "log at {:?}, snapshot at {:?}: about {snapshots} snapshots and log purges crossed",
+        status.last_log_index, status.snapshot
+    );
+    assert!(
+        snapshots >= 3,
+        "the torture crossed too few purges: {status:?}"
+    );
     let remote = gw.remote();
     if let Err(e) = torture::verify_objects(&remote, BUCKET, &model, &bodies) {
         panic!("objects disagree with the acknowledged operations:\n{e}");

@@ -68,6 +68,16 @@ pub trait Catalog: Send + Sync {
         sha1: Sha1,
     ) -> impl Future<Output = Result<Option<FileState>, CatalogError>> + Send;
 
+    /// Like [`Catalog::lookup`], after a fence: no metadata command submitted before this
+    /// call can create or move the record afterwards. The last look before a file is
+    /// quarantined asks this, so an upload whose command is still on its way (held up by
+    /// an election or a partition) is not taken for an orphan once it lands. Costs a
+    /// metadata write; ask it only where a deletion is decided.
+    fn lookup_fenced(
+        &self,
+        sha1: Sha1,
+    ) -> impl Future<Output = Result<Option<FileState>, CatalogError>> + Send;
+
     /// `deleting` entries of `pair` with sha1 > `after`, at most `limit`, in sha1 order.
     fn deleting(
         &self,
@@ -108,6 +118,13 @@ impl<C: Catalog> Catalog for std::sync::Arc<C> {
         sha1: Sha1,
     ) -> impl Future<Output = Result<Option<FileState>, CatalogError>> + Send {
         (**self).lookup(sha1)
+    }
+
+    fn lookup_fenced(
+        &self,
+        sha1: Sha1,
+    ) -> impl Future<Output = Result<Option<FileState>, CatalogError>> + Send {
+        (**self).lookup_fenced(sha1)
     }
 
     fn deleting(

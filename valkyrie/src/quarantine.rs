@@ -136,7 +136,8 @@ impl<C: Catalog> Worker<C> {
         let Some(path) = quarantine_file(&self.root, &sha1, now).await? else {
             return Ok(QuarantineOutcome::Missing);
         };
-        let still_dead = match self.catalog.lookup(sha1).await {
+        // Fenced: a command in flight that would make it live lands before this answer.
+        let still_dead = match self.catalog.lookup_fenced(sha1).await {
             Ok(Some(state)) => state.pair != self.pair,
             Ok(None) => true,
             Err(e) => {

@@ -446,6 +446,10 @@ mod tests {
         assert_eq!(rig.quarantined(0, &old).len(), 1);
         assert!(rig.content(0, &young).exists());
         assert_eq!(w.metrics().snapshot().quarantined, 1);
+        // The last look before the quarantine went through a fence (a command still on
+        // its way would have landed first).
+        let fenced = &rig.catalog.fenced_lookups;
+        assert_eq!(fenced.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

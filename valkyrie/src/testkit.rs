@@ -101,6 +101,8 @@ pub struct MemCatalog {
     pub relocated: Mutex<Vec<(Sha1, PairId, PairId)>>,
     pub relocate_calls: AtomicUsize,
     pub fail_lookups: AtomicBool,
+    /// Lookups made through [`Catalog::lookup_fenced`].
+    pub fenced_lookups: AtomicUsize,
     lookup_hook: Mutex<Option<LookupHook>>,
     relocate_hook: Mutex<Option<RelocateHook>>,
 }
@@ -172,6 +174,12 @@ impl Catalog for MemCatalog {
             hook(sha1, &mut files);
         }
         Ok(files.get(&sha1).copied())
+    }
+
+    /// Nothing is in flight in memory: the plain lookup, counted.
+    async fn lookup_fenced(&self, sha1: Sha1) -> Result<Option<FileState>, CatalogError> {
+        self.fenced_lookups.fetch_add(1, Ordering::SeqCst);
+        self.lookup(sha1).await
     }
 
     async fn deleting(

@@ -324,6 +324,11 @@ impl From<StoreError> for S3Error {
                 "No disk pair has room for this object",
             ),
             StoreError::SlowDown => S3Error::new(C::SlowDown, "Please reduce your request rate."),
+            // Only after READ_RACE_ATTEMPTS reads each found the key changed again.
+            StoreError::Raced(what) => S3Error::new(
+                C::SlowDown,
+                format!("{what} kept changing while it was read; please retry."),
+            ),
             StoreError::Unavailable(why) => {
                 tracing::warn!(%why, "metadata unavailable");
                 S3Error::new(

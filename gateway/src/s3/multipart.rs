@@ -7,12 +7,15 @@ use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 
 use super::error::{ErrorCode, S3Error};
-use super::object::{attrs_from, check_copy_conditions, copy_source, header_str};
+use super::object::{
+    READ_RACE_ATTEMPTS, attrs_from, check_copy_conditions, copy_source, header_str,
+};
 use super::request::Query;
 use super::xml::XmlWriter;
 use super::{iso8601, read_xml_body};
 use crate::multipart::{PartRef, PartTarget};
 use crate::server::AppState;
+use crate::store::StoreError;
 
 /// Bound on a CompleteMultipartUpload body: 10 000 parts of about 100 bytes each.
 const COMPLETE_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
@@ -128,14 +131,33 @@ async fn upload_part_copy(
     headers: &HeaderMap,
 ) -> Result<Response, S3Error> {
     let (src_bucket, src_key) = copy_source(headers)?;
-    let source = app.store.head(&src_bucket, &src_key).await?;
-    check_copy_conditions(headers, &source)?;
-    let range = copy_range(headers, source.size_bytes)?;
-    let modified = source.created_ms;
-    let part = app
-        .store
-        .put_part_copy(bucket, key, id, number, source, range)
-        .await?;
+    let mut attempt = 0;
+    let (modified, part) = loop {
+        attempt += 1;
+        let source = app.store.head(&src_bucket, &src_key).await?;
+        check_copy_conditions(headers, &source)?;
+        let range = copy_range(headers, source.size_bytes)?;
+        let modified = source.created_ms;
+        match app
+            .store
+            .put_part_copy(
+                PartTarget {
+                    bucket,
+                    key,
+                    upload_id: id,
+                    number,
+                },
+                source,
+                (&src_bucket, &src_key),
+                range,
+            )
+            .await
+        {
+            // The source was overwritten or deleted while it was read.
+            Err(StoreError::Raced(_)) if attempt < READ_RACE_ATTEMPTS => continue,
+            part => break (modified, part?),
+        }
+    };
     let mut w = XmlWriter::new();
     w.open_root("CopyPartResult");
     w.leaf("LastModified", &iso8601(modified.max(part.created_ms)));

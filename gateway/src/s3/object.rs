@@ -14,7 +14,12 @@ use super::xml::XmlWriter;
 use super::{http_date, iso8601};
 use crate::meta::{ObjectRecord, WritePrecondition};
 use crate::server::AppState;
-use crate::store::{ChecksumSlot, ObjectAttrs, PutRequest, RangeSpec, ReadBody};
+use crate::store::{ChecksumSlot, ObjectAttrs, PutRequest, RangeSpec, ReadBody, StoreError};
+
+/// Bound on reading a key again when what a GET or copy read changed under it (an
+/// overwrite or delete committed between reading the record and reading its content, or
+/// before the copy's command): each attempt answers the key as of its own read.
+pub(crate) const READ_RACE_ATTEMPTS: usize = 3;
 
 const META_PREFIX: &str = "x-amz-meta-";
 /// Standard headers S3 stores with an object and returns on GET/HEAD.
@@ -230,8 +235,6 @@ pub async fn copy(
     headers: &HeaderMap,
 ) -> Result<Response, S3Error> {
     let (src_bucket, src_key) = copy_source(headers)?;
-    let source = app.store.head(&src_bucket, &src_key).await?;
-    check_copy_conditions(headers, &source)?;
     let replace = match header_str(headers, "x-amz-metadata-directive")? {
         None | Some("COPY") => false,
         Some("REPLACE") => true,
@@ -253,10 +256,26 @@ pub async fn copy(
     } else {
         None
     };
-    let record = app
-        .store
-        .copy(&source, (&src_bucket, &src_key), (bucket, key), attrs)
-        .await?;
+    let mut attempt = 0;
+    let record = loop {
+        attempt += 1;
+        let source = app.store.head(&src_bucket, &src_key).await?;
+        check_copy_conditions(headers, &source)?;
+        match app
+            .store
+            .copy(
+                &source,
+                (&src_bucket, &src_key),
+                (bucket, key),
+                attrs.clone(),
+            )
+            .await
+        {
+            // The source was replaced between its read and the copy's command.
+            Err(StoreError::Raced(_)) if attempt < READ_RACE_ATTEMPTS => continue,
+            copied => break copied?,
+        }
+    };
     let mut w = XmlWriter::new();
     w.open_root("CopyObjectResult");
     w.leaf("LastModified", &iso8601(record.created_ms));
@@ -469,10 +488,6 @@ pub async fn get(
     headers: &HeaderMap,
     q: &Query,
 ) -> Result<Response, S3Error> {
-    let record = app.store.head(bucket, key).await?;
-    if let Some(resp) = read_conditions(headers, &record)? {
-        return Ok(resp);
-    }
     let part = q.number("partNumber")?;
     if part.is_some() && headers.contains_key(header::RANGE) {
         return Err(S3Error::new(
@@ -480,15 +495,28 @@ pub async fn get(
             "Cannot specify both Range header and partNumber query parameter",
         ));
     }
-    let range = match part {
-        Some(n) => Some(part_range(&record, n)?),
-        None => header_str(headers, "range")?.and_then(parse_range),
+    let mut attempt = 0;
+    let read = loop {
+        attempt += 1;
+        let record = app.store.head(bucket, key).await?;
+        if let Some(resp) = read_conditions(headers, &record)? {
+            return Ok(resp);
+        }
+        let range = match part {
+            Some(n) => Some(part_range(&record, n)?),
+            None => header_str(headers, "range")?.and_then(parse_range),
+        };
+        if record.size_bytes == 0 && part.is_some() {
+            // An empty object's only part is empty: serve it whole.
+            return head_response(&record, q, headers, StatusCode::OK, Body::empty());
+        }
+        match app.store.get_record(bucket, key, record, range).await {
+            // Overwritten or deleted since its record was read: the new answer, with its
+            // own conditions and range.
+            Err(StoreError::Raced(_)) if attempt < READ_RACE_ATTEMPTS => continue,
+            read => break read?,
+        }
     };
-    if record.size_bytes == 0 && part.is_some() {
-        // An empty object's only part is empty: serve it whole.
-        return head_response(&record, q, headers, StatusCode::OK, Body::empty());
-    }
-    let read = app.store.get_record(bucket, key, record, range).await?;
     let length = match read.range {
         Some((first, last)) => last - first + 1,
         None => read.record.size_bytes,

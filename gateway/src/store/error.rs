@@ -69,6 +69,12 @@ pub enum StoreError {
     /// No disk pair takes writes now: a retry may succeed.
     #[error("no writable disk pair has room")]
     NoWritablePair,
+    /// What a read or copy found changed under it: the content of the record it had read
+    /// was released (an overwrite or delete committed in between), or the copy source was
+    /// replaced before the copy's command. Reading the key again gives the new answer;
+    /// handlers do so a bounded number of times (see `READ_RACE_ATTEMPTS`).
+    #[error("{0} changed while it was read")]
+    Raced(String),
     /// Too many reads in flight hold the read memory budget: a retry may succeed.
     #[error("too many reads in flight")]
     SlowDown,

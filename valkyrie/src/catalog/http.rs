@@ -5,6 +5,7 @@
 //! | request | answer |
 //! |---|---|
 //! | `GET /_catalog/files/{sha1}` | 200 `{"refs":N,"pair":P,"do_not_delete":bool}`, 404 when absent |
+//! | `POST /_catalog/files/{sha1}/fenced` | the same after a fence through the metadata log: 200 with the record or `null`; any other answer is a failed lookup |
 //! | `GET /_catalog/deleting?pair=P&limit=N[&after=SHA1]` | 200 `{"entries":[{"sha1":"..","pair":P,"since":S}]}` |
 //! | `DELETE /_catalog/deleting/{sha1}?pair=P` | 204 (also accepted: 200, and 404 for an entry already gone) |
 //! | `POST /_catalog/relocate/{sha1}?from=P&to=Q` | 200 `{"relocated":bool}` |
@@ -317,6 +318,24 @@ impl Catalog for HttpCatalog {
         }
     }
 
+    /// `POST /_catalog/files/{sha1}/fenced`: 200 with the record, or with `null` when
+    /// there is none. Any other answer fails the lookup: a gateway without fences answers
+    /// 404 for the path, which must not read as "no record", so nothing is quarantined
+    /// until the gateway knows fences.
+    async fn lookup_fenced(&self, sha1: Sha1) -> Result<Option<FileState>, CatalogError> {
+        let path = format!("/_catalog/files/{sha1}/fenced");
+        let (status, body) = self.call(Method::POST, &path).await?;
+        if status != StatusCode::OK {
+            return Err(status_error(status, &path));
+        }
+        let found: Option<FileJson> = parse(&body, &path)?;
+        Ok(found.map(|f| FileState {
+            refs: f.refs,
+            pair: PairId(f.pair),
+            do_not_delete: f.do_not_delete,
+        }))
+    }
+
     async fn deleting(
         &self,
         pair: PairId,
@@ -511,6 +530,11 @@ mod tests {
                 ("GET", p) if p.starts_with("/_catalog/files/") => {
                     (404, String::new(), Duration::ZERO)
                 }
+                ("POST", p) if p == format!("/_catalog/files/{A}/fenced") => {
+                    ok(r#"{"refs":2,"pair":7,"do_not_delete":true}"#)
+                }
+                ("POST", p) if p == format!("/_catalog/files/{B}/fenced") => ok("null"),
+                ("POST", p) if p.ends_with("/fenced") => (404, String::new(), Duration::ZERO),
                 ("GET", "/_catalog/deleting?pair=7&limit=2") => ok(&format!(
                     r#"{{"entries":[{{"sha1":"{A}","pair":7,"since":100}},{{"sha1":"{B}","pair":7,"since":200}}]}}"#
                 )),
@@ -549,6 +573,15 @@ mod tests {
             })
         );
         assert_eq!(catalog.lookup(b).await.unwrap(), None);
+        assert_eq!(
+            catalog.lookup_fenced(a).await.unwrap(),
+            catalog.lookup(a).await.unwrap()
+        );
+        assert_eq!(catalog.lookup_fenced(b).await.unwrap(), None);
+        // A gateway without fences answers 404 for the path: a failed lookup, never
+        // "no record" (which would let a worker quarantine live content).
+        let c: Sha1 = "1a0b0c0d0e0f101112131415161718191a1b1c1d".parse().unwrap();
+        assert!(catalog.lookup_fenced(c).await.is_err());
 
         let page = catalog.deleting(PairId(7), None, 2).await.unwrap();
         assert_eq!(
@@ -594,7 +627,7 @@ mod tests {
         assert_eq!(record.capacity_bytes, [3, 4]);
 
         let seen = server.seen.lock().unwrap();
-        assert_eq!(seen.len(), 9);
+        assert_eq!(seen.len(), 13);
         assert!(seen.iter().all(|(_, _, auth)| auth == "Bearer s3cret"));
     }
 

@@ -122,12 +122,16 @@ async fn one_round(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaEr
         return local_read_index(raft).await;
     }
     let addr = super::member_addr(raft, leader)?;
-    match rpc
-        .call::<(), Result<u64, MetaError>>(&addr, "read-index", &(), READ_TIMEOUT)
-        .await
-    {
-        Ok(r) => r,
-        Err(e) => Err(MetaError::Unavailable(e.to_string())),
+    // As for forwarded writes: a leader replaced while it is asked holds the round (and
+    // every read waiting on it) no longer than it takes this node to learn of it.
+    tokio::select! {
+        r = rpc.call::<(), Result<u64, MetaError>>(&addr, "read-index", &(), READ_TIMEOUT) => match r {
+            Ok(r) => r,
+            Err(e) => Err(MetaError::Unavailable(e.to_string())),
+        },
+        () = super::leader_gone(raft, leader) => Err(MetaError::Unavailable(format!(
+            "node {leader} stopped leading while asked for a read index"
+        ))),
     }
 }
 

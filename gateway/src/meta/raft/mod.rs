@@ -14,6 +14,7 @@
 //! membership), `raft.redb` (log, vote, committed), `snapshots/current.snap`.
 
 pub mod barrier;
+pub mod elector;
 // openraft's storage and RPC error types are large, and fixed by its traits.
 #[allow(clippy::result_large_err)]
 pub mod log;
@@ -36,6 +37,7 @@ use tokio::sync::watch;
 
 use super::{Command, MetaError, MetaStore, Response};
 use barrier::ReadBarrier;
+use elector::{Elector, LeaderContact, PreVoteRequest, PreVoteResponse};
 use log::LogStore;
 use machine::{SnapshotDir, StateMachine};
 use network::{Network, Rpc};
@@ -132,6 +134,8 @@ pub struct ClusterStatus {
     pub last_log_index: Option<u64>,
     pub last_applied: Option<u64>,
     pub snapshot: Option<u64>,
+    /// The last log index removed by a purge (log compaction), if any.
+    pub purged: Option<u64>,
     pub state: String,
 }
 
@@ -149,6 +153,14 @@ pub struct Metadata {
     /// it may have voted in a term before, and forgot; it grants no vote until it holds
     /// the group's state again.
     rejoining: bool,
+    /// When a leader was last heard from (see [`elector`]).
+    contact: Arc<LeaderContact>,
+    /// The log, read for pre-vote answers.
+    log: LogStore,
+    /// openraft's leader lease (its longest election timeout).
+    lease: Duration,
+    /// The elector task, stopped (and its handle on the log dropped) at shutdown.
+    elector: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// What a node says of itself to a fresh peer asking (`/_cluster/state`).
@@ -166,6 +178,13 @@ pub(crate) fn member_addr(raft: &MetaRaft, id: NodeId) -> Result<String, MetaErr
         .get_node(&id)
         .map(|n| n.addr.clone())
         .ok_or_else(|| unavailable(format!("node {id} is not a member")))
+}
+
+/// Resolves once this node no longer names `leader` as the group's leader (an election
+/// began, another node won, or Raft shut down).
+pub(crate) async fn leader_gone(raft: &MetaRaft, leader: NodeId) {
+    let mut metrics = raft.metrics();
+    let _ = metrics.wait_for(|m| m.current_leader != Some(leader)).await;
 }
 
 fn unavailable(e: impl std::fmt::Display) -> MetaError {
@@ -199,6 +218,13 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
         snapshot_policy: SnapshotPolicy::LogsSinceLast(cluster.snapshot_logs.max(1)),
         snapshot_max_chunk_size: 1 << 20,
         max_payload_entries: 256,
+        // Entries kept behind a snapshot, for followers a little behind to catch up
+        // without a snapshot install: at most one snapshot interval, so that a small
+        // `--snapshot-logs` (tests) really purges the log at every snapshot.
+        max_in_snapshot_log_to_keep: cluster.snapshot_logs.clamp(1, 1000),
+        // Elections are called by the pre-vote elector (see `elector.rs`), never by
+        // openraft's own timer: a node cut off by a partition must not raise its term.
+        enable_elect: false,
         ..Default::default()
     };
     let config = Arc::new(
@@ -208,6 +234,9 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
     );
     let rpc = Rpc::new(cluster.secret.clone());
     let network = Network { rpc: rpc.clone() };
+    let lease = Duration::from_millis(config.election_timeout_max);
+    let election_timeout_min = Duration::from_millis(config.election_timeout_min);
+    let log_reader = log.clone();
     let raft = Raft::new(cluster.node_id, config, network, log, sm)
         .await
         .map_err(|e| MetaError::Storage(e.to_string()))?;
@@ -232,6 +261,19 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
             Err(e) => return Err(MetaError::Storage(e.to_string())),
         }
     }
+    let contact = Arc::new(LeaderContact::new());
+    let elector = tokio::spawn(
+        Elector {
+            raft: raft.clone(),
+            rpc: rpc.clone(),
+            log: log_reader.clone(),
+            me: cluster.node_id,
+            contact: contact.clone(),
+            election_timeout_min,
+            lease,
+        }
+        .run(),
+    );
     let metadata = Arc::new(Metadata {
         node_id: cluster.node_id,
         proposer: Proposer::start(raft.clone(), rpc.clone(), cluster.node_id),
@@ -242,6 +284,10 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
         applied: applied_rx,
         pairs_changed: pairs_rx,
         rejoining,
+        contact,
+        log: log_reader,
+        lease,
+        elector: std::sync::Mutex::new(Some(elector)),
     });
     if has_data {
         // Tables written before replication are not in the log: a snapshot holds them,
@@ -290,6 +336,63 @@ impl Metadata {
 
     pub fn store(&self) -> &Arc<MetaStore> {
         &self.store
+    }
+
+    /// openraft's append (entries or a heartbeat) from a leader; an accepted one is
+    /// contact with a leader, which holds back this node's elector.
+    pub async fn append_entries(
+        &self,
+        req: openraft::raft::AppendEntriesRequest<TypeConfig>,
+    ) -> Result<openraft::raft::AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        let resp = self.raft.append_entries(req).await;
+        if matches!(&resp, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
+        {
+            self.contact.touch();
+        }
+        resp
+    }
+
+    /// openraft's snapshot chunk from a leader; an accepted one is contact too.
+    pub async fn install_snapshot(
+        &self,
+        req: openraft::raft::InstallSnapshotRequest<TypeConfig>,
+    ) -> Result<
+        openraft::raft::InstallSnapshotResponse<NodeId>,
+        RaftError<NodeId, openraft::error::InstallSnapshotError>,
+    > {
+        let vote = req.vote;
+        let resp = self.raft.install_snapshot(req).await;
+        if matches!(&resp, Ok(r) if r.vote <= vote) {
+            self.contact.touch();
+        }
+        resp
+    }
+
+    /// Answers a candidate's pre-vote (see [`elector`]).
+    pub async fn pre_vote(&self, req: PreVoteRequest) -> PreVoteResponse {
+        let last_log_id = match self.log.last_log_id().await {
+            Ok(l) => l,
+            Err(e) => {
+                return PreVoteResponse {
+                    granted: false,
+                    refused: Some(format!("cannot read the log: {e}")),
+                };
+            }
+        };
+        let m = self.raft.metrics().borrow().clone();
+        let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+        elector::answer(
+            &elector::Voter {
+                state: m.state,
+                current_term: m.current_term,
+                last_log_id,
+                silence: self.contact.silence(),
+                lease: self.lease,
+                may_vote: self.may_vote(),
+                voters: &voters,
+            },
+            &req,
+        )
     }
 
     pub fn raft(&self) -> &MetaRaft {
@@ -374,7 +477,24 @@ impl Metadata {
     /// node's own in the proposer, and each keeps its own result. Should leadership move
     /// meanwhile, the proposer takes them to the new leader like any local command.
     pub async fn forwarded_write(&self, batch: Batch) -> proposer::WriteReply {
+        if batch.0.is_empty() {
+            // A fence (see `proposer::fence`): an entry of its own, appended now.
+            return proposer::leader_write(&self.raft, batch).await;
+        }
         proposer::WriteReply::Done(BatchResult(self.proposer.submit_all(batch.0).await))
+    }
+
+    /// A read as of now that no command submitted before it can still change later: a
+    /// fence through the log, then a linearizable read. For deletion decisions: a file
+    /// older than [`proposer::APPEND_BOUND`] whose record this finds missing will never
+    /// get one from a command already in flight (a plain linearizable read can miss a
+    /// command appended to the leader's log but not yet committed).
+    pub async fn read_fenced<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
+    ) -> Result<T, MetaError> {
+        proposer::fence(&self.raft, &self.rpc, self.node_id).await?;
+        self.read(f).await
     }
 
     /// Changes after which PairDB must be reloaded.
@@ -429,6 +549,7 @@ impl Metadata {
             last_log_index: m.last_log_index,
             last_applied: m.last_applied.map(|l| l.index),
             snapshot: m.snapshot.map(|l| l.index),
+            purged: m.purged.map(|l| l.index),
             state: format!("{:?}", m.state),
         }
     }
@@ -541,6 +662,14 @@ impl Metadata {
 
     /// Stops Raft and makes the applied state durable (a clean restart replays nothing).
     pub async fn shutdown(&self) {
+        let elector = match self.elector.lock() {
+            Ok(mut g) => g.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        if let Some(task) = elector {
+            task.abort();
+            let _ = task.await;
+        }
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "raft shutdown");
         }
@@ -718,6 +847,43 @@ mod tests {
         open(dir, ClusterConfig::single("127.0.0.1:1".into()))
             .await
             .unwrap()
+    }
+
+    /// openraft's own storage suite (log state, purge, truncate, vote, membership from log
+    /// and state machine, applied state, snapshots) against our log store and state
+    /// machine, each on fresh files.
+    struct Stores;
+
+    impl openraft::testing::StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir>
+        for Stores
+    {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, LogStore, StateMachine), openraft::StorageError<NodeId>>
+        {
+            let io = |e: MetaError| {
+                openraft::StorageError::from(openraft::StorageIOError::read(
+                    &std::io::Error::other(e.to_string()),
+                ))
+            };
+            let dir = tempfile::tempdir().map_err(|e| io(MetaError::Storage(e.to_string())))?;
+            let store = Arc::new(MetaStore::open(&dir.path().join("meta.redb")).map_err(io)?);
+            let log = LogStore::open(&dir.path().join("raft.redb"))
+                .map_err(|e| io(MetaError::Storage(e.to_string())))?;
+            let sm = StateMachine::open(
+                store,
+                SnapshotDir::new(dir.path().join("snapshots")),
+                watch::channel(0).0,
+                watch::channel(0).0,
+            )
+            .map_err(io)?;
+            Ok((dir, log, sm))
+        }
+    }
+
+    #[test]
+    fn openraft_storage_suite_passes() {
+        openraft::testing::Suite::test_all(Stores).unwrap();
     }
 
     #[tokio::test]

@@ -7,12 +7,21 @@
 //! client, each command goes alone and waits for nothing. On the leader a batch is a local
 //! `client_write`; on a follower it is forwarded to the leader over `/_cluster/write`.
 //!
+//! Every command has a deadline for its append: [`APPEND_DEADLINE`] after it was submitted
+//! on its node, and [`WRITE_TIMEOUT`] after a leader received it forwarded. A batch past
+//! the deadline of one of its commands is never sent to a leader's log; its commands fail
+//! with `Unavailable`, not appended anywhere. So a command reaches a log within
+//! [`APPEND_BOUND`] of its submission or never: an upload's files, written before its
+//! command, cannot be taken for orphans by a scrubber that waits longer than that and
+//! fences (see `Metadata::read_fenced`) before it decides.
+//!
 //! A batch is retried on another node only when the answer says it was not appended (the
 //! node was not the leader). Any other failure (timeout, lost connection) leaves the
 //! outcome unknown: the commands fail with `Unavailable` and are not acknowledged, though
 //! they may still be applied. The caller's data path never depends on them being absent.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use openraft::error::{ClientWriteError, RaftError};
 use serde::{Deserialize, Serialize};
@@ -43,6 +52,13 @@ const BATCH_COMMANDS_MAX: usize = 512;
 const QUEUE_MAX: usize = 8192;
 /// Bound on redirects when the leader changes under a batch.
 const REDIRECTS_MAX: usize = 3;
+/// A command submitted on a node is appended to a leader's log within this long, or never.
+pub const APPEND_DEADLINE: Duration = Duration::from_secs(20);
+/// The longest a command may take from its submission to a leader's log: its own node's
+/// deadline, the forwarding RPC's timeout, then the deadline of the leader that received
+/// it (a forwarded command may wait that long in the leader's queue).
+pub const APPEND_BOUND: Duration =
+    Duration::from_secs(APPEND_DEADLINE.as_secs() + 2 * WRITE_TIMEOUT.as_secs());
 
 /// The leader's answer to a forwarded batch.
 #[derive(Debug, Serialize, Deserialize)]
@@ -57,6 +73,8 @@ pub enum WriteReply {
 struct Pending {
     cmd: Command,
     reply: oneshot::Sender<Result<Response, MetaError>>,
+    /// Not appended to a log after this instant (see [`APPEND_DEADLINE`]).
+    deadline: Instant,
 }
 
 pub struct Proposer {
@@ -96,7 +114,7 @@ impl Proposer {
     }
 
     pub async fn submit(&self, cmd: Command) -> Result<Response, MetaError> {
-        let rx = self.enqueue(cmd).await?;
+        let rx = self.enqueue(cmd, Instant::now() + APPEND_DEADLINE).await?;
         rx.await.map_err(|_| shutting_down())?
     }
 
@@ -106,9 +124,11 @@ impl Proposer {
     /// awaits each append), so a batch of a few commands from each follower appended as an
     /// entry of its own would cap the group at the fsyncs per second.
     pub async fn submit_all(&self, cmds: Vec<Command>) -> Vec<Result<Response, MetaError>> {
+        // The follower that sent them gives up after WRITE_TIMEOUT; so does this node.
+        let deadline = Instant::now() + WRITE_TIMEOUT;
         let mut waiting = Vec::with_capacity(cmds.len());
         for cmd in cmds {
-            waiting.push(self.enqueue(cmd).await);
+            waiting.push(self.enqueue(cmd, deadline).await);
         }
         let mut results = Vec::with_capacity(waiting.len());
         for w in waiting {
@@ -123,10 +143,15 @@ impl Proposer {
     async fn enqueue(
         &self,
         cmd: Command,
+        deadline: Instant,
     ) -> Result<oneshot::Receiver<Result<Response, MetaError>>, MetaError> {
         let (reply, rx) = oneshot::channel();
         self.queue
-            .send(Pending { cmd, reply })
+            .send(Pending {
+                cmd,
+                reply,
+                deadline,
+            })
             .await
             .map_err(|_| shutting_down())?;
         Ok(rx)
@@ -138,9 +163,14 @@ fn shutting_down() -> MetaError {
 }
 
 async fn commit(raft: &MetaRaft, rpc: &Rpc, me: NodeId, pending: Vec<Pending>) {
+    let deadline = pending
+        .iter()
+        .map(|p| p.deadline)
+        .min()
+        .unwrap_or_else(Instant::now);
     let (cmds, replies): (Vec<_>, Vec<_>) = pending.into_iter().map(|p| (p.cmd, p.reply)).unzip();
     let n = cmds.len();
-    let outcome = send(raft, rpc, me, Batch(cmds)).await;
+    let outcome = send(raft, rpc, me, Batch(cmds), deadline).await;
     match outcome {
         Ok(BatchResult(results)) if results.len() == n => {
             for (reply, result) in replies.into_iter().zip(results) {
@@ -161,12 +191,30 @@ async fn commit(raft: &MetaRaft, rpc: &Rpc, me: NodeId, pending: Vec<Pending>) {
     }
 }
 
-/// Commits a batch on whichever node leads, following redirects a bounded number of times.
+/// Commits an empty batch through the log: once it is applied, every entry that any
+/// leader's log held before it is applied too, and any entry that is in no such log can
+/// never commit (a later leader's log would have to hold it). With [`APPEND_BOUND`], the
+/// fence a deletion decision needs (see `Metadata::read_fenced`).
+pub async fn fence(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<(), MetaError> {
+    send(
+        raft,
+        rpc,
+        me,
+        Batch(Vec::new()),
+        Instant::now() + WRITE_TIMEOUT,
+    )
+    .await
+    .map(drop)
+}
+
+/// Commits a batch on whichever node leads, following redirects a bounded number of times;
+/// never sends it to a log after `deadline` (it then fails, appended nowhere).
 async fn send(
     raft: &MetaRaft,
     rpc: &Rpc,
     me: NodeId,
     batch: Batch,
+    deadline: Instant,
 ) -> Result<BatchResult, MetaError> {
     let mut hint: Option<NodeId> = None;
     for _ in 0..=REDIRECTS_MAX {
@@ -174,13 +222,29 @@ async fn send(
             Some(l) => l,
             None => wait_leader(raft).await?,
         };
+        if Instant::now() >= deadline {
+            return Err(MetaError::Unavailable(
+                "the command reached no leader before its append deadline; not appended".into(),
+            ));
+        }
         let reply = if leader == me {
             leader_write(raft, batch.clone()).await
         } else {
             let addr = super::member_addr(raft, leader)?;
-            match rpc.call(&addr, "write", &batch, WRITE_TIMEOUT).await {
-                Ok(r) => r,
-                Err(e) => WriteReply::Unavailable(e.to_string()),
+            // A leader that stops answering (killed, paused, cut off) would hold this batch,
+            // and the forwarding permit it took, for the whole timeout while the group
+            // elects another: the batch is given up as soon as this node knows of another
+            // leader (or of an election), so the commands behind it go to the new one.
+            // Its outcome stays unknown (the old leader may have appended it, and the new
+            // one commit it), so its commands fail with Unavailable, as after a timeout.
+            tokio::select! {
+                r = rpc.call(&addr, "write", &batch, WRITE_TIMEOUT) => match r {
+                    Ok(r) => r,
+                    Err(e) => WriteReply::Unavailable(e.to_string()),
+                },
+                () = super::leader_gone(raft, leader) => WriteReply::Unavailable(format!(
+                    "node {leader} stopped leading while a batch was forwarded to it; its outcome is unknown"
+                )),
             }
         };
         match reply {
@@ -213,7 +277,7 @@ async fn wait_leader(raft: &MetaRaft) -> Result<NodeId, MetaError> {
 }
 
 /// Appends a batch on this node, which must lead; waits until it is applied here.
-async fn leader_write(raft: &MetaRaft, batch: Batch) -> WriteReply {
+pub(crate) async fn leader_write(raft: &MetaRaft, batch: Batch) -> WriteReply {
     match tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(batch)).await {
         Ok(Ok(resp)) => WriteReply::Done(resp.data),
         Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
