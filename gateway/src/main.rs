@@ -442,7 +442,7 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
             v.scrub_interval_secs = args.scrub_interval_secs.unwrap_or(v.scrub_interval_secs);
             v.grace_secs = args.grace_secs.unwrap_or(v.grace_secs);
             v.scrub_bytes_per_sec = args.scrub_bytes_per_sec.unwrap_or(v.scrub_bytes_per_sec);
-            v
+            v.checked().map_err(|e| e.to_string())?
         },
     })
 }

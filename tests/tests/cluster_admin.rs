@@ -287,3 +287,67 @@ fn an_election_timeout_out_of_range_is_refused_at_start() {
         "a refused start created metadata"
     );
 }
+
+/// Valkyrie's grace must outlast the longest a metadata command can take to reach the log
+/// (see `valkyrie::GRACE_SECS_MIN`): shorter, an upload still committing could be taken
+/// for an orphan. Refused on one node, in a cluster, from the config file, and by the
+/// `valkyrie` binary.
+#[test]
+fn a_grace_shorter_than_the_command_bound_is_refused_at_start() {
+    let root = tempfile::Builder::new()
+        .prefix("e2e-grace-")
+        .tempdir()
+        .expect("temp folder");
+    let data = root.path().join("data");
+    let data = data.to_str().expect("utf-8 path");
+    let base = ["serve", "--data", data, "--listen", "127.0.0.1:0"];
+    let env = [(CLUSTER_SECRET_ENV, "a-cluster-secret")];
+    let want = "grace_secs = 10 is shorter than 300";
+
+    let run = run_gateway(&[&base[..], &["--grace-secs", "10"]].concat(), &[]);
+    assert_ne!(
+        run.code,
+        Some(0),
+        "one node started with a 10 s grace: {run}"
+    );
+    assert!(run.stderr.contains(want), "{run}");
+
+    let peers = "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3";
+    let cluster = [
+        &base[..],
+        &["--node-id", "1", "--peers", peers, "--grace-secs", "10"],
+    ]
+    .concat();
+    let run = run_gateway(&cluster, &env);
+    assert_ne!(
+        run.code,
+        Some(0),
+        "a cluster node started with a 10 s grace: {run}"
+    );
+    assert!(run.stderr.contains(want), "{run}");
+
+    let config = root.path().join("gateway.toml");
+    std::fs::write(&config, "[valkyrie]\ngrace_secs = 10\n").expect("write config");
+    let config = config.to_str().expect("utf-8 path");
+    let run = run_gateway(&[&base[..], &["--config", config]].concat(), &[]);
+    assert_ne!(
+        run.code,
+        Some(0),
+        "started with grace_secs = 10 in its config: {run}"
+    );
+    assert!(run.stderr.contains(want), "{run}");
+
+    // The worker binary, before it asks its catalog anything.
+    let disk = root.path().join("disk");
+    std::fs::create_dir_all(&disk).expect("disk folder");
+    let out = std::process::Command::new(e2e::gateway_bin().with_file_name("valkyrie"))
+        .args(["--disk", disk.to_str().expect("utf-8 path")])
+        .args(["--pair", "0", "--index", "0"])
+        .args(["--catalog", "http://127.0.0.1:1", "--grace-secs", "10"])
+        .env("VALKYRIE_CATALOG_TOKEN", "t")
+        .output()
+        .expect("run valkyrie");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(want), "{stderr}");
+}

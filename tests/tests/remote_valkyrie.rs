@@ -31,7 +31,7 @@ impl RemoteWorker {
             .args(["--pair", "0", "--index", &index.to_string()])
             .args(["--catalog", &gw.endpoint()])
             .args(["--quarantine-secs", "2", "--slave-delay-secs", "2"])
-            .args(["--scrub-interval-secs", "1", "--grace-secs", "1"])
+            .args(["--scrub-interval-secs", "1", "--grace-secs", "300"])
             .args(["--deletion-interval-secs", "1"])
             .env("VALKYRIE_CATALOG_TOKEN", token)
             .stdin(Stdio::null())

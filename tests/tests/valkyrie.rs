@@ -895,7 +895,7 @@ async fn junk_copies_on_another_pair_are_verified_and_removed() {
 
 #[tokio::test]
 async fn an_orphan_older_than_the_grace_period_is_quarantined() {
-    let gw = Gateway::start_with(&["--grace-secs", "1", "--scrub-interval-secs", "1"], &[]);
+    let gw = Gateway::start_with(&["--grace-secs", "300", "--scrub-interval-secs", "1"], &[]);
     let s3 = gw.client();
     create_bucket(&s3, "bkt").await;
     let live = random_body(701, 4_000);
@@ -992,7 +992,7 @@ async fn with_the_master_unable_to_act_the_slave_still_deletes() {
             "--slave-delay-secs",
             "3",
             "--grace-secs",
-            "1",
+            "300",
             "--scrub-interval-secs",
             "1",
         ],
@@ -1047,10 +1047,11 @@ async fn with_the_master_unable_to_act_the_slave_still_deletes() {
     );
 
     // The master recovers: its copy is now an orphan (no record, no entry), which its
-    // scrubber quarantines once past the grace period.
+    // scrubber quarantines once past the grace period (aged here past it).
     for ts in from..=until {
         std::fs::remove_dir(shard.join(format!("{sha1}.deleted.{ts}"))).expect("unblock");
     }
+    write_aged(&content_at(&master, &sha1), &body, 3600);
     wait_for(&gw, "the master's orphan copy quarantined", 30, || {
         !content_at(&master, &sha1).exists() && quarantined(&master, &sha1).len() == 1
     });

@@ -69,6 +69,6 @@ pub use clock::{Clock, Shutdown};
 pub use error::ValkyrieError;
 pub use metrics::{Metrics, MetricsSnapshot};
 pub use quarantine::restore;
-pub use settings::Settings;
+pub use settings::{GRACE_SECS_MIN, Settings, SettingsError};
 pub use unmove::{UnmoveOptions, UnmoveProgress, UnmoveTracker, drain};
 pub use worker::{Worker, WorkerConfig};

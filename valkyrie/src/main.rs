@@ -115,6 +115,10 @@ async fn main() -> ExitCode {
         tracing::error!(disk = %args.disk.display(), "--disk is not a directory");
         return ExitCode::from(2);
     }
+    if let Err(e) = args.settings().checked() {
+        tracing::error!("{e}");
+        return ExitCode::from(2);
+    }
     let config = HttpCatalogConfig {
         request_timeout: Duration::from_secs(args.catalog_timeout_secs.max(1)),
         ..HttpCatalogConfig::default()

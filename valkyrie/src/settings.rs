@@ -7,6 +7,26 @@ const MIB: u64 = 1024 * 1024;
 const HOUR_SECS: u64 = 3600;
 const DAY_SECS: u64 = 24 * HOUR_SECS;
 
+/// The shortest `grace_secs` a worker accepts. An upload writes its files, then submits
+/// its metadata command; the metadata layer appends a command to its log within 40 s of
+/// its submission or never (the gateway's `APPEND_BOUND`), and the worker's last look
+/// before a quarantine is fenced behind every command already appended. A file older than
+/// the grace by its mtime can then only be an orphan if the grace also covers the time
+/// from its last data write to the command (the copies' fsync: tens of seconds for a
+/// 5 GiB body on a slow disk) and the clock difference between the storage node that
+/// set the mtime and the worker: five minutes leaves room for both.
+pub const GRACE_SECS_MIN: u64 = 300;
+
+/// A setting no worker may run with.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SettingsError {
+    #[error(
+        "grace_secs = {0} is shorter than {GRACE_SECS_MIN}: a file whose upload's metadata \
+         command is still on its way could be taken for an orphan and quarantined"
+    )]
+    GraceTooShort(u64),
+}
+
 /// Everything a worker can be told; [`Settings::default`] holds the production values.
 /// Unknown keys are refused: these are also the keys of the gateway's `[valkyrie]` config
 /// section, where a misspelt key silently kept its production default (a week of
@@ -55,6 +75,14 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// The settings if a worker may run with them.
+    pub fn checked(self) -> Result<Self, SettingsError> {
+        if self.grace_secs < GRACE_SECS_MIN {
+            return Err(SettingsError::GraceTooShort(self.grace_secs));
+        }
+        Ok(self)
+    }
+
     /// The same settings with every bound at least 1, so that a zero from a config file
     /// cannot turn a batch into an endless loop of empty pages.
     pub fn sanitized(mut self) -> Self {
@@ -68,6 +96,21 @@ impl Settings {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_grace_below_the_minimum_is_refused() {
+        let with = |grace_secs| Settings {
+            grace_secs,
+            ..Settings::default()
+        };
+        assert!(Settings::default().checked().is_ok());
+        assert!(with(GRACE_SECS_MIN).checked().is_ok());
+        assert_eq!(
+            with(GRACE_SECS_MIN - 1).checked(),
+            Err(SettingsError::GraceTooShort(GRACE_SECS_MIN - 1))
+        );
+        assert_eq!(with(0).checked(), Err(SettingsError::GraceTooShort(0)));
+    }
+
     use super::*;
 
     #[test]

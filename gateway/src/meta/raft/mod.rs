@@ -881,6 +881,13 @@ mod tests {
         }
     }
 
+    /// A Valkyrie worker waits out its grace before it takes a file for an orphan; a
+    /// command must reach the log well within it (see `proposer::APPEND_BOUND`).
+    #[test]
+    fn the_append_bound_fits_well_within_the_shortest_grace() {
+        assert!(2 * proposer::APPEND_BOUND.as_secs() <= valkyrie::GRACE_SECS_MIN);
+    }
+
     #[test]
     fn openraft_storage_suite_passes() {
         openraft::testing::Suite::test_all(Stores).unwrap();
