@@ -72,6 +72,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_cluster/raft/append", post(append))
         .route("/_cluster/raft/vote", post(vote))
         .route("/_cluster/pre-vote", post(pre_vote))
+        .route("/_cluster/version", post(format_version))
         .route("/_cluster/raft/snapshot", post(snapshot))
         .route("/_cluster/write", post(write))
         .route("/_cluster/read-index", post(read_index))
@@ -96,7 +97,14 @@ pub fn router(state: Arc<AppState>) -> Router {
 async fn append(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
     match decode(&body) {
         Ok(req) => encode(&app.store.metadata().append_entries(req).await),
-        Err(r) => *r,
+        Err(r) => {
+            // Nothing is appended, so this node cannot diverge; it only falls behind.
+            tracing::error!(
+                "entries from the leader cannot be decoded: the leader may write a metadata \
+                 format this binary does not know (upgrade it)"
+            );
+            *r
+        }
     }
 }
 
@@ -112,6 +120,11 @@ async fn vote(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
         Ok(req) => encode(&app.store.metadata().raft().vote(req).await),
         Err(r) => *r,
     }
+}
+
+/// The newest metadata format this binary knows (see `meta::cluster_version`).
+async fn format_version() -> Response {
+    encode(&crate::meta::cluster_version::FORMAT_VERSION)
 }
 
 async fn pre_vote(State(app): State<Arc<AppState>>, body: Bytes) -> Response {

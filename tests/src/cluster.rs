@@ -90,6 +90,17 @@ impl Cluster {
     /// `places[i].host`, inside `places[i].netns` if set, and restarts there); the peers
     /// name those addresses. E.g. the placements of a [`crate::netns::NetLab`].
     pub fn start_in(places: &[Placement], extra_args: &[&str]) -> Cluster {
+        Self::start_placed_bins(places, &[], extra_args)
+    }
+
+    /// Like [`Cluster::start`], node `i + 1` running binary `bins[i]` (a mixed-version
+    /// group for an upgrade test; [`crate::Gateway::restart_with_bin`] changes one).
+    pub fn start_bins(bins: &[PathBuf], extra_args: &[&str]) -> Cluster {
+        Self::start_placed_bins(&vec![Placement::default(); bins.len()], bins, extra_args)
+    }
+
+    /// The placements and, where given, the binaries (`bins` empty: the default one).
+    fn start_placed_bins(places: &[Placement], bins: &[PathBuf], extra_args: &[&str]) -> Cluster {
         let n = places.len();
         assert!(n >= 1, "a cluster has at least one node");
         // A test that panicked while holding it poisoned it; its cluster is gone all the same.
@@ -136,6 +147,7 @@ impl Cluster {
                     env: vec![(CLUSTER_SECRET_ENV.to_string(), secret.clone())],
                     label: Some(format!("node {id}")),
                     stderr_file: None,
+                    bin: bins.get(id - 1).cloned(),
                 };
                 (opts, places[id - 1].clone())
             })
@@ -583,6 +595,9 @@ pub struct ClusterStatus {
     /// The index of the last log entry removed by a purge, if any (`None` also when not
     /// sent).
     pub purged: Option<u64>,
+    /// The group's metadata format version as the node applied it (`None`: not sent, a
+    /// release from before it).
+    pub cluster_version: Option<u64>,
 }
 
 impl ClusterStatus {
@@ -627,6 +642,7 @@ impl ClusterStatus {
             last_log_index: v.get("last_log_index").and_then(Value::as_u64),
             snapshot: v.get("snapshot").and_then(Value::as_u64),
             purged: v.get("purged").and_then(Value::as_u64),
+            cluster_version: v.get("cluster_version").and_then(Value::as_u64),
         })
     }
 }

@@ -145,6 +145,8 @@ pub struct GatewayOptions {
     /// pipe read into the kept log (so failure messages then show stdout only); `None`: the
     /// pipe.
     pub stderr_file: Option<PathBuf>,
+    /// The gateway binary; `None`: [`gateway_bin`].
+    pub bin: Option<PathBuf>,
 }
 
 /// Where a gateway process runs on the network (see [`Gateway::start_placed`]): the address
@@ -198,7 +200,7 @@ impl Gateway {
     /// Like [`Gateway::start_opts`], listening on `place.host` inside `place.netns` (and
     /// restarted there).
     pub fn start_placed(opts: GatewayOptions, place: Placement) -> Gateway {
-        let bin = gateway_bin();
+        let bin = opts.bin.clone().unwrap_or_else(gateway_bin);
         let dir = match opts.data_dir {
             Some(path) => {
                 fs::create_dir_all(&path)
@@ -411,6 +413,18 @@ impl Gateway {
     /// old clients point at the dead process.
     pub fn restart(&mut self) {
         self.kill9();
+        self.respawn();
+    }
+
+    /// Restarts the process with another binary on the same data folder, port and flags
+    /// (an upgrade or a downgrade): SIGKILL first if it still runs.
+    pub fn restart_with_bin(&mut self, bin: PathBuf) {
+        self.kill9();
+        self.bin = bin;
+        self.respawn();
+    }
+
+    fn respawn(&mut self) {
         // The port was just released; binding it again can transiently fail. Bounded retry.
         self.paused = false;
         let deadline = Instant::now() + Duration::from_secs(20);

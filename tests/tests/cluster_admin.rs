@@ -59,6 +59,7 @@ impl Group {
             env: vec![(CLUSTER_SECRET_ENV.to_string(), self.secret.clone())],
             label: Some(format!("node {id}")),
             stderr_file: None,
+            bin: None,
         })
     }
 

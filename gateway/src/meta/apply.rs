@@ -357,6 +357,9 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
                 running,
             })
         }
+        Command::SetClusterVersion { version } => Ok(Response::ClusterVersion(
+            super::cluster_version::apply_raise(txn, *version)?,
+        )),
         Command::JobDeleteBucket { id, now_ms } => match jobs::finish_bucket(txn, *id, *now_ms)? {
             jobs::BucketEnd::NotRunning => jobs::read(txn, *id)?
                 .map(Response::Job)

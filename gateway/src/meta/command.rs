@@ -237,6 +237,12 @@ pub enum Command {
         id: u64,
         now_ms: u64,
     },
+    /// Raises the group's format version (see `cluster_version.rs`); proposed by the
+    /// leader once every member knows `version`. New variants go after this one: a
+    /// variant's index is its encoding.
+    SetClusterVersion {
+        version: u32,
+    },
 }
 
 impl Command {
@@ -308,4 +314,6 @@ pub enum Response {
     },
     /// `EndJob`: the job as it is now.
     Job(JobRecord),
+    /// `SetClusterVersion`: the group's format version after it.
+    ClusterVersion(u32),
 }

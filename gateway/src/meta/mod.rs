@@ -9,6 +9,7 @@
 
 pub mod apply;
 pub mod calls;
+pub mod cluster_version;
 pub mod command;
 pub mod filedb;
 pub mod jobs;

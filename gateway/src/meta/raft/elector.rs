@@ -22,8 +22,9 @@
 //!   pre-vote is only granted after the same lease has run out). Otherwise it waits
 //!   another randomized timeout. Its term never moves while it cannot win.
 //!
-//! A peer that answers 404 runs a version without pre-votes (a rolling upgrade): its real
-//! vote decides for it, so its answer counts as a grant. An unreachable peer counts as a
+//! A peer that answers with an HTTP error runs a release without pre-votes (a rolling
+//! upgrade: its router takes the path for an S3 request and answers 403): its real vote
+//! decides for it, so its answer counts as a grant. An unreachable peer counts as a
 //! refusal.
 //!
 //! Timing with the default timeout (500 ms): a dead, paused or cut-off leader is
@@ -252,12 +253,8 @@ impl Elector {
                         }
                         r.granted
                     }
-                    // A version without pre-votes: its real vote decides.
-                    Err(RpcError::Status(_, status, _))
-                        if status == http::StatusCode::NOT_FOUND =>
-                    {
-                        true
-                    }
+                    // A release without pre-votes: its real vote decides.
+                    Err(RpcError::Status(..)) => true,
                     Err(e) => {
                         tracing::debug!(peer = id, error = %e, "pre-vote not answered");
                         false

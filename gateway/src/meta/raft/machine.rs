@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use super::snapshot;
 use super::{BatchResult, Node, NodeId, TypeConfig};
 use crate::meta::tables::RAFT_STATE;
-use crate::meta::{Command, MetaError, MetaStore, apply::apply};
+use crate::meta::{Command, MetaError, MetaStore, apply::apply, cluster_version};
 
 /// How often applied state is made durable (an fsync of `meta.redb`).
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
@@ -244,6 +244,13 @@ impl StateMachine {
                 EntryPayload::Blank => {}
                 EntryPayload::Normal(batch) => {
                     for cmd in &batch.0 {
+                        // A format this binary does not know: stop here (openraft stops
+                        // the node on a state machine error) rather than apply what
+                        // follows differently from the nodes that know it.
+                        if let Err(e) = cluster_version::check_known(cmd) {
+                            tracing::error!("{e}");
+                            return Err(MetaError::Storage(e.to_string()));
+                        }
                         pairs |= touches_pairs(cmd);
                         keys |= cmd.touches_keys();
                     }

@@ -35,7 +35,7 @@ use openraft::{BasicNode, ChangeMembers, Config, Raft, ServerState, SnapshotPoli
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::{Command, MetaError, MetaStore, Response};
+use super::{Command, MetaError, MetaStore, Response, cluster_version};
 use barrier::ReadBarrier;
 use elector::{Elector, LeaderContact, PreVoteRequest, PreVoteResponse};
 use log::LogStore;
@@ -137,6 +137,10 @@ pub struct ClusterStatus {
     /// The last log index removed by a purge (log compaction), if any.
     pub purged: Option<u64>,
     pub state: String,
+    /// The group's format version as this node has applied it (see `cluster_version.rs`).
+    pub cluster_version: Option<u32>,
+    /// The newest format this node's binary knows.
+    pub format_version: u32,
 }
 
 /// The replicated metadata as the rest of the gateway sees it.
@@ -159,8 +163,9 @@ pub struct Metadata {
     log: LogStore,
     /// openraft's leader lease (its longest election timeout).
     lease: Duration,
-    /// The elector task, stopped (and its handle on the log dropped) at shutdown.
-    elector: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The elector and the version raiser, stopped (and their handles on the stores
+    /// dropped) at shutdown.
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// What a node says of itself to a fresh peer asking (`/_cluster/state`).
@@ -287,8 +292,12 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
         contact,
         log: log_reader,
         lease,
-        elector: std::sync::Mutex::new(Some(elector)),
+        tasks: std::sync::Mutex::new(vec![elector]),
     });
+    let raiser = tokio::spawn(raise_cluster_version(Arc::downgrade(&metadata)));
+    if let Ok(mut tasks) = metadata.tasks.lock() {
+        tasks.push(raiser);
+    }
     if has_data {
         // Tables written before replication are not in the log: a snapshot holds them,
         // and the log before it is purged, so that a node added later starts from the
@@ -296,6 +305,50 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
         metadata.snapshot_now().await?;
     }
     Ok(metadata)
+}
+
+/// How often the leader checks whether the group's format version can be raised.
+const RAISE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// On the leader: raises the group's format version to the newest every member knows
+/// (see `cluster_version.rs`). Ends when the metadata is dropped.
+async fn raise_cluster_version(meta: std::sync::Weak<Metadata>) {
+    loop {
+        tokio::time::sleep(RAISE_INTERVAL).await;
+        let Some(meta) = meta.upgrade() else { return };
+        if !meta.raft.metrics().borrow().state.is_leader() {
+            continue;
+        }
+        let have = match meta.read_local(|m| m.cluster_version()).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the cluster's format version");
+                continue;
+            }
+        };
+        if have >= cluster_version::FORMAT_VERSION {
+            continue;
+        }
+        let Some(known) = meta.members_format_version().await else {
+            continue;
+        };
+        if known <= have {
+            continue;
+        }
+        // The raise is the gate itself: proposed as is, past `execute`'s check.
+        match meta
+            .proposer
+            .submit(Command::SetClusterVersion { version: known })
+            .await
+        {
+            Ok(_) => tracing::info!(
+                from = have,
+                to = known,
+                "raised the cluster's format version"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot raise the cluster's format version"),
+        }
+    }
 }
 
 /// Whether any other peer has applied committed entries (a leader was elected there).
@@ -404,8 +457,48 @@ impl Metadata {
     }
 
     /// Commits one command through the log and answers its result once it is applied.
+    /// A command of a format the group has not reached yet (a rolling upgrade in
+    /// progress) is refused before it is proposed: some member could not read it.
     pub async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
+        let need = cmd.format_version();
+        if need > cluster_version::FORMAT_VERSION_INITIAL {
+            let have = self.read_local(|m| m.cluster_version()).await?;
+            if need > have {
+                return Err(unavailable(format!(
+                    "this command needs format version {need} and the cluster runs {have}: \
+                     a node of an older release is still a member (finish the upgrade)"
+                )));
+            }
+        }
         self.proposer.submit(cmd).await
+    }
+
+    /// The newest format every member knows now: this binary's, lowered by each other
+    /// member's answer to `/_cluster/version`. A member that answers with an HTTP error
+    /// is a release from before the question (its router takes the path for an S3
+    /// request and answers 403): version 1. `None` while a member cannot be reached.
+    async fn members_format_version(&self) -> Option<u32> {
+        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let mut lowest = cluster_version::FORMAT_VERSION;
+        for (id, node) in membership.membership().nodes() {
+            if *id == self.node_id {
+                continue;
+            }
+            let answer: Result<u32, _> = self
+                .rpc
+                .call(&node.addr, "version", &(), PEER_PROBE_TIMEOUT)
+                .await;
+            let version = match answer {
+                Ok(v) => v,
+                Err(network::RpcError::Status(..)) => cluster_version::FORMAT_VERSION_INITIAL,
+                Err(e) => {
+                    tracing::debug!(node = id, error = %e, "format version not known");
+                    return None;
+                }
+            };
+            lowest = lowest.min(version);
+        }
+        Some(lowest)
     }
 
     /// Waits until this node's state machine holds every write acknowledged before the
@@ -551,6 +644,8 @@ impl Metadata {
             snapshot: m.snapshot.map(|l| l.index),
             purged: m.purged.map(|l| l.index),
             state: format!("{:?}", m.state),
+            cluster_version: self.store.cluster_version().ok(),
+            format_version: cluster_version::FORMAT_VERSION,
         }
     }
 
@@ -662,11 +757,11 @@ impl Metadata {
 
     /// Stops Raft and makes the applied state durable (a clean restart replays nothing).
     pub async fn shutdown(&self) {
-        let elector = match self.elector.lock() {
-            Ok(mut g) => g.take(),
-            Err(p) => p.into_inner().take(),
+        let tasks = match self.tasks.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
         };
-        if let Some(task) = elector {
+        for task in tasks {
             task.abort();
             let _ = task.await;
         }

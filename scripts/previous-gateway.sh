@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds the gateway of the previous release (the commit named in scripts/previous-release)
+# for the rolling-upgrade test, and prints the binary's path (also written to
+# target/previous/gateway-path). The source is checked out in a git worktree under
+# target/previous/src and built into this checkout's own target folder, so the
+# dependencies built for the current tree are reused and only the gateway crates compile.
+# Run the current tree's `cargo build -p gateway` after it: the build of the previous
+# release leaves its binary at target/debug/gateway until then.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root="$PWD"
+commit="$(tr -d '[:space:]' < scripts/previous-release)"
+out="$root/target/previous"
+bin="$out/gateway-$commit"
+if [ ! -x "$bin" ]; then
+    mkdir -p "$out"
+    src="$out/src"
+    if [ -e "$src" ]; then
+        git worktree remove --force "$src" 2>/dev/null || rm -rf "$src"
+        git worktree prune
+    fi
+    git worktree add --detach "$src" "$commit" >&2
+    (cd "$src" && CARGO_TARGET_DIR="$root/target" cargo build -p gateway >&2)
+    cp "$root/target/debug/gateway" "$bin.tmp"
+    mv "$bin.tmp" "$bin"
+    git worktree remove --force "$src"
+fi
+echo "$bin" > "$out/gateway-path"
+echo "$bin"

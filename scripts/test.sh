@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The project's test command (the README's second line): installs what the tests need,
+# builds the previous release's gateway for the rolling-upgrade test, then builds the
+# gateway and runs every test of the workspace. Extra arguments go to `cargo test`.
+#
+# Needs, and installs with apt-get when run as root: nginx with its dav modules (the
+# WebDAV storage-node tests) and iptables (the partition test, which also needs root for
+# its network namespaces). Without root, a missing one is named and the script stops.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+missing=()
+[ -x /usr/sbin/nginx ] || missing+=(nginx-full)
+[ -e /usr/lib/nginx/modules/ngx_http_dav_ext_module.so ] || missing+=(libnginx-mod-http-dav-ext)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || missing+=(iproute2)
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "scripts/test.sh: the tests need ${missing[*]}; install them (apt-get install -y ${missing[*]}) or run this as root" >&2
+        exit 2
+    fi
+    echo "installing ${missing[*]} (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q "${missing[@]}"
+fi
+
+echo "== the previous release's gateway (rolling-upgrade test)"
+GATEWAY_PREVIOUS_BIN="$(bash scripts/previous-gateway.sh)"
+export GATEWAY_PREVIOUS_BIN
+echo "GATEWAY_PREVIOUS_BIN=$GATEWAY_PREVIOUS_BIN"
+
+echo "== cargo build -p gateway && cargo test --workspace"
+cargo build -p gateway
+cargo test --workspace "$@"
