@@ -207,7 +207,16 @@ impl Elector {
             } else {
                 1 + self.ask(&voters, &req).await
             };
-            if is_majority(grants, voters.len()) {
+            // The answers took time (an unreachable peer, its whole timeout): meanwhile
+            // this node may have voted in another's election or heard a new leader. An
+            // election now would depose that leader for nothing.
+            let still = {
+                let now = self.raft.metrics().borrow().clone();
+                now.current_term == m.current_term
+                    && now.state != ServerState::Leader
+                    && (alone || self.contact.silence() >= self.lease)
+            };
+            if still && is_majority(grants, voters.len()) {
                 tracing::info!(
                     term = req.term,
                     grants,
@@ -232,10 +241,12 @@ impl Elector {
         self.lease + Duration::from_millis(rand::rng().random_range(0..jitter_ms))
     }
 
-    /// Asks every other voter at once; the number of grants.
+    /// Asks every other voter at once; the number of grants, counted until they make a
+    /// majority with this node's own (an unreachable peer is not waited for then).
     async fn ask(&self, voters: &BTreeSet<NodeId>, req: &PreVoteRequest) -> usize {
+        use futures_util::StreamExt as _;
         let timeout = self.election_timeout_min;
-        let mut asks = Vec::new();
+        let mut asks = futures_util::stream::FuturesUnordered::new();
         for &id in voters.iter().filter(|&&id| id != self.me) {
             let Ok(addr) = super::member_addr(&self.raft, id) else {
                 continue;
@@ -262,11 +273,14 @@ impl Elector {
                 }
             });
         }
-        futures_util::future::join_all(asks)
-            .await
-            .into_iter()
-            .filter(|g| *g)
-            .count()
+        let mut grants = 0;
+        while let Some(granted) = asks.next().await {
+            grants += usize::from(granted);
+            if is_majority(1 + grants, voters.len()) {
+                break;
+            }
+        }
+        grants
     }
 }
 

@@ -276,14 +276,35 @@ async fn wait_leader(raft: &MetaRaft) -> Result<NodeId, MetaError> {
     }
 }
 
-/// Appends a batch on this node, which must lead; waits until it is applied here.
+/// Appends a batch on this node, which must lead; waits until it is applied here, or
+/// until this node stops leading: a leader cut off by a partition learns of the new one
+/// when the partition heals, and the batch then fails at once (its outcome unknown: the
+/// new leader may commit it) instead of holding the one append slot, and every command
+/// queued behind it, until its timeout.
 pub(crate) async fn leader_write(raft: &MetaRaft, batch: Batch) -> WriteReply {
-    match tokio::time::timeout(WRITE_TIMEOUT, raft.client_write(batch)).await {
-        Ok(Ok(resp)) => WriteReply::Done(resp.data),
-        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+    let (me, leading) = {
+        let m = raft.metrics().borrow().clone();
+        (m.id, m.current_leader == Some(m.id))
+    };
+    let write = async {
+        if !leading {
+            // openraft answers ForwardToLeader: not appended, sent again elsewhere.
+            return Some(raft.client_write(batch).await);
+        }
+        tokio::select! {
+            r = raft.client_write(batch) => Some(r),
+            () = super::leader_gone(raft, me) => None,
+        }
+    };
+    match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+        Ok(None) => WriteReply::Unavailable(format!(
+            "node {me} stopped leading while it appended a batch; its outcome is unknown"
+        )),
+        Ok(Some(Ok(resp))) => WriteReply::Done(resp.data),
+        Ok(Some(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))))) => {
             WriteReply::NotLeader(f.leader_id)
         }
-        Ok(Err(e)) => WriteReply::Unavailable(e.to_string()),
+        Ok(Some(Err(e))) => WriteReply::Unavailable(e.to_string()),
         Err(_) => WriteReply::Unavailable(format!(
             "not committed within {WRITE_TIMEOUT:?} (no quorum?)"
         )),
