@@ -13,6 +13,14 @@ commit="$(tr -d '[:space:]' < scripts/previous-release)"
 out="$root/target/previous"
 bin="$out/gateway-$commit"
 if [ ! -x "$bin" ]; then
+    if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then
+        # A shallow clone: fetch the commit from where the clone came from, if anywhere.
+        git fetch --quiet --unshallow 2>/dev/null || git fetch --quiet origin "$commit" 2>/dev/null || true
+    fi
+    if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then
+        echo "scripts/previous-gateway.sh: commit $commit (scripts/previous-release) is not in this clone; clone the repository with its history" >&2
+        exit 2
+    fi
     mkdir -p "$out"
     src="$out/src"
     if [ -e "$src" ]; then
