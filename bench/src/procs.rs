@@ -35,6 +35,8 @@ impl Server {
         // SAFETY: plain kill(2) on the pid of a child we started and have not reaped.
         unsafe {
             libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+            // A paused process (`pause`) handles its SIGTERM only once it runs again.
+            libc::kill(child.id() as libc::pid_t, libc::SIGCONT);
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
@@ -63,6 +65,29 @@ impl Server {
             // SAFETY: plain kill(2) on the pid of a child we started and have not reaped.
             unsafe {
                 libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+                libc::kill(child.id() as libc::pid_t, libc::SIGCONT);
+            }
+        }
+    }
+
+    /// `kill -STOP`: the process stops where it is (its sockets stay open, nothing answers)
+    /// until [`Server::resume`]; as a hung or partitioned node looks to its peers.
+    pub fn pause(&mut self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// `kill -CONT`: a paused process runs again.
+    pub fn resume(&mut self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&mut self, sig: libc::c_int) {
+        if let Some(child) = &mut self.child
+            && let Ok(None) = child.try_wait()
+        {
+            // SAFETY: plain kill(2) on the pid of a child we started and have not reaped.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, sig);
             }
         }
     }

@@ -3,7 +3,9 @@
 //! - 64 KiB unique PUT and native inc/dec, 32 connections, with one node before replication
 //!   (a baseline binary), one node on the Raft log, and three nodes (requests spread
 //!   round-robin over them), in interleaved rounds on fresh folders: median and range.
-//! - Election time after `kill -9` of the leader of three nodes, over repeated trials.
+//! - Election time after `kill -9` and after SIGSTOP of the leader of three nodes, and
+//!   the elections a follower paused then resumed (a healed partition) causes, over
+//!   repeated trials.
 //! - Restart after `kill -9` mid-write of a node holding 1 M / 10 M objects (loaded
 //!   offline by the `load-objects` binary).
 
@@ -48,7 +50,7 @@ const RESTART_CONC: usize = 16;
 const RESTART_WRITE_MIN: Duration = Duration::from_secs(3);
 
 pub const SEC_RATE: &str = "Raft: 1 node before/after, 3 nodes";
-pub const SEC_ELECTION: &str = "Raft: election after kill -9";
+pub const SEC_ELECTION: &str = "Raft: elections (kill -9, pause, heal)";
 pub const SEC_RESTART: &str = "Raft: restart after kill -9";
 
 /// How much of each part a run does.
@@ -482,6 +484,28 @@ fn p50_max(v: &[Duration]) -> String {
     )
 }
 
+/// The longest gaps of [`Writer`]s (p50, max, every trial) and their PUT counts.
+fn written_summary<'a>(w: impl Iterator<Item = &'a Written>) -> String {
+    let w: Vec<&Written> = w.collect();
+    let gaps: Vec<Duration> = w.iter().map(|x| x.gap).collect();
+    let outages: Vec<Duration> = w.iter().map(|x| x.outage).collect();
+    format!(
+        "longest: {}; all gaps over {}: {}; PUTs acknowledged {}, failed {}",
+        p50_max(&gaps),
+        ms(OUTAGE_GAP),
+        p50_max(&outages),
+        w.iter().map(|x| x.acked).sum::<usize>(),
+        w.iter().map(|x| x.failed).sum::<u64>()
+    )
+}
+
+/// How long a follower stays paused in a heal trial: longer than the election timeout
+/// (500-1000 ms by default) plus the leader lease (1 s).
+const HEAL_PAUSE: Duration = Duration::from_secs(3);
+/// How long the group runs on after a paused node is resumed (and, for a paused leader,
+/// has stepped down) before the terms are read again and the PUT loop stops.
+const SETTLE: Duration = Duration::from_secs(3);
+
 async fn election(
     bin: &Path,
     root: &Path,
@@ -512,6 +536,7 @@ async fn election(
             logs_alike(&cl, LEADER_LIMIT).await?;
         }
         let leader = cl.wait_leader(LEADER_LIMIT, None).await?;
+        let before = view(&cl.nodes[leader].admin).await?.term;
         let (elected, writable) = kill_leader_once(&mut cl, leader, t, &body).await?;
         let into = if is_steady { &mut steady } else { &mut lagging };
         into.elected.push(elected);
@@ -519,8 +544,10 @@ async fn election(
         // The killed node comes back on its folder and follows the new leader.
         let t1 = Instant::now();
         tokio::task::block_in_place(|| cl.start_node(leader))?;
-        cl.wait_leader(LEADER_LIMIT, None).await?;
+        let now = cl.wait_leader(LEADER_LIMIT, None).await?;
         rejoined.push(t1.elapsed());
+        let after = view(&cl.nodes[now].admin).await?.term;
+        into.elections.push(after.saturating_sub(before));
     }
     for (trials, when) in [
         (&steady, "steady group"),
@@ -531,20 +558,37 @@ async fn election(
         }
         report.info(
             SEC_ELECTION,
-            &format!("a surviving node names a new leader ({when})"),
+            &format!("kill -9: a surviving node names a new leader ({when})"),
             p50_max(&trials.elected),
         );
         report.info(
             SEC_ELECTION,
-            &format!("first PUT through a surviving follower succeeds ({when})"),
+            &format!("kill -9: first PUT through a surviving follower succeeds ({when})"),
             p50_max(&trials.writable),
+        );
+        report.info(
+            SEC_ELECTION,
+            &format!("kill -9: elections per trial, kill to rejoin ({when})"),
+            elections(&trials.elections),
         );
     }
     report.info(
         SEC_ELECTION,
-        "killed node restarted until it names the leader",
+        "kill -9: killed node restarted until it names the leader",
         p50_max(&rejoined),
     );
+    // The same group: a paused leader, then paused followers. A failing kind is reported
+    // and the next still runs (every node runs again whatever happened).
+    if let Err(e) = paused_leaders(&mut cl, plan, &body, report).await {
+        report.error(SEC_ELECTION, "leader paused (SIGSTOP) trials", e);
+    }
+    if let Err(e) = heals(&mut cl, plan, &body, report).await {
+        report.error(
+            SEC_ELECTION,
+            "follower paused then resumed (heal) trials",
+            e,
+        );
+    }
     Ok(())
 }
 
@@ -552,6 +596,22 @@ async fn election(
 struct Trials {
     elected: Vec<Duration>,
     writable: Vec<Duration>,
+    /// Term increments from before the kill until the killed node follows again (1 when
+    /// one election replaced the leader).
+    elections: Vec<u64>,
+}
+
+/// `N in T trials (per trial: a, b, ...)` of term increments.
+fn elections(per: &[u64]) -> String {
+    format!(
+        "{} in {} trials (per trial: {})",
+        per.iter().sum::<u64>(),
+        per.len(),
+        per.iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// Waits until every running node has appended the same last log entry. Bounded by `limit`.
@@ -583,12 +643,37 @@ async fn kill_leader_once(
     t: usize,
     body: &Bytes,
 ) -> Result<(Duration, Duration), String> {
-    let old = cl.nodes[leader].id;
-    let survivors: Vec<usize> = (0..cl.nodes.len()).filter(|&i| i != leader).collect();
     tokio::task::block_in_place(|| cl.kill9(leader));
     let t0 = Instant::now();
+    let f = failover(cl, leader, t0, &format!("election/{t}"), body)
+        .await
+        .map_err(|e| format!("trial {} (kill -9): {e}", t + 1))?;
+    Ok((f.elected, f.writable))
+}
+
+/// What a survivor saw after the leader went away.
+struct Failover {
+    /// Until a survivor names a leader other than the old one.
+    elected: Duration,
+    /// Until a PUT through a surviving follower succeeds.
+    writable: Duration,
+    /// The new leader's index.
+    new_leader: usize,
+}
+
+/// Polls the nodes other than `old_idx` (the leader, killed or paused at `t0`) every 5 ms
+/// until one names another leader, then PUTs `key` through a survivor that does not lead
+/// (forwarded to the new leader) until it succeeds. Bounded by [`TRIAL_LIMIT`] from `t0`.
+async fn failover(
+    cl: &Cluster,
+    old_idx: usize,
+    t0: Instant,
+    key: &str,
+    body: &Bytes,
+) -> Result<Failover, String> {
+    let old = cl.nodes[old_idx].id;
+    let survivors: Vec<usize> = (0..cl.nodes.len()).filter(|&i| i != old_idx).collect();
     let deadline = t0 + TRIAL_LIMIT;
-    // A survivor names a leader other than the killed one.
     let new_id = 'found: loop {
         for &i in &survivors {
             if let Ok(v) = view(&cl.nodes[i].admin).await
@@ -600,23 +685,25 @@ async fn kill_leader_once(
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "trial {}: no new leader within {TRIAL_LIMIT:?} after killing node {old}",
-                t + 1
+                "no new leader within {TRIAL_LIMIT:?} after losing node {old}"
             ));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let elected = t0.elapsed();
-    // A PUT through a survivor that does not lead: forwarded to the new leader.
+    let new_leader = cl
+        .nodes
+        .iter()
+        .position(|n| n.id == new_id)
+        .ok_or_else(|| format!("leader {new_id} is not a node of this cluster"))?;
     let via = survivors
         .iter()
         .copied()
-        .find(|&i| cl.nodes[i].id != new_id)
+        .find(|&i| i != new_leader)
         .unwrap_or(survivors[0]);
-    let key = format!("election/{t}");
     let mut last: String;
     loop {
-        let put = cl.nodes[via].s3.put_object(BUCKET, &key, body.clone());
+        let put = cl.nodes[via].s3.put_object(BUCKET, key, body.clone());
         match tokio::time::timeout(Duration::from_secs(5), put).await {
             Ok(Ok(_)) => break,
             Ok(Err(e)) => last = e,
@@ -624,14 +711,329 @@ async fn kill_leader_once(
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "trial {}: no PUT through node {} within {TRIAL_LIMIT:?}: {last}",
-                t + 1,
+                "no PUT through node {} within {TRIAL_LIMIT:?}: {last}",
                 cl.nodes[via].id
             ));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    Ok((elected, t0.elapsed()))
+    Ok(Failover {
+        elected,
+        writable: t0.elapsed(),
+        new_leader,
+    })
+}
+
+fn pause_node(cl: &mut Cluster, idx: usize) {
+    if let Some(s) = cl.nodes[idx].server.as_mut() {
+        s.pause();
+    }
+}
+
+fn resume_node(cl: &mut Cluster, idx: usize) {
+    if let Some(s) = cl.nodes[idx].server.as_mut() {
+        s.resume();
+    }
+}
+
+/// One trial with a paused leader.
+struct PauseTrial {
+    elected: Duration,
+    writable: Duration,
+    /// From SIGCONT until the old leader names another leader and no longer leads.
+    stepped_down: Duration,
+    /// The term before the pause, of the new leader once named, and of the leader every
+    /// node agrees on after the old one stepped down.
+    terms: (u64, u64, u64),
+    /// Whether the leader after the step-down is another than the one first elected.
+    moved_again: bool,
+    /// PUTs through a survivor from the pause to [`SETTLE`] after the step-down.
+    written: Written,
+}
+
+/// `election_trials` trials: SIGSTOP of the leader of a steady group, a new leader and a
+/// PUT through a surviving follower, then SIGCONT and the old leader's step-down.
+async fn paused_leaders(
+    cl: &mut Cluster,
+    plan: &RaftPlan,
+    body: &Bytes,
+    report: &mut Report,
+) -> Result<(), String> {
+    progress(&format!(
+        "raft: election after SIGSTOP of the leader, {} trials",
+        plan.election_trials
+    ));
+    let mut trials = Vec::new();
+    for t in 0..plan.election_trials {
+        logs_alike(cl, LEADER_LIMIT).await?;
+        let leader = cl.wait_leader(LEADER_LIMIT, None).await?;
+        trials.push(
+            pause_leader_once(cl, leader, t, body)
+                .await
+                .map_err(|e| format!("trial {} (leader paused): {e}", t + 1))?,
+        );
+    }
+    let all = |f: fn(&PauseTrial) -> Duration| trials.iter().map(f).collect::<Vec<_>>();
+    report.info(
+        SEC_ELECTION,
+        "leader paused (SIGSTOP): a surviving node names a new leader",
+        p50_max(&all(|p| p.elected)),
+    );
+    report.info(
+        SEC_ELECTION,
+        "leader paused (SIGSTOP): first PUT through a surviving follower succeeds",
+        p50_max(&all(|p| p.writable)),
+    );
+    report.info(
+        SEC_ELECTION,
+        "paused leader resumed (SIGCONT) until it names the new leader",
+        p50_max(&all(|p| p.stepped_down)),
+    );
+    report.info(
+        SEC_ELECTION,
+        &format!(
+            "leader paused: time without an acknowledged PUT through a survivor (pause to {} s after the step-down)",
+            SETTLE.as_secs()
+        ),
+        written_summary(trials.iter().map(|p| &p.written)),
+    );
+    let moved = trials.iter().filter(|p| p.moved_again).count();
+    let extra: u64 = trials
+        .iter()
+        .map(|p| p.terms.2.saturating_sub(p.terms.1))
+        .sum();
+    report.info(
+        SEC_ELECTION,
+        "leader paused: term before -> new leader -> after the step-down",
+        format!(
+            "{} trials: {}; {extra} elections after the first new leader; leader moved again in {moved}",
+            trials.len(),
+            trials
+                .iter()
+                .map(|p| format!("{} -> {} -> {}", p.terms.0, p.terms.1, p.terms.2))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    Ok(())
+}
+
+async fn pause_leader_once(
+    cl: &mut Cluster,
+    leader: usize,
+    t: usize,
+    body: &Bytes,
+) -> Result<PauseTrial, String> {
+    let old = cl.nodes[leader].id;
+    let before = view(&cl.nodes[leader].admin).await?.term;
+    // Sequential PUTs through one survivor from the pause to SETTLE after the
+    // step-down: the whole time without writes, elections after the first included.
+    let through = (0..cl.nodes.len()).find(|&i| i != leader).unwrap_or(0);
+    let mut writer = Writer::start(cl.nodes[through].s3.clone(), format!("pausew/{t}"), body);
+    pause_node(cl, leader);
+    let t0 = Instant::now();
+    let found = failover(cl, leader, t0, &format!("pause/{t}"), body).await;
+    let new_term = match &found {
+        Ok(f) => view(&cl.nodes[f.new_leader].admin).await.map(|v| v.term),
+        Err(e) => Err(e.clone()),
+    };
+    // Resumed whatever happened: the group goes on with three nodes.
+    resume_node(cl, leader);
+    let t1 = Instant::now();
+    let (f, new_term) = (found?, new_term?);
+    let deadline = t1 + TRIAL_LIMIT;
+    let mut last: String;
+    loop {
+        match view(&cl.nodes[leader].admin).await {
+            Ok(v) if v.state != "Leader" && v.leader.is_some_and(|l| l != old) => break,
+            Ok(v) => last = format!("state {}, leader {:?}, term {}", v.state, v.leader, v.term),
+            Err(e) => last = e,
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "node {old} resumed, still not following another leader after {TRIAL_LIMIT:?}: {last}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let stepped_down = t1.elapsed();
+    tokio::time::sleep(SETTLE).await;
+    let written = writer.finish().await?;
+    let now = cl.wait_leader(LEADER_LIMIT, None).await?;
+    let after = view(&cl.nodes[now].admin).await?.term;
+    Ok(PauseTrial {
+        elected: f.elected,
+        writable: f.writable,
+        stepped_down,
+        terms: (before, new_term, after),
+        moved_again: now != f.new_leader,
+        written,
+    })
+}
+
+/// One heal trial: a follower paused for [`HEAL_PAUSE`], then resumed.
+struct HealTrial {
+    /// Term increments seen by the leader from before the pause to [`SETTLE`] after
+    /// the resume: elections (won or not) the heal caused.
+    elections: u64,
+    leader_changed: bool,
+    /// PUTs through the leader during the trial.
+    written: Written,
+}
+
+/// `election_trials` trials: with a steady leader and PUTs going through it, SIGSTOP of one
+/// follower for [`HEAL_PAUSE`], SIGCONT, [`SETTLE`] more; the leader's term before
+/// and after counts the elections the heal caused (none are needed).
+async fn heals(
+    cl: &mut Cluster,
+    plan: &RaftPlan,
+    body: &Bytes,
+    report: &mut Report,
+) -> Result<(), String> {
+    progress(&format!(
+        "raft: a follower paused {HEAL_PAUSE:?} then resumed, {} trials",
+        plan.election_trials
+    ));
+    let mut trials = Vec::new();
+    for t in 0..plan.election_trials {
+        logs_alike(cl, LEADER_LIMIT).await?;
+        let leader = cl.wait_leader(LEADER_LIMIT, None).await?;
+        trials.push(
+            heal_once(cl, leader, t, body)
+                .await
+                .map_err(|e| format!("trial {} (heal): {e}", t + 1))?,
+        );
+    }
+    let sum: u64 = trials.iter().map(|h| h.elections).sum();
+    let changed = trials.iter().filter(|h| h.leader_changed).count();
+    report.push(Row {
+        section: SEC_ELECTION.into(),
+        figure: format!(
+            "follower paused {} s then resumed (a healed partition): extra elections",
+            HEAL_PAUSE.as_secs()
+        ),
+        measured: format!(
+            "{sum} in {} heals ({:.2} per heal; per trial: {}); leader changed in {changed}",
+            trials.len(),
+            sum as f64 / trials.len().max(1) as f64,
+            trials
+                .iter()
+                .map(|h| h.elections.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        compared_with: "0".into(),
+        target: "= 0".into(),
+        status: if sum == 0 { "MET" } else { "NOT MET" }.into(),
+        ..Row::default()
+    });
+    report.info(
+        SEC_ELECTION,
+        "heal: time without an acknowledged PUT through the leader",
+        written_summary(trials.iter().map(|h| &h.written)),
+    );
+    Ok(())
+}
+
+async fn heal_once(
+    cl: &mut Cluster,
+    leader: usize,
+    t: usize,
+    body: &Bytes,
+) -> Result<HealTrial, String> {
+    let lid = cl.nodes[leader].id;
+    let before = view(&cl.nodes[leader].admin).await?.term;
+    // Each trial pauses another follower, in turn.
+    let followers: Vec<usize> = (0..cl.nodes.len()).filter(|&i| i != leader).collect();
+    let paused = followers[t % followers.len()];
+    // One connection of sequential 4 KiB PUTs through the leader for the whole trial.
+    let mut writer = Writer::start(cl.nodes[leader].s3.clone(), format!("heal/{t}"), body);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    pause_node(cl, paused);
+    tokio::time::sleep(HEAL_PAUSE).await;
+    resume_node(cl, paused);
+    tokio::time::sleep(SETTLE).await;
+    let written = writer.finish().await?;
+    let now = cl.wait_leader(TRIAL_LIMIT, None).await?;
+    let after = view(&cl.nodes[now].admin).await?.term;
+    Ok(HealTrial {
+        elections: after.saturating_sub(before),
+        leader_changed: cl.nodes[now].id != lid,
+        written,
+    })
+}
+
+/// One connection of sequential 4 KiB PUTs (each bounded by 5 s) while a trial runs;
+/// stopped by [`Writer::finish`], or at its next PUT when dropped.
+struct Writer {
+    stop: Arc<AtomicBool>,
+    task: Option<tokio::task::JoinHandle<(Vec<Instant>, u64)>>,
+}
+
+/// What a [`Writer`] saw.
+struct Written {
+    acked: usize,
+    failed: u64,
+    /// The longest time without an acknowledgement (from the start, between two, or
+    /// from the last to the stop).
+    gap: Duration,
+    /// The sum of the times without an acknowledgement longer than [`OUTAGE_GAP`]: every
+    /// outage of the trial, not only the longest.
+    outage: Duration,
+}
+
+/// A time without an acknowledged PUT longer than this counts as an outage (a PUT takes
+/// a few ms here; the busiest machine's scheduling delays stay well under it).
+const OUTAGE_GAP: Duration = Duration::from_millis(250);
+
+impl Writer {
+    fn start(c: Client, prefix: String, body: &Bytes) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (flag, body) = (stop.clone(), body.clone());
+        let task = tokio::spawn(async move {
+            let (mut acks, mut failed, mut i) = (vec![Instant::now()], 0u64, 0usize);
+            while !flag.load(Ordering::SeqCst) {
+                let key = format!("{prefix}/{i}");
+                let put = c.put_object(BUCKET, &key, body.clone());
+                match tokio::time::timeout(Duration::from_secs(5), put).await {
+                    Ok(Ok(_)) => acks.push(Instant::now()),
+                    _ => {
+                        failed += 1;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+                i += 1;
+            }
+            acks.push(Instant::now());
+            (acks, failed)
+        });
+        Writer {
+            stop,
+            task: Some(task),
+        }
+    }
+
+    async fn finish(&mut self) -> Result<Written, String> {
+        self.stop.store(true, Ordering::SeqCst);
+        let task = self.task.take().ok_or("the PUT loop was already stopped")?;
+        let (acks, failed) = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .map_err(|_| "the PUT loop did not stop within 10 s".to_string())?
+            .map_err(|e| format!("PUT loop: {e}"))?;
+        let gaps = || acks.windows(2).map(|w| w[1] - w[0]);
+        Ok(Written {
+            acked: acks.len().saturating_sub(2),
+            failed,
+            gap: gaps().max().unwrap_or_default(),
+            outage: gaps().filter(|g| *g > OUTAGE_GAP).sum(),
+        })
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
 }
 
 // ---- restart after kill -9 at N objects ----------------------------------------------

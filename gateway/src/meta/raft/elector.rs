@@ -171,6 +171,11 @@ impl Elector {
     /// Runs until the Raft node shuts down.
     pub async fn run(self) {
         let mut wait = self.randomized_wait();
+        // The next attempt after one that did not lead to a leader. Kept apart from the
+        // contact with a leader: noting an attempt as contact made this node refuse the
+        // other nodes' pre-votes ("heard from the leader") for a lease although no leader
+        // existed, so a node that could win waited on chance (up to 60 s once).
+        let mut not_before = Instant::now();
         loop {
             tokio::time::sleep(TICK).await;
             let m = self.raft.metrics().borrow().clone();
@@ -187,7 +192,7 @@ impl Elector {
             }
             // Alone in the group: nobody else can lead, and nobody needs asking.
             let alone = voters.len() == 1;
-            if !alone && self.contact.silence() < wait {
+            if !alone && (self.contact.silence() < wait || Instant::now() < not_before) {
                 continue;
             }
             let last_log_id = match self.log.last_log_id().await {
@@ -229,7 +234,7 @@ impl Elector {
             }
             // Either way, the next attempt comes a randomized timeout later (the election
             // just called, or a leader, usually settles it first).
-            self.contact.touch();
+            not_before = Instant::now() + self.randomized_retry();
             wait = self.randomized_wait();
         }
     }
@@ -239,6 +244,12 @@ impl Elector {
     fn randomized_wait(&self) -> Duration {
         let jitter_ms = self.election_timeout_min.as_millis().max(1) as u64;
         self.lease + Duration::from_millis(rand::rng().random_range(0..jitter_ms))
+    }
+
+    /// Between two attempts of this node: the shortest timeout plus a random part of it.
+    fn randomized_retry(&self) -> Duration {
+        let min_ms = self.election_timeout_min.as_millis().max(1) as u64;
+        Duration::from_millis(min_ms + rand::rng().random_range(0..min_ms))
     }
 
     /// Asks every other voter at once; the number of grants, counted until they make a
