@@ -103,7 +103,7 @@ enum Workload {
     /// 8 MiB PUT with and without SHA-1 collision detection, interleaved rounds
     Sha1dc,
     /// replicated metadata: 1 node before/after and 3 nodes (64 KiB PUT, inc/dec),
-    /// election after kill -9, restart after kill -9 at 1 M / 10 M objects
+    /// elections (kill -9, pause, heal), restart after kill -9 at 1 M / 10 M objects
     Raft,
     /// only the PUT and inc/dec rates of `raft`
     RaftRates,
