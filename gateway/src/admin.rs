@@ -15,7 +15,7 @@ use placement::{Disk, DiskRef, PairFlags, PairId, PairRecord, Sha1};
 use crate::meta::Command;
 use crate::store::StoreError;
 
-use crate::server::AppState;
+use crate::state::AppState;
 
 pub const ADMIN_TOKEN_ENV: &str = "GATEWAY_ADMIN_TOKEN";
 
@@ -187,7 +187,7 @@ pub async fn add_pair(
     let record = PairRecord::new([a, b]);
     match app.store.change_pair(Command::AddPair { record }).await {
         Ok((id, r)) => {
-            app.workers.ensure(&app);
+            app.workers.ensure(&app.store);
             json(StatusCode::OK, pair_json(id, &r).to_string())
         }
         Err(e) => pair_error_json(e, None),
@@ -247,7 +247,10 @@ pub async fn metrics(State(app): State<Arc<AppState>>, headers: http::HeaderMap)
     {
         return error_json(StatusCode::FORBIDDEN, "metrics token required");
     }
-    match exposition::render(&snapshot::gather(&app), &app.telemetry.requests) {
+    match exposition::render(
+        &snapshot::gather(&app.store, &app.telemetry, &app.workers),
+        &app.telemetry.requests,
+    ) {
         Ok(text) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, exposition::CONTENT_TYPE)],
@@ -271,7 +274,7 @@ pub async fn status(State(app): State<Arc<AppState>>, headers: http::HeaderMap) 
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, status_page::CONTENT_TYPE)],
-        status_page::render(&snapshot::gather(&app)),
+        status_page::render(&snapshot::gather(&app.store, &app.telemetry, &app.workers)),
     )
         .into_response()
 }
@@ -300,7 +303,7 @@ pub async fn fail_disk(
     let Ok(req) = serde_json::from_slice::<FailDisk>(&body) else {
         return error_json(StatusCode::BAD_REQUEST, r#"expected {"disk": "DISK"}"#);
     };
-    match app.workers.fail_disk(&app, &req.disk).await {
+    match app.workers.fail_disk(&app.store, &req.disk).await {
         Ok(p) => json(
             StatusCode::OK,
             serde_json::to_value(p).unwrap_or_default().to_string(),

@@ -21,7 +21,7 @@ use crate::admin::{Admin, error_json};
 use crate::credentials::random_string;
 use crate::meta::keys::{KeyRecord, Rights, Secret};
 use crate::meta::{Command, MetaError};
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// Access key ids as the bootstrap key's: `GK` and 18 upper-case letters and digits.
 const ACCESS_KEY_CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";

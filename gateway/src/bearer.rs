@@ -12,6 +12,13 @@ pub const METRICS_TOKEN_ENV: &str = "GATEWAY_METRICS_TOKEN";
 /// Environment variable of the `/_catalog/` token (config key `catalog_token`).
 pub const CATALOG_TOKEN_ENV: &str = "GATEWAY_CATALOG_TOKEN";
 
+/// Compares two secrets (tokens, signatures) without an early exit, so that response
+/// timing does not reveal how many leading bytes of a guess were right.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq as _;
+    a.ct_eq(b).into()
+}
+
 /// Whether `headers` carry `Authorization: Bearer <token>` for the configured token,
 /// compared in constant time so that it cannot be guessed byte by byte from timing.
 ///
@@ -25,9 +32,7 @@ pub fn bearer_ok(configured: Option<&str>, headers: &HeaderMap) -> bool {
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| {
-            crate::s3::sigv4::constant_time_eq(given.trim().as_bytes(), token.as_bytes())
-        })
+        .is_some_and(|given| constant_time_eq(given.trim().as_bytes(), token.as_bytes()))
 }
 
 /// Who may call `/_metrics` and `/_catalog/`, besides the holder of the admin token.
@@ -59,6 +64,14 @@ impl InternalAccess {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn constant_time_eq_works() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        assert!(constant_time_eq(b"", b""));
+    }
 
     fn with(authorization: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();

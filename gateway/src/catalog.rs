@@ -5,32 +5,26 @@
 //! Every change goes through a `Command` like any other metadata mutation, so a deletion
 //! or relocation decided by a worker is as durable (and, later, as replicated) as a PUT.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::Router;
-use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
-use http::{HeaderMap, StatusCode, header};
 use placement::{PairFlags, PairId, PairRecord, Sha1};
 use valkyrie::{Catalog, CatalogError, DeletingEntry, FileState};
 
 use crate::meta::Command;
-use crate::server::AppState;
+use crate::store::ObjectStore;
 
 /// Bound on one page of `deleting` entries.
-const DELETING_PAGE_MAX: usize = 1000;
+pub const DELETING_PAGE_MAX: usize = 1000;
 
 /// The catalog over the gateway's own store.
 #[derive(Clone)]
 pub struct LocalCatalog {
-    app: Arc<AppState>,
+    store: Arc<ObjectStore>,
 }
 
 impl LocalCatalog {
-    pub fn new(app: Arc<AppState>) -> Self {
-        LocalCatalog { app }
+    pub fn new(store: Arc<ObjectStore>) -> Self {
+        LocalCatalog { store }
     }
 }
 
@@ -38,7 +32,7 @@ fn store_error(e: impl std::fmt::Display) -> CatalogError {
     CatalogError::Store(e.to_string())
 }
 
-fn file_state(r: crate::meta::FileRecord) -> FileState {
+pub(crate) fn file_state(r: crate::meta::FileRecord) -> FileState {
     FileState {
         refs: r.refs,
         pair: r.pair,
@@ -46,19 +40,14 @@ fn file_state(r: crate::meta::FileRecord) -> FileState {
     }
 }
 
-fn file_json(f: &FileState) -> serde_json::Value {
-    serde_json::json!({"refs": f.refs, "pair": f.pair.0, "do_not_delete": f.do_not_delete})
-}
-
 impl Catalog for LocalCatalog {
     async fn lookup(&self, sha1: Sha1) -> Result<Option<FileState>, CatalogError> {
-        let rec = self.app.store.file(sha1).await.map_err(store_error)?;
+        let rec = self.store.file(sha1).await.map_err(store_error)?;
         Ok(rec.map(file_state))
     }
 
     async fn lookup_fenced(&self, sha1: Sha1) -> Result<Option<FileState>, CatalogError> {
         let rec = self
-            .app
             .store
             .metadata()
             .read_fenced(move |m| m.file(&sha1))
@@ -75,7 +64,6 @@ impl Catalog for LocalCatalog {
     ) -> Result<Vec<DeletingEntry>, CatalogError> {
         let limit = limit.clamp(1, DELETING_PAGE_MAX);
         let entries = self
-            .app
             .store
             .meta_read(move |m| m.deleting_of_pair(pair, after, limit))
             .await
@@ -91,8 +79,7 @@ impl Catalog for LocalCatalog {
     }
 
     async fn remove_deleting(&self, sha1: Sha1, pair: PairId) -> Result<(), CatalogError> {
-        self.app
-            .store
+        self.store
             .execute(Command::RemoveDeleting { sha1, pair })
             .await
             .map(drop)
@@ -100,8 +87,7 @@ impl Catalog for LocalCatalog {
     }
 
     async fn relocate(&self, sha1: Sha1, from: PairId, to: PairId) -> Result<bool, CatalogError> {
-        self.app
-            .store
+        self.store
             .metadata()
             .relocate(sha1, from, to)
             .await
@@ -114,8 +100,7 @@ impl Catalog for LocalCatalog {
             set: PairFlags::READ_ONLY,
             clear: PairFlags::default(),
         };
-        self.app
-            .store
+        self.store
             .change_pair(cmd)
             .await
             .map(drop)
@@ -123,177 +108,11 @@ impl Catalog for LocalCatalog {
     }
 
     async fn pairs(&self) -> Result<Vec<(PairId, PairRecord)>, CatalogError> {
-        let table = self.app.store.pair_table();
+        let table = self.store.pair_table();
         Ok(table
             .ids()
             .into_iter()
             .filter_map(|id| table.get(id).map(|e| (id, e.record)))
             .collect())
     }
-}
-
-pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/_catalog/files/{sha1}", get(http_lookup))
-        .route("/_catalog/files/{sha1}/fenced", post(http_lookup_fenced))
-        .route("/_catalog/deleting", get(http_deleting))
-        .route("/_catalog/deleting/{sha1}", delete(http_remove_deleting))
-        .route("/_catalog/relocate/{sha1}", post(http_relocate))
-        .route("/_catalog/pairs/{id}/read-only", post(http_read_only))
-        .route("/_catalog/pairs", get(http_pairs))
-        .with_state(state)
-}
-
-fn json(status: StatusCode, body: serde_json::Value) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
-}
-
-/// A failed catalog call over HTTP: a status and a message.
-#[derive(Debug)]
-struct HttpError(StatusCode, String);
-
-impl IntoResponse for HttpError {
-    fn into_response(self) -> Response {
-        json(self.0, serde_json::json!({ "error": self.1 }))
-    }
-}
-
-impl From<CatalogError> for HttpError {
-    fn from(e: CatalogError) -> Self {
-        HttpError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-    }
-}
-
-type Answer = Result<Response, HttpError>;
-
-fn guard(app: &Arc<AppState>, headers: &HeaderMap) -> Result<LocalCatalog, HttpError> {
-    // The catalog token (its own rights only), or the admin token older workers hold.
-    if app.internal.catalog_ok(app.admin_token.as_deref(), headers) {
-        Ok(LocalCatalog::new(app.clone()))
-    } else {
-        Err(HttpError(
-            StatusCode::FORBIDDEN,
-            "catalog token required".into(),
-        ))
-    }
-}
-
-fn sha1_of(s: &str) -> Result<Sha1, HttpError> {
-    s.parse()
-        .map_err(|e: placement::VocabError| HttpError(StatusCode::BAD_REQUEST, e.to_string()))
-}
-
-fn pair_param(q: &HashMap<String, String>, name: &str) -> Result<PairId, HttpError> {
-    q.get(name)
-        .and_then(|v| v.parse::<u32>().ok())
-        .map(PairId)
-        .ok_or_else(|| HttpError(StatusCode::BAD_REQUEST, format!("{name} must be a pair id")))
-}
-
-async fn http_lookup(
-    State(app): State<Arc<AppState>>,
-    Path(sha1): Path<String>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
-    match catalog.lookup(sha1_of(&sha1)?).await? {
-        Some(f) => Ok(json(StatusCode::OK, file_json(&f))),
-        None => Err(HttpError(StatusCode::NOT_FOUND, "no record".into())),
-    }
-}
-
-/// `POST /_catalog/files/{sha1}/fenced`: the record after a fence through the metadata
-/// log, 200 with the record or with `null` (never 404, which a gateway without fences
-/// answers for the path).
-async fn http_lookup_fenced(
-    State(app): State<Arc<AppState>>,
-    Path(sha1): Path<String>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
-    let found = catalog.lookup_fenced(sha1_of(&sha1)?).await?;
-    Ok(json(
-        StatusCode::OK,
-        found.map_or(serde_json::Value::Null, |f| file_json(&f)),
-    ))
-}
-
-async fn http_deleting(
-    State(app): State<Arc<AppState>>,
-    Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
-    let pair = pair_param(&q, "pair")?;
-    let limit = q
-        .get("limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .unwrap_or(DELETING_PAGE_MAX);
-    let after = match q.get("after") {
-        Some(a) => Some(sha1_of(a)?),
-        None => None,
-    };
-    let entries = catalog.deleting(pair, after, limit).await?;
-    let list: Vec<_> = entries
-        .iter()
-        .map(|e| serde_json::json!({"sha1": e.sha1.to_hex(), "pair": e.pair.0, "since": e.since_secs}))
-        .collect();
-    Ok(json(StatusCode::OK, serde_json::json!({ "entries": list })))
-}
-
-async fn http_remove_deleting(
-    State(app): State<Arc<AppState>>,
-    Path(sha1): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
-    catalog
-        .remove_deleting(sha1_of(&sha1)?, pair_param(&q, "pair")?)
-        .await?;
-    Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-async fn http_relocate(
-    State(app): State<Arc<AppState>>,
-    Path(sha1): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
-    let (sha1, from, to) = (
-        sha1_of(&sha1)?,
-        pair_param(&q, "from")?,
-        pair_param(&q, "to")?,
-    );
-    let done = catalog.relocate(sha1, from, to).await?;
-    Ok(json(
-        StatusCode::OK,
-        serde_json::json!({ "relocated": done }),
-    ))
-}
-
-async fn http_read_only(
-    State(app): State<Arc<AppState>>,
-    Path(id): Path<u32>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
-    catalog.set_read_only(PairId(id)).await?;
-    Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-async fn http_pairs(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Answer {
-    let catalog = guard(&app, &headers)?;
-    let pairs = catalog.pairs().await?;
-    let list: Vec<_> = pairs
-        .iter()
-        .map(|(id, r)| crate::admin::pair_json(*id, r))
-        .collect();
-    Ok(json(StatusCode::OK, serde_json::json!({ "pairs": list })))
 }

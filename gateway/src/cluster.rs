@@ -26,7 +26,7 @@ use crate::admin::{Admin, error_json};
 use crate::meta::MetaError;
 use crate::meta::raft::network::SECRET_HEADER;
 use crate::meta::raft::{Batch, MembershipOp, proposer::WriteReply};
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The env variable holding the cluster secret (also `cluster_secret` in the config file).
 pub const CLUSTER_SECRET_ENV: &str = "GATEWAY_CLUSTER_SECRET";
@@ -41,9 +41,7 @@ fn secret_ok(configured: Option<&str>, headers: &HeaderMap) -> bool {
     headers
         .get(SECRET_HEADER)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|given| {
-            crate::s3::sigv4::constant_time_eq(given.as_bytes(), secret.as_bytes())
-        })
+        .is_some_and(|given| crate::bearer::constant_time_eq(given.as_bytes(), secret.as_bytes()))
 }
 
 async fn require_secret(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {

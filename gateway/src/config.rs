@@ -65,7 +65,7 @@ pub struct FileConfig {
     /// How far ahead a V2 presigned URL's `Expires` may be (default 7 days).
     pub presigned_v2_expires_max_secs: Option<u64>,
     /// Level of the per-S3-request log line: off, error, warn, info (default), debug.
-    pub request_log_level: Option<crate::s3::request_log::RequestLogLevel>,
+    pub request_log_level: Option<crate::state::RequestLogLevel>,
     /// Seconds one lifecycle "day" lasts (default 86400).
     pub lifecycle_day_secs: Option<u64>,
     /// Age at which a multipart upload is aborted, rule or not (default 7 days).

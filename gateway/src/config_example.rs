@@ -8,8 +8,8 @@
 
 use std::fmt::Write as _;
 
-use crate::s3::request_log::RequestLogLevel;
 use crate::server::ConnectionLimits;
+use crate::state::RequestLogLevel;
 use crate::store::Limits;
 
 /// The example file.
@@ -56,7 +56,7 @@ pub fn text() -> String {
     line("# Longest time ahead a V2 presigned URL's Expires may be, in seconds.".into());
     line(format!(
         "presigned_v2_expires_max_secs = {}",
-        crate::s3::auth::PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT
+        crate::state::PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT
     ));
     line(String::new());
     line("# Largest object a single PUT may store, in bytes.".into());

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::meta::jobs::{CHUNK_UPLOADS_MAX, JobOp, JobRecord, JobState};
+use crate::meta::raft::Metadata;
 use crate::meta::{Command, MetaError, Response};
-use crate::server::AppState;
 
 /// Poll interval when there is no running job (or this node does not lead).
 const IDLE_POLL: Duration = Duration::from_millis(500);
@@ -43,20 +43,20 @@ fn now_ms() -> u64 {
 }
 
 /// Runs the worker for as long as the process lives.
-pub fn spawn(state: Arc<AppState>, pace: JobPace) {
+pub fn spawn(meta: Arc<Metadata>, pace: JobPace) {
     let pace = JobPace {
         chunk_keys: pace.chunk_keys.clamp(1, crate::meta::jobs::CHUNK_KEYS_MAX),
         pause: pace.pause,
     };
     tokio::spawn(async move {
-        let mut leading = state.store.metadata().leadership();
+        let mut leading = meta.leadership();
         loop {
             if !*leading.borrow_and_update() {
                 // Bounded: woken by a leadership change, or polled again.
                 let _ = tokio::time::timeout(IDLE_POLL * 4, leading.changed()).await;
                 continue;
             }
-            match step(&state, pace).await {
+            match step(&meta, pace).await {
                 Ok(true) => {}
                 Ok(false) => tokio::time::sleep(IDLE_POLL).await,
                 Err(e) => {
@@ -69,8 +69,7 @@ pub fn spawn(state: Arc<AppState>, pace: JobPace) {
 }
 
 /// One chunk of every running job; whether there was any.
-async fn step(state: &AppState, pace: JobPace) -> Result<bool, MetaError> {
-    let meta = state.store.metadata();
+async fn step(meta: &Metadata, pace: JobPace) -> Result<bool, MetaError> {
     let running: Vec<_> = meta
         .read(|m| m.jobs())
         .await?
@@ -93,14 +92,12 @@ async fn step(state: &AppState, pace: JobPace) -> Result<bool, MetaError> {
     Ok(true)
 }
 
-type Meta = crate::meta::raft::Metadata;
-
 /// One chunk of deletes after the job's cursor; whether it was the last (fewer keys than
 /// asked for: nothing from before the job is left after them, since a linearizable read
 /// sees every object written before the job started). `end_job`: the last chunk ends the
 /// job (a delete-prefix job); otherwise the caller goes on to the next phase.
 async fn delete_chunk(
-    meta: &Meta,
+    meta: &Metadata,
     id: u64,
     job: &JobRecord,
     pace: JobPace,
@@ -141,7 +138,7 @@ async fn delete_chunk(
 /// The phase is not stored: each step finds it from the metadata, so a restart resumes
 /// in the right one. Whether the job ended.
 async fn bucket_step(
-    meta: &Meta,
+    meta: &Metadata,
     id: u64,
     job: &JobRecord,
     bucket: &str,

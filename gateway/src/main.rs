@@ -11,9 +11,9 @@ use gateway::admin_client::{
 };
 use gateway::admin_keys_client::KeysCommand;
 use gateway::config::{FileConfig, Switch};
-use gateway::s3::request_log::RequestLogLevel;
 use gateway::server::connections::{self, ConnectionLimits};
 use gateway::server::{self, Config};
+use gateway::state::RequestLogLevel;
 use gateway::store::Limits;
 use valkyrie::logging::LogFormat;
 
@@ -427,12 +427,12 @@ fn serve_config(args: ServeArgs) -> Result<Config, String> {
             metrics_open: args.metrics_open || file.metrics_open.unwrap_or(false),
             catalog_token: token(gateway::bearer::CATALOG_TOKEN_ENV, &file.catalog_token),
         },
-        signatures: gateway::s3::auth::SignaturePolicy {
+        signatures: gateway::state::SignaturePolicy {
             any_region: args.any_region || file.any_region.unwrap_or(false),
             presigned_v2_expires_max_secs: args
                 .presigned_v2_expires_max_secs
                 .or(file.presigned_v2_expires_max_secs)
-                .unwrap_or(gateway::s3::auth::PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT),
+                .unwrap_or(gateway::state::PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT),
         },
         pairs: file.checked_pairs()?,
         valkyrie: {

@@ -24,9 +24,7 @@ use crate::store::{
     ContentReadError, ObjectAttrs, ObjectStore, ReadBody, StoreError, UploadError, now_ms,
 };
 
-/// S3's bounds on parts.
-pub const PART_NUMBER_MAX: u32 = 10_000;
-pub const PART_BYTES_MIN: u64 = 5 * 1024 * 1024;
+pub use crate::store::{PART_BYTES_MIN, PART_NUMBER_MAX};
 
 fn now_secs() -> u64 {
     now_ms() / 1000

@@ -29,7 +29,7 @@ use placement::read::Expect;
 use placement::{Magic, Sha1};
 
 use crate::meta::{Command, ContentSource, DecOutcome, FileRecord, MetaError};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::{CommitError, ContentReadError, ReadBody, StoreError, UploadError, now_ms};
 
 pub const NATIVE_TOKEN_ENV: &str = "GATEWAY_NATIVE_TOKEN";

@@ -16,9 +16,10 @@ pub use self::connections::ConnectionLimits;
 use crate::credentials::{Credentials, CredentialsError, Origin};
 use crate::meta::raft::{self, ClusterConfig, Metadata};
 use crate::meta::{Command, MetaError};
+use crate::state::AppState;
 use crate::store::{Limits, ObjectStore};
 use crate::workers::Workers;
-use crate::{admin, admin_keys, catalog, cluster, native, s3};
+use crate::{admin, admin_keys, catalog_http, cluster, native, s3};
 
 /// How often disk fill is measured for the pair choice.
 const SPACE_REFRESH_SECS: u64 = 30;
@@ -40,7 +41,7 @@ pub struct Config {
     /// Tokens of `/_metrics` and `/_catalog/`.
     pub internal: crate::bearer::InternalAccess,
     /// Region check and V2 expiry cap of the S3 signatures.
-    pub signatures: s3::auth::SignaturePolicy,
+    pub signatures: crate::state::SignaturePolicy,
     /// Disk pairs from the configuration file.
     pub pairs: Vec<(PairId, [DiskRef; 2])>,
     /// Settings of the in-process Valkyrie workers.
@@ -53,7 +54,7 @@ pub struct Config {
     /// Timeouts and the bound on connections in flight.
     pub connections: ConnectionLimits,
     /// `--request-log-level`: the level of the per-request log line, or off.
-    pub request_log: s3::request_log::RequestLogLevel,
+    pub request_log: crate::state::RequestLogLevel,
     /// `--lifecycle-day-secs`, `--upload-max-age-secs`.
     pub lifecycle: crate::lifecycle::Settings,
     /// `--stats-scan-secs`: how often the stored-bytes scan behind `gateway_stored_*` runs.
@@ -63,31 +64,6 @@ pub struct Config {
     /// `--sha1-collision-detection`: content names with collision detection (default), or
     /// the plain SHA-1, to measure what detection costs.
     pub sha1_collision_detection: bool,
-}
-
-/// Everything a request handler needs.
-pub struct AppState {
-    pub store: ObjectStore,
-    pub credentials: Credentials,
-    pub admin_token: Option<String>,
-    pub native_token: Option<String>,
-    /// Tokens of `/_metrics` and `/_catalog/`.
-    pub internal: crate::bearer::InternalAccess,
-    /// Region check and V2 expiry cap of the S3 signatures.
-    pub signatures: s3::auth::SignaturePolicy,
-    pub region: String,
-    /// Virtual-hosted-style requests: `bucket.<domain>`.
-    pub domain: Option<String>,
-    /// Valkyrie workers of the local disks, and UNMOVE drains.
-    pub workers: Workers,
-    /// The secret node-to-node RPCs must carry (none: they are all refused).
-    pub cluster_secret: Option<String>,
-    /// `--request-log-level`: the level of the per-request log line, or off.
-    pub request_log: s3::request_log::RequestLogLevel,
-    /// Lifecycle settings (the length of a lifecycle day for `x-amz-expiration`).
-    pub lifecycle: crate::lifecycle::Settings,
-    /// Request counters, recent errors and the cached stored-bytes scan.
-    pub telemetry: crate::telemetry::Telemetry,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -257,7 +233,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state.clone())
         .merge(native::router(state.clone()))
         .merge(cluster::router(state.clone()))
-        .merge(catalog::router(state))
+        .merge(catalog_http::router(state))
         .fallback_service(s3_api)
 }
 
@@ -317,12 +293,12 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let metadata = raft::open(&data_dir, cluster).await?;
     let pairs = Arc::new(PairTable::new());
     let state = Arc::new(AppState {
-        store: ObjectStore::new(
+        store: Arc::new(ObjectStore::new(
             metadata.clone(),
             pairs,
             config.limits.clone(),
             config.choice_root,
-        ),
+        )),
         credentials,
         admin_token: config.admin_token.clone(),
         native_token: config.native_token.clone(),
@@ -377,8 +353,8 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     }
     follow_pairs(&state);
     follow_leadership(&state);
-    crate::lifecycle::worker::spawn(state.clone(), config.lifecycle.clone());
-    crate::jobs::spawn(state.clone(), config.job_pace);
+    crate::lifecycle::worker::spawn(state.store.clone(), config.lifecycle.clone());
+    crate::jobs::spawn(state.store.metadata().clone(), config.job_pace);
     state.store.refresh_space().await;
     {
         let state = state.clone();
@@ -440,7 +416,7 @@ fn follow_pairs(state: &Arc<AppState>) {
                 .current_leader
                 == Some(state.store.metadata().node_id())
             {
-                state.workers.ensure(&state);
+                state.workers.ensure(&state.store);
             }
         }
     });
@@ -455,8 +431,8 @@ fn follow_leadership(state: &Arc<AppState>) {
         loop {
             if *leading.borrow_and_update() {
                 tracing::info!("leading the metadata group: starting Valkyrie workers");
-                state.workers.ensure(&state);
-                state.workers.resume_drains(&state);
+                state.workers.ensure(&state.store);
+                state.workers.resume_drains(&state.store);
             } else {
                 state.workers.stop();
             }

@@ -32,7 +32,7 @@ use crate::meta::{
     WritePrecondition,
 };
 
-pub use error::{StoreError, UploadError};
+pub use error::{PART_BYTES_MIN, PART_NUMBER_MAX, StoreError, UploadError};
 
 /// Free and total bytes assumed for a disk that cannot report them (a WebDAV node).
 pub const UNKNOWN_DISK_BYTES: u64 = 1 << 40;

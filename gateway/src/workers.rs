@@ -16,7 +16,7 @@ use valkyrie::{
 
 use crate::catalog::LocalCatalog;
 use crate::meta::Command;
-use crate::server::AppState;
+use crate::store::ObjectStore;
 
 /// Left on the surviving disk by [`Workers::fail_disk`] before the pair is marked DRAINING:
 /// UNMOVE saves its first progress only after counting every file of the survivor, and a
@@ -83,11 +83,11 @@ impl Workers {
 
     /// Starts a worker for every local disk that has none yet (at start, and after a
     /// pair is added).
-    pub fn ensure(&self, app: &Arc<AppState>) {
+    pub fn ensure(&self, store: &Arc<ObjectStore>) {
         if !self.enabled {
             return;
         }
-        let table = app.store.pair_table();
+        let table = store.pair_table();
         for id in table.ids() {
             let Some(entry) = table.get(id) else { continue };
             for index in 0..2 {
@@ -105,7 +105,7 @@ impl Workers {
                     peer: entry.disks[1 - index].clone(),
                     settings: self.settings.clone(),
                 };
-                match Worker::new(LocalCatalog::new(app.clone()), config, Clock::system()) {
+                match Worker::new(LocalCatalog::new(store.clone()), config, Clock::system()) {
                     Ok(worker) => {
                         let worker = Arc::new(worker);
                         running.insert(
@@ -154,10 +154,10 @@ impl Workers {
     /// disk; also used at start to resume drains of pairs still DRAINING.
     pub async fn fail_disk(
         &self,
-        app: &Arc<AppState>,
+        store: &Arc<ObjectStore>,
         disk: &str,
     ) -> Result<UnmoveProgress, DrainError> {
-        let table = app.store.pair_table();
+        let table = store.pair_table();
         let (pair, failed_index) = table
             .ids()
             .into_iter()
@@ -187,21 +187,20 @@ impl Workers {
             set: PairFlags::READ_ONLY.with(PairFlags::DRAINING),
             clear: PairFlags::default(),
         };
-        app.store
+        store
             .change_pair(cmd)
             .await
             .map_err(|e| DrainError::Store(e.to_string()))?;
-        self.start_drain(app, pair, 1 - failed_index)
+        self.start_drain(store, pair, 1 - failed_index)
     }
 
     fn start_drain(
         &self,
-        app: &Arc<AppState>,
+        store: &Arc<ObjectStore>,
         pair: PairId,
         surviving: usize,
     ) -> Result<UnmoveProgress, DrainError> {
-        let entry = app
-            .store
+        let entry = store
             .pair_table()
             .get(pair)
             .ok_or_else(|| DrainError::UnknownDisk(pair.to_string()))?;
@@ -218,14 +217,14 @@ impl Workers {
         }
         let tracker = Arc::new(UnmoveTracker::new());
         drains.insert(pair, tracker.clone());
-        let (app, shutdown) = (app.clone(), self.shutdown());
+        let (store, shutdown) = (store.clone(), self.shutdown());
         let options = UnmoveOptions {
-            pair_choice_root: app.store.choice_root(),
+            pair_choice_root: store.choice_root(),
             ..UnmoveOptions::default()
         };
         tokio::spawn(async move {
-            let catalog = LocalCatalog::new(app.clone());
-            let pairs = app.store.pair_table().clone();
+            let catalog = LocalCatalog::new(store.clone());
+            let pairs = store.pair_table().clone();
             match valkyrie::drain(&catalog, &pairs, pair, &root, &tracker, &options, &shutdown)
                 .await
             {
@@ -237,7 +236,7 @@ impl Workers {
                         clear: PairFlags::DRAINING,
                     };
                     if p.files_failed == 0
-                        && let Err(e) = app.store.change_pair(cmd).await
+                        && let Err(e) = store.change_pair(cmd).await
                     {
                         tracing::error!(pair = %pair, error = %e, "cannot clear DRAINING");
                     }
@@ -257,8 +256,8 @@ impl Workers {
     }
 
     /// Resumes the drains of pairs that are still DRAINING (after a restart).
-    pub fn resume_drains(&self, app: &Arc<AppState>) {
-        let table = app.store.pair_table();
+    pub fn resume_drains(&self, store: &Arc<ObjectStore>) {
+        let table = store.pair_table();
         for id in table.ids() {
             let Some(e) = table.get(id) else { continue };
             if !e.record.flags.contains(PairFlags::DRAINING) {
@@ -275,7 +274,7 @@ impl Workers {
                 tracing::error!(pair = %id, "pair is DRAINING but no local disk is marked as its survivor: run `gateway admin disk fail DISK` again, or `valkyrie --unmove` beside a remote survivor");
                 continue;
             };
-            if let Err(err) = self.start_drain(app, id, surviving) {
+            if let Err(err) = self.start_drain(store, id, surviving) {
                 tracing::error!(pair = %id, error = %err, "cannot resume UNMOVE");
             }
         }

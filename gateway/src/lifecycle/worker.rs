@@ -20,7 +20,7 @@ use super::Settings;
 use super::pacing::Pacer;
 use super::rules;
 use crate::meta::{Command, MetaError, Response};
-use crate::server::AppState;
+use crate::store::ObjectStore;
 
 /// Index entries read per batch of the object pass (also the command's key bound).
 const SCAN_BATCH: usize = 1000;
@@ -50,18 +50,18 @@ pub struct PassReport {
 
 /// The sweep of one node.
 pub struct LifecycleWorker {
-    app: Arc<AppState>,
+    store: Arc<ObjectStore>,
     settings: Settings,
     pacer: Pacer,
 }
 
 /// Runs the sweep on this node while it leads the metadata group.
-pub fn spawn(app: Arc<AppState>, settings: Settings) {
+pub fn spawn(store: Arc<ObjectStore>, settings: Settings) {
     tokio::spawn(async move {
-        let mut leading = app.store.metadata().leadership();
+        let mut leading = store.metadata().leadership();
         loop {
             if *leading.borrow_and_update() {
-                let mut worker = LifecycleWorker::new(app.clone(), settings.clone());
+                let mut worker = LifecycleWorker::new(store.clone(), settings.clone());
                 tokio::select! {
                     () = worker.run() => {}
                     changed = leading.changed() => if changed.is_err() { return },
@@ -74,10 +74,10 @@ pub fn spawn(app: Arc<AppState>, settings: Settings) {
 }
 
 impl LifecycleWorker {
-    pub fn new(app: Arc<AppState>, settings: Settings) -> Self {
+    pub fn new(store: Arc<ObjectStore>, settings: Settings) -> Self {
         let pacer = Pacer::new(settings.deletes_per_sec);
         LifecycleWorker {
-            app,
+            store,
             settings,
             pacer,
         }
@@ -112,7 +112,7 @@ impl LifecycleWorker {
             uploads_aborted: self.sweep_uploads().await?,
             ..PassReport::default()
         };
-        let meta = self.app.store.metadata().clone();
+        let meta = self.store.metadata().clone();
         let configs = meta.read_local(|m| m.lifecycles()).await?;
         for (bucket, record) in configs {
             if record
@@ -131,7 +131,7 @@ impl LifecycleWorker {
     /// Aborts uploads past the gateway's age bound, uploads a rule aborts, and uploads
     /// whose bucket is gone. Returns how many it aborted.
     async fn sweep_uploads(&mut self) -> Result<u64, MetaError> {
-        let meta = self.app.store.metadata().clone();
+        let meta = self.store.metadata().clone();
         let mut after: Option<String> = None;
         let mut aborted = 0;
         loop {
@@ -167,7 +167,7 @@ impl LifecycleWorker {
                     upload_id: id.clone(),
                     now_secs: now,
                 };
-                match self.app.store.execute(cmd).await {
+                match self.store.execute(cmd).await {
                     Ok(_) => {
                         tracing::info!(
                             upload_id = %id,
@@ -199,7 +199,7 @@ impl LifecycleWorker {
         bucket: &str,
         mut resume_after: Option<String>,
     ) -> Result<u64, MetaError> {
-        let meta = self.app.store.metadata().clone();
+        let meta = self.store.metadata().clone();
         let day_secs = self.settings.day_secs;
         let mut expired = 0;
         let mut unsaved_batches = 0u32;
@@ -242,7 +242,7 @@ impl LifecycleWorker {
                     day_secs,
                     now_secs: now,
                 };
-                match self.app.store.execute(cmd).await {
+                match self.store.execute(cmd).await {
                     Ok(Response::ObjectsDeleted(removed)) => {
                         done = removed.iter().filter(|r| **r).count();
                     }

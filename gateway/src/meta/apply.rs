@@ -68,7 +68,7 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
         }
         Command::DeleteBucket { bucket } => {
             check_bucket(txn, bucket)?;
-            if first_key_of(txn, bucket)?.is_some() {
+            if super::tables::first_key_of(txn, bucket)?.is_some() {
                 return Err(MetaError::BucketNotEmpty);
             }
             // As S3: uploads in progress keep the bucket from being deleted, so that no
@@ -377,23 +377,6 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
                 jobs::mark_done(txn, *id, *now_ms).map(Response::Job)
             }
         },
-    }
-}
-
-/// The first key of `bucket`, if it holds any object.
-pub(super) fn first_key_of(
-    txn: &WriteTransaction,
-    bucket: &str,
-) -> Result<Option<String>, MetaError> {
-    let objects = txn.open_table(OBJECTS)?;
-    let mut range = objects.range((bucket, &[][..])..)?;
-    match range.next() {
-        Some(entry) => {
-            let (k, _) = entry?;
-            let (b, key) = k.value();
-            Ok((b == bucket).then(|| String::from_utf8_lossy(key).into_owned()))
-        }
-        None => Ok(None),
     }
 }
 

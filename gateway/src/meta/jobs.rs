@@ -351,7 +351,7 @@ pub fn finish_bucket(txn: &WriteTransaction, id: u64, now_ms: u64) -> Result<Buc
     let Some((mut job, bucket)) = running_bucket_job(txn, id)? else {
         return Ok(BucketEnd::NotRunning);
     };
-    let first_left = super::apply::first_key_of(txn, &bucket)?;
+    let first_left = super::tables::first_key_of(txn, &bucket)?;
     match first_left {
         Some(key) => {
             job.state = JobState::Failed(format!(

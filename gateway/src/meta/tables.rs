@@ -248,6 +248,24 @@ pub fn encode_pair(record: &PairRecord) -> Result<Vec<u8>, MetaError> {
     encode_versioned(record)
 }
 
+/// The first key of `bucket`, if it holds any object.
+pub fn first_key_of(
+    txn: &redb::WriteTransaction,
+    bucket: &str,
+) -> Result<Option<String>, MetaError> {
+    use redb::ReadableTable as _;
+    let objects = txn.open_table(OBJECTS)?;
+    let mut range = objects.range((bucket, &[][..])..)?;
+    match range.next() {
+        Some(entry) => {
+            let (k, _) = entry?;
+            let (b, key) = k.value();
+            Ok((b == bucket).then(|| String::from_utf8_lossy(key).into_owned()))
+        }
+        None => Ok(None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

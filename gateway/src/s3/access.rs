@@ -22,7 +22,7 @@ use super::error::{ErrorCode, S3Error};
 use super::request::Target;
 use crate::meta::BucketRecord;
 use crate::meta::keys::Rights;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The access key that signed a request, as the authentication layer found it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,7 +109,7 @@ pub fn needs(
             let mut out = vec![(bucket.clone(), rights)];
             // CopyObject and UploadPartCopy read their source.
             if m == Method::PUT && headers.contains_key("x-amz-copy-source") {
-                let (source, _) = super::object::copy_source(headers)?;
+                let (source, _) = super::request::copy_source(headers)?;
                 out.push((source, Rights::READ));
             }
             out

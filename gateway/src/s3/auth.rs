@@ -22,30 +22,10 @@ use super::body_check::{EndCheck, check_at_end};
 use super::chunked::{self, ChunkError, ChunkMode, TrailerSlot};
 use super::error::{ErrorCode, S3Error};
 use super::sigv4::{self, AuthError, Payload};
-use crate::server::AppState;
+use crate::state::{AppState, PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT};
 
-/// How strict signature checks are beyond the signature itself (flags of `gateway serve`).
-#[derive(Clone, Debug)]
-pub struct SignaturePolicy {
-    /// `--any-region` / `any_region`: accept a credential scope naming any region instead of
-    /// only the gateway's own (`--region`), for clients that cannot be told the region.
-    pub any_region: bool,
-    /// `--presigned-v2-expires-max-secs` / `presigned_v2_expires_max_secs`: how far ahead a
-    /// V2 presigned URL's `Expires` may be.
-    pub presigned_v2_expires_max_secs: u64,
-}
-
-impl Default for SignaturePolicy {
-    fn default() -> Self {
-        SignaturePolicy {
-            any_region: false,
-            presigned_v2_expires_max_secs: PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT,
-        }
-    }
-}
-
-/// Seven days, the longest a SigV4 presigned URL may live (`X-Amz-Expires`).
-pub const PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT: u64 = sigv4::MAX_PRESIGNED_EXPIRES;
+// The V2 presigned bound defaults to SigV4's own longest expiry.
+const _: () = assert!(PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT == sigv4::MAX_PRESIGNED_EXPIRES);
 
 /// What the handlers learn about the body from the authentication layer.
 #[derive(Clone, Default)]

@@ -10,7 +10,7 @@ use super::iso8601;
 use super::request::{Query, check_bucket_name};
 use super::xml::XmlWriter;
 use crate::meta::ListQuery;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The one owner every bucket and object reports.
 const OWNER_ID: &str = "dedup-gateway";

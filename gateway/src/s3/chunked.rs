@@ -19,7 +19,8 @@ use bytes::{Buf, Bytes};
 use futures_util::Stream;
 use sha2::{Digest, Sha256};
 
-use super::sigv4::{EMPTY_SHA256_HEX, Payload, SigningContext, constant_time_eq};
+use super::sigv4::{EMPTY_SHA256_HEX, Payload, SigningContext};
+use crate::bearer::constant_time_eq;
 
 /// Longest chunk-header or trailer line accepted, CR included; a real header line is under 100
 /// bytes, so anything longer is garbage or an attempt to make the server buffer.

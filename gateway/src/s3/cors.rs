@@ -17,7 +17,7 @@ use super::error::{ErrorCode, S3Error};
 use super::request::Target;
 use super::xml::XmlWriter;
 use crate::meta::{Command, CorsRule};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::StoreError;
 
 const CORS_BODY_BYTES_MAX: usize = 64 * 1024;

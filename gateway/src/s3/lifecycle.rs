@@ -21,7 +21,7 @@ use super::xml::XmlWriter;
 use crate::lifecycle::rules::{self, RULE_ID_CHARS_MAX, RULES_MAX};
 use crate::lifecycle::{Expiration, LifecycleRule, RuleFilter};
 use crate::meta::{Command, ObjectRecord};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::{ObjectStore, StoreError};
 
 const LIFECYCLE_BODY_BYTES_MAX: usize = 1024 * 1024;

@@ -30,7 +30,7 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::Method;
 
-use crate::server::AppState;
+use crate::state::AppState;
 use error::{ErrorCode, S3Error};
 use request::{Query, Target};
 

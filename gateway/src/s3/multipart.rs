@@ -7,14 +7,12 @@ use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 
 use super::error::{ErrorCode, S3Error};
-use super::object::{
-    READ_RACE_ATTEMPTS, attrs_from, check_copy_conditions, copy_source, header_str,
-};
-use super::request::Query;
+use super::object::{READ_RACE_ATTEMPTS, attrs_from, check_copy_conditions};
+use super::request::{Query, copy_source, header_str};
 use super::xml::XmlWriter;
 use super::{iso8601, read_xml_body};
 use crate::multipart::{PartRef, PartTarget};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::StoreError;
 
 /// Bound on a CompleteMultipartUpload body: 10 000 parts of about 100 bytes each.

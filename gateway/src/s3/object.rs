@@ -9,11 +9,11 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use super::auth::{BodyInfo, body_stream};
 use super::checksum::{self, crc32_base64};
 use super::error::{ErrorCode, S3Error};
-use super::request::Query;
+use super::request::{Query, copy_source, header_str};
 use super::xml::XmlWriter;
 use super::{http_date, iso8601};
 use crate::meta::{ObjectRecord, WritePrecondition};
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::store::{ChecksumSlot, ObjectAttrs, PutRequest, RangeSpec, ReadBody, StoreError};
 
 /// Bound on reading a key again when what a GET or copy read changed under it (an
@@ -30,18 +30,6 @@ const STORED_HEADERS: [&str; 5] = [
     "content-language",
     "expires",
 ];
-
-pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, S3Error> {
-    match headers.get(name) {
-        None => Ok(None),
-        Some(v) => v.to_str().map(Some).map_err(|_| {
-            S3Error::new(
-                ErrorCode::InvalidArgument,
-                format!("header {name} is not valid text"),
-            )
-        }),
-    }
-}
 
 /// Content-Type, `x-amz-meta-*` and the stored standard headers of a request, whose
 /// header section must be within S3's bound (the store checks the user metadata's).
@@ -196,27 +184,6 @@ pub async fn put(
     checksum_headers(resp.headers_mut(), &record, true);
     super::lifecycle::expiration_header(app, bucket, key, &record, resp.headers_mut()).await;
     Ok(resp)
-}
-
-/// `x-amz-copy-source`: `[/]bucket/key[?versionId=...]`, URL-encoded.
-pub fn copy_source(headers: &HeaderMap) -> Result<(String, String), S3Error> {
-    let raw = header_str(headers, "x-amz-copy-source")?.unwrap_or("");
-    let raw = raw.split_once('?').map_or(raw, |(path, _)| path);
-    let decoded = percent_encoding::percent_decode_str(raw.trim_start_matches('/'))
-        .decode_utf8()
-        .map_err(|_| {
-            S3Error::new(
-                ErrorCode::InvalidArgument,
-                "x-amz-copy-source is not valid UTF-8",
-            )
-        })?;
-    match decoded.split_once('/') {
-        Some((b, k)) if !b.is_empty() && !k.is_empty() => Ok((b.to_string(), k.to_string())),
-        _ => Err(S3Error::new(
-            ErrorCode::InvalidArgument,
-            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
-        )),
-    }
 }
 
 /// `x-amz-copy-source-if-*` against the source object: any condition that does not hold

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use std::borrow::Cow;
 
-use http::Uri;
+use http::{HeaderMap, Uri};
 use percent_encoding::{percent_decode, percent_decode_str};
 
 use super::error::{ErrorCode, S3Error};
@@ -235,6 +235,40 @@ pub fn check_bucket_name(name: &str) -> Result<(), S3Error> {
             "The specified bucket is not valid.",
         )
         .with_resource(name))
+    }
+}
+
+/// A header as text; one that is not is the client's error.
+pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, S3Error> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v.to_str().map(Some).map_err(|_| {
+            S3Error::new(
+                ErrorCode::InvalidArgument,
+                format!("header {name} is not valid text"),
+            )
+        }),
+    }
+}
+
+/// `x-amz-copy-source`: `[/]bucket/key[?versionId=...]`, URL-encoded.
+pub fn copy_source(headers: &HeaderMap) -> Result<(String, String), S3Error> {
+    let raw = header_str(headers, "x-amz-copy-source")?.unwrap_or("");
+    let raw = raw.split_once('?').map_or(raw, |(path, _)| path);
+    let decoded = percent_encoding::percent_decode_str(raw.trim_start_matches('/'))
+        .decode_utf8()
+        .map_err(|_| {
+            S3Error::new(
+                ErrorCode::InvalidArgument,
+                "x-amz-copy-source is not valid UTF-8",
+            )
+        })?;
+    match decoded.split_once('/') {
+        Some((b, k)) if !b.is_empty() && !k.is_empty() => Ok((b.to_string(), k.to_string())),
+        _ => Err(S3Error::new(
+            ErrorCode::InvalidArgument,
+            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
+        )),
     }
 }
 

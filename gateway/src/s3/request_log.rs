@@ -19,24 +19,12 @@ use http_body::Body as _;
 use tracing::Level;
 
 use super::request::Target;
-use crate::server::AppState;
+use crate::state::{AppState, RequestLogLevel};
 use crate::telemetry::recent_errors::RecentError;
 use crate::telemetry::requests::Observed;
 
 /// Target of the request lines, so that `RUST_LOG` can also pick them out.
 pub const TARGET: &str = "s3_request";
-
-/// `--request-log-level`: the level of the per-request line, or `off`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum RequestLogLevel {
-    Off,
-    Error,
-    Warn,
-    #[default]
-    Info,
-    Debug,
-}
 
 /// What one request line says.
 struct Line<'a> {

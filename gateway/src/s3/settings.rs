@@ -8,7 +8,7 @@ use http::header;
 
 use super::error::{ErrorCode, S3Error};
 use super::xml::XmlWriter;
-use crate::server::AppState;
+use crate::state::AppState;
 
 const OWNER_ID: &str = "dedup-gateway";
 

@@ -174,7 +174,7 @@ pub fn verify_presigned(
         .map_err(|_| AuthError::Malformed("unusable secret".into()))?;
     mac.update(to_sign.as_bytes());
     let expected = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
-    if super::sigv4::constant_time_eq(expected.as_bytes(), signature.as_bytes()) {
+    if crate::bearer::constant_time_eq(expected.as_bytes(), signature.as_bytes()) {
         Ok(access_key)
     } else {
         Err(AuthError::SignatureMismatch)

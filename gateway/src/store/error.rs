@@ -10,9 +10,12 @@ use placement::write::WriteError;
 
 use super::ContentReadError;
 use crate::meta::MetaError;
-use crate::multipart::{PART_BYTES_MIN, PART_NUMBER_MAX};
 
 /// Why an object store call failed.
+/// S3's bounds on parts (the errors below name them).
+pub const PART_NUMBER_MAX: u32 = 10_000;
+pub const PART_BYTES_MIN: u64 = 5 * 1024 * 1024;
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("no such bucket {0}")]

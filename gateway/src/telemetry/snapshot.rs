@@ -10,10 +10,12 @@ use std::sync::Arc;
 use placement::{PairFlags, PairId, PairRecord};
 use valkyrie::{MetricsSnapshot, UnmoveProgress};
 
+use super::Telemetry;
 use super::recent_errors::RecentError;
 use super::stored::StoredStats;
 use crate::meta::raft::NodeId;
-use crate::server::AppState;
+use crate::store::ObjectStore;
+use crate::workers::Workers;
 
 /// One in-process Valkyrie worker.
 pub struct WorkerView {
@@ -59,15 +61,16 @@ pub const PAIR_FLAGS: [(PairFlags, &str); 3] = [
     (PairFlags::DRAINING, "DRAINING"),
 ];
 
-pub fn gather(app: &AppState) -> Snapshot {
-    let table = app.store.pair_table();
+/// Reads the pairs and replication state of `store`, the counters of `telemetry` and the
+/// in-process Valkyrie `workers` and drains.
+pub fn gather(store: &ObjectStore, telemetry: &Telemetry, workers: &Workers) -> Snapshot {
+    let table = store.pair_table();
     let pairs = table
         .ids()
         .into_iter()
         .filter_map(|id| table.get(id).map(|e| (id, e.record)))
         .collect();
-    let workers = app
-        .workers
+    let views = workers
         .workers()
         .into_iter()
         .map(|w| WorkerView {
@@ -78,20 +81,20 @@ pub fn gather(app: &AppState) -> Snapshot {
         })
         .collect();
     Snapshot {
-        stored: app.telemetry.stats.get(),
-        stats_scans: app.telemetry.stats.scans(),
+        stored: telemetry.stats.get(),
+        stats_scans: telemetry.stats.scans(),
         pairs,
-        workers,
-        drains: app.workers.drains(),
-        raft: raft_view(app),
-        requests: app.telemetry.requests.totals(),
-        recent_errors: app.telemetry.errors.snapshot(),
+        workers: views,
+        drains: workers.drains(),
+        raft: raft_view(store),
+        requests: telemetry.requests.totals(),
+        recent_errors: telemetry.errors.snapshot(),
     }
 }
 
-fn raft_view(app: &AppState) -> RaftView {
+fn raft_view(store: &ObjectStore) -> RaftView {
     use openraft::ServerState;
-    let metadata = app.store.metadata();
+    let metadata = store.metadata();
     let m = metadata.raft().metrics().borrow().clone();
     let voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
     let applied_index = m.last_applied.map_or(0, |l| l.index);
