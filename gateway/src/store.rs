@@ -32,7 +32,7 @@ use crate::meta::{
     WritePrecondition,
 };
 
-pub use error::{PART_BYTES_MIN, PART_NUMBER_MAX, StoreError, UploadError};
+pub use error::{ContentReadError, PART_BYTES_MIN, PART_NUMBER_MAX, StoreError, UploadError};
 
 /// Free and total bytes assumed for a disk that cannot report them (a WebDAV node).
 pub const UNKNOWN_DISK_BYTES: u64 = 1 << 40;
@@ -354,23 +354,6 @@ where
 
 fn hasher_gone(e: placement::digest::HasherGone) -> StoreError {
     StoreError::Internal(format!("hashing a body: {e}"))
-}
-
-/// Why stored content could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum ContentReadError {
-    #[error("no FileDB record for {0}")]
-    NoRecord(Sha1),
-    #[error("{0} is not in PairDB")]
-    NoPair(PairId),
-    #[error(transparent)]
-    NoGoodCopy(#[from] read::ReadError),
-    #[error(transparent)]
-    Meta(#[from] MetaError),
-    /// The read memory budget stayed full for [`READ_BUDGET_WAIT_SECS`]: a retry may
-    /// succeed.
-    #[error("too many reads in flight")]
-    Busy,
 }
 
 /// Why staged content could not be committed.

@@ -284,3 +284,26 @@ fn carried_error(mut e: axum::BoxError) -> Option<S3Error> {
     }
     None
 }
+
+/// Reads a small XML request body whole, at most `max_bytes`, as text.
+pub async fn read_xml_body(body: axum::body::Body, max_bytes: usize) -> Result<String, S3Error> {
+    use futures_util::StreamExt as _;
+    let mut stream = body_stream(body);
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        if out.len() + chunk.len() > max_bytes {
+            return Err(S3Error::new(
+                ErrorCode::MalformedXML,
+                "The XML you provided was too large",
+            ));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    String::from_utf8(out).map_err(|_| {
+        S3Error::new(
+            ErrorCode::MalformedXML,
+            "The XML you provided was not valid UTF-8",
+        )
+    })
+}

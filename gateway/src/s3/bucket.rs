@@ -6,7 +6,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use super::access::Caller;
 use super::error::{ErrorCode, S3Error};
-use super::iso8601;
+use super::dates::iso8601;
 use super::request::{Query, check_bucket_name};
 use super::xml::XmlWriter;
 use crate::meta::ListQuery;
@@ -258,7 +258,7 @@ pub async fn delete_objects(
     req: axum::extract::Request,
 ) -> Result<Response, S3Error> {
     let md5 = super::object::content_md5_of(req.headers())?;
-    let text = super::read_xml_body(req.into_body(), DELETE_BODY_BYTES_MAX).await?;
+    let text = super::auth::read_xml_body(req.into_body(), DELETE_BODY_BYTES_MAX).await?;
     if let Some(m) = md5
         && m != <[u8; 16]>::from(<md5::Md5 as md5::Digest>::digest(text.as_bytes()))
     {

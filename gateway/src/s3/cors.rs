@@ -247,7 +247,7 @@ pub fn parse_rules(text: &str) -> Result<Vec<CorsRule>, S3Error> {
 }
 
 pub async fn put(app: &AppState, bucket: &str, req: Request) -> Result<Response, S3Error> {
-    let text = super::read_xml_body(req.into_body(), CORS_BODY_BYTES_MAX).await?;
+    let text = super::auth::read_xml_body(req.into_body(), CORS_BODY_BYTES_MAX).await?;
     let rules = parse_rules(&text)?;
     app.store.set_cors(bucket, Some(rules)).await?;
     Ok(StatusCode::OK.into_response())

@@ -330,7 +330,7 @@ pub fn render_configuration(rules: &[LifecycleRule]) -> Vec<u8> {
             }
             Some(Expiration::Date(at)) => {
                 w.open("Expiration");
-                w.leaf("Date", &super::iso8601(at.saturating_mul(1000)));
+                w.leaf("Date", &super::dates::iso8601(at.saturating_mul(1000)));
                 w.close("Expiration");
             }
             None => {}
@@ -347,7 +347,7 @@ pub fn render_configuration(rules: &[LifecycleRule]) -> Vec<u8> {
 }
 
 pub async fn put(app: &AppState, bucket: &str, req: Request) -> Result<Response, S3Error> {
-    let text = super::read_xml_body(req.into_body(), LIFECYCLE_BODY_BYTES_MAX).await?;
+    let text = super::auth::read_xml_body(req.into_body(), LIFECYCLE_BODY_BYTES_MAX).await?;
     let rules = parse_configuration(&text)?;
     app.store.set_lifecycle(bucket, Some(rules)).await?;
     Ok(StatusCode::OK.into_response())
@@ -401,7 +401,7 @@ pub async fn expiration_header(
     if let Some((at, rule_id)) = expiry {
         let value = format!(
             "expiry-date=\"{}\", rule-id=\"{}\"",
-            super::http_date(at.saturating_mul(1000)),
+            super::dates::http_date(at.saturating_mul(1000)),
             rule_id.replace('"', "\\\"")
         );
         if let Ok(v) = HeaderValue::from_str(&value) {

@@ -12,6 +12,7 @@ pub(crate) mod bucket;
 pub mod checksum;
 pub mod chunked;
 pub mod cors;
+pub mod dates;
 pub mod error;
 pub mod lifecycle;
 pub(crate) mod multipart;
@@ -33,6 +34,8 @@ use http::Method;
 use crate::state::AppState;
 use error::{ErrorCode, S3Error};
 use request::{Query, Target};
+
+pub use dates::{http_date, iso8601};
 
 /// Routes one authenticated S3 request to its operation.
 pub async fn dispatch(State(app): State<Arc<AppState>>, req: Request) -> Response {
@@ -182,57 +185,4 @@ pub async fn response_hygiene(req: Request, next: axum::middleware::Next) -> Res
         );
     }
     resp
-}
-
-/// Reads a small XML request body whole, at most `max_bytes`, as text.
-pub async fn read_xml_body(body: axum::body::Body, max_bytes: usize) -> Result<String, S3Error> {
-    use futures_util::StreamExt as _;
-    let mut stream = auth::body_stream(body);
-    let mut out = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk?;
-        if out.len() + chunk.len() > max_bytes {
-            return Err(S3Error::new(
-                ErrorCode::MalformedXML,
-                "The XML you provided was too large",
-            ));
-        }
-        out.extend_from_slice(&chunk);
-    }
-    String::from_utf8(out).map_err(|_| {
-        S3Error::new(
-            ErrorCode::MalformedXML,
-            "The XML you provided was not valid UTF-8",
-        )
-    })
-}
-
-/// The ISO 8601 form S3 uses in XML (`2026-11-21T09:28:15.000Z`).
-pub fn iso8601(ms: u64) -> String {
-    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    let fmt = time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
-    t.format(&fmt).unwrap_or_default()
-}
-
-/// The RFC 1123 form of HTTP headers (`Last-Modified`).
-pub fn http_date(ms: u64) -> String {
-    httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn dates_format_like_s3() {
-        assert_eq!(
-            super::iso8601(1_700_000_000_123),
-            "2023-11-14T22:13:20.123Z"
-        );
-        assert_eq!(
-            super::http_date(1_700_000_000_123),
-            "Tue, 14 Nov 2023 22:13:20 GMT"
-        );
-    }
 }

@@ -11,7 +11,7 @@ use super::checksum::{self, crc32_base64};
 use super::error::{ErrorCode, S3Error};
 use super::request::{Query, copy_source, header_str};
 use super::xml::XmlWriter;
-use super::{http_date, iso8601};
+use super::dates::{http_date, iso8601};
 use crate::meta::{ObjectRecord, WritePrecondition};
 use crate::state::AppState;
 use crate::store::{ChecksumSlot, ObjectAttrs, PutRequest, RangeSpec, ReadBody, StoreError};

@@ -7,15 +7,32 @@
 //! carry the failure for the log, and every front end answers them as its internal error.
 
 use placement::write::WriteError;
+use placement::{PairId, Sha1, read};
 
-use super::ContentReadError;
 use crate::meta::MetaError;
 
-/// Why an object store call failed.
 /// S3's bounds on parts (the errors below name them).
 pub const PART_NUMBER_MAX: u32 = 10_000;
 pub const PART_BYTES_MIN: u64 = 5 * 1024 * 1024;
 
+/// Why stored content could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ContentReadError {
+    #[error("no FileDB record for {0}")]
+    NoRecord(Sha1),
+    #[error("{0} is not in PairDB")]
+    NoPair(PairId),
+    #[error(transparent)]
+    NoGoodCopy(#[from] read::ReadError),
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    /// The read memory budget stayed full for [`READ_BUDGET_WAIT_SECS`](super::READ_BUDGET_WAIT_SECS): a retry may
+    /// succeed.
+    #[error("too many reads in flight")]
+    Busy,
+}
+
+/// Why an object store call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("no such bucket {0}")]
