@@ -18,6 +18,8 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use placement::{Disk, PairId, Sha1};
+use valkyrie::layout::FileName;
+use valkyrie::walk::{Entry, Walk};
 
 use crate::meta::native_refs::NativeRefs;
 use crate::meta::{MetaError, MetaStore};
@@ -251,7 +253,7 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
     for (id, pair) in &disks {
         for disk in pair {
             let Disk::Local(d) = disk else { continue };
-            walk_disk(
+            rt.block_on(walk_disk(
                 &meta,
                 d.root(),
                 *id,
@@ -259,14 +261,15 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
                 now,
                 Duration::from_secs(grace_secs),
                 &mut report,
-            )?;
+            ))?;
         }
     }
     Ok(report)
 }
 
-/// Checks every file under a local disk's `<aa>/<bb>/` folders.
-fn walk_disk(
+/// Checks every file under a local disk's `<aa>/<bb>/` folders, through Valkyrie's walk
+/// (the names the scrubber sees, in the same order).
+async fn walk_disk(
     meta: &MetaStore,
     root: &Path,
     pair: PairId,
@@ -275,46 +278,50 @@ fn walk_disk(
     grace: Duration,
     report: &mut Report,
 ) -> Result<(), FsckError> {
-    let Ok(level1) = std::fs::read_dir(root) else {
-        report.error(format!("{}: cannot list", root.display()));
-        return Ok(());
-    };
-    for a in level1.flatten() {
-        let name = a.file_name().to_string_lossy().into_owned();
-        if name.len() != 2 || !a.path().is_dir() {
-            continue;
-        }
-        for b in std::fs::read_dir(a.path()).into_iter().flatten().flatten() {
-            for f in std::fs::read_dir(b.path()).into_iter().flatten().flatten() {
-                let fname = f.file_name().to_string_lossy().into_owned();
-                if fname.contains(".deleted.") {
-                    report.quarantined += 1;
-                    continue;
-                }
-                let Ok(sha1) = fname.parse::<Sha1>() else {
-                    report.error(format!("{}: not a content name", f.path().display()));
-                    continue;
-                };
-                match files.get(&sha1) {
-                    Some(rec) if rec.pair == pair => {}
-                    Some(_) => report.junk += 1,
-                    None if meta.deleting(&sha1)?.is_some() => report.deleting += 1,
-                    None => {
-                        let age = f
-                            .metadata()
-                            .and_then(|m| m.modified())
-                            .ok()
-                            .and_then(|m| now.duration_since(m).ok())
-                            .unwrap_or_default();
-                        if age < grace {
-                            report.young_orphans += 1;
-                        } else {
-                            report.error(format!("{}: no record (orphan)", f.path().display()));
-                        }
-                    }
+    let mut walk = Walk::new(root);
+    // The walk takes an absent disk for an empty one; fsck reports it.
+    let mut listable = root.is_dir();
+    while listable && let Some(found) = walk.next().await {
+        let (path, name) = match found {
+            Ok(Entry::Shard { path, name }) => (path, name),
+            Ok(Entry::Temp { .. }) => continue,
+            // A folder that cannot be listed is passed over; the disk's root ends the walk.
+            Err(e) => {
+                listable = !e.ends_walk();
+                continue;
+            }
+        };
+        let sha1 = match name {
+            FileName::Content(sha1) => sha1,
+            FileName::Quarantined { .. } => {
+                report.quarantined += 1;
+                continue;
+            }
+            FileName::Unknown => {
+                report.error(format!("{}: not a content name", path.display()));
+                continue;
+            }
+        };
+        match files.get(&sha1) {
+            Some(rec) if rec.pair == pair => {}
+            Some(_) => report.junk += 1,
+            None if meta.deleting(&sha1)?.is_some() => report.deleting += 1,
+            None => {
+                let age = std::fs::symlink_metadata(&path)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|m| now.duration_since(m).ok())
+                    .unwrap_or_default();
+                if age < grace {
+                    report.young_orphans += 1;
+                } else {
+                    report.error(format!("{}: no record (orphan)", path.display()));
                 }
             }
         }
+    }
+    if !listable {
+        report.error(format!("{}: cannot list", root.display()));
     }
     Ok(())
 }

@@ -7,7 +7,7 @@
 
 use rand::RngExt as _;
 
-use crate::pairdb::PairRecord;
+use crate::pair::PairRecord;
 use crate::vocab::PairId;
 
 /// A candidate pair: its id and record.
@@ -57,7 +57,7 @@ pub fn choose<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pairdb::PairFlags;
+    use crate::pair::PairFlags;
     use crate::vocab::DiskRef;
 
     fn pair(free: u64) -> PairRecord {

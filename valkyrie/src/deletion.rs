@@ -13,9 +13,9 @@
 //!    if the master crashes, the slave still finishes the job, and the master's copy is
 //!    then an orphan that its own scrubber quarantines after the grace period.
 //!
-//! Entries come in sha1 order, in pages of `deletion_page_entries`, with a yield between
-//! pages, until an empty page; every entry is looked at on every pass, as `since` says
-//! nothing about the order.
+//! Entries come in sha1 order, in pages of `deletion_page_entries`, with a yield and a
+//! look at the stop signal between pages ([`crate::pace`]), until an empty page; every
+//! entry is looked at on every pass, as `since` says nothing about the order.
 
 use placement::Sha1;
 
@@ -23,6 +23,7 @@ use crate::catalog::{Catalog, DeletingEntry};
 use crate::clock::Shutdown;
 use crate::error::ValkyrieError;
 use crate::metrics::Metrics;
+use crate::pace::Pacer;
 use crate::quarantine::QuarantineOutcome;
 use crate::worker::Worker;
 
@@ -47,12 +48,10 @@ impl<C: Catalog> Worker<C> {
     /// One pass over the `deleting` entries of this pair.
     pub async fn deletion_pass(&self, shutdown: &Shutdown) -> DeletionReport {
         let mut report = DeletionReport::default();
-        let limit = self.settings.deletion_page_entries;
+        let mut pacer = Pacer::new(self.settings.deletion_page_entries, shutdown);
         let mut after: Option<Sha1> = None;
-        loop {
-            if shutdown.is_set() {
-                return report;
-            }
+        while pacer.next_batch().await {
+            let limit = pacer.batch_max();
             let page = match self.catalog.deleting(self.pair, after, limit).await {
                 Ok(page) => page,
                 Err(e) => {
@@ -86,8 +85,8 @@ impl<C: Catalog> Worker<C> {
                 report.completed = true;
                 return report;
             }
-            tokio::task::yield_now().await;
         }
+        report
     }
 
     async fn delete_one(

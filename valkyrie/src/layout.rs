@@ -5,9 +5,8 @@
 //! flight at `<disk>/tmp/<random>`, and quarantined copies named
 //! `<sha1 hex>.deleted.<unix secs>` in the content file's folder.
 //!
-//! The walk goes one `<aa>/<bb>` folder at a time in sorted order, which is also sha1
-//! order: that keeps a listing in memory small (the folder, not the disk) and lets UNMOVE
-//! resume after the last sha1 it finished.
+//! The walk over them, one `<aa>/<bb>` folder at a time in sha1 order, is
+//! [`crate::walk`]; this module names the files and lists one folder.
 
 use std::path::{Path, PathBuf};
 
@@ -110,39 +109,45 @@ pub struct Listed {
 /// The names of `dir`, sorted; an absent folder is empty.
 pub async fn list(dir: &Path) -> Result<Vec<Listed>, ValkyrieError> {
     let path = dir.to_path_buf();
-    blocking("list", dir.to_path_buf(), move || {
-        let entries = match std::fs::read_dir(&path) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e),
+    blocking("list", dir.to_path_buf(), move || list_blocking(&path)).await
+}
+
+/// [`list`] on the calling thread, for callers that are not async (the gateway's `fsck`).
+pub fn list_blocking(dir: &Path) -> std::io::Result<Vec<Listed>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let os_name = entry.file_name();
+        let (name, utf8) = match os_name.to_str() {
+            Some(s) => (s.to_string(), true),
+            None => (os_name.to_string_lossy().into_owned(), false),
         };
-        let mut out = Vec::new();
-        for entry in entries {
-            let entry = entry?;
-            let os_name = entry.file_name();
-            let (name, utf8) = match os_name.to_str() {
-                Some(s) => (s.to_string(), true),
-                None => (os_name.to_string_lossy().into_owned(), false),
-            };
-            // A symlink is not followed: it is reported as a non-directory and, having no
-            // content name, left alone.
-            let is_dir = entry.file_type()?.is_dir();
-            out.push(Listed { name, utf8, is_dir });
-        }
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
-    })
-    .await
+        // A symlink is not followed: it is reported as a non-directory and, having no
+        // content name, left alone.
+        let is_dir = entry.file_type()?.is_dir();
+        out.push(Listed { name, utf8, is_dir });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
 }
 
 /// The `<aa>` (or `<bb>`) folders of `dir`: two lowercase hex digits, sorted.
 pub async fn hex_dirs(dir: &Path) -> Result<Vec<String>, ValkyrieError> {
-    Ok(list(dir)
-        .await?
+    Ok(hex_dir_names(list(dir).await?))
+}
+
+/// The `<aa>` (or `<bb>`) folders of a listing, in its order.
+pub fn hex_dir_names(listing: Vec<Listed>) -> Vec<String> {
+    listing
         .into_iter()
         .filter(|l| l.is_dir && l.utf8 && is_hex_byte(&l.name))
         .map(|l| l.name)
-        .collect())
+        .collect()
 }
 
 fn is_hex_byte(name: &str) -> bool {

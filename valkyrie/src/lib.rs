@@ -17,9 +17,11 @@
 //!
 //! Beside the loops: [`quarantine::restore`] (the gateway calls it when a read finds the
 //! content name missing) and [`unmove::drain`], which copies every file of a failed pair's
-//! surviving disk to other pairs. The metadata is reached only through the narrow
-//! [`Catalog`] seam: in-process through the gateway's store, remotely through
-//! [`HttpCatalog`].
+//! surviving disk to other pairs. Every loop goes through the same two pieces: one
+//! [`walk`] over the disk's `<aa>/<bb>` layout (the scrubber, UNMOVE, the gateway's
+//! `fsck`) and one [`pace::Pacer`] for its bounded batches. The metadata is reached only
+//! through the narrow [`Catalog`] seam: in-process through the gateway's store, remotely
+//! through [`HttpCatalog`].
 //!
 //! What it is not: a metadata store or an HTTP server. It never decides on its own that
 //! content is unreferenced: the catalog's `deleting` entries and `files` records do, and a
@@ -52,12 +54,14 @@ pub mod error;
 pub mod layout;
 pub mod logging;
 pub mod metrics;
+pub mod pace;
 pub mod quarantine;
 pub mod rate;
 pub mod repair;
 pub mod scrub;
 pub mod settings;
 pub mod unmove;
+pub mod walk;
 pub mod worker;
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! The scrub loop: every file of the disk, every `scrub_interval_secs`.
 //!
-//! The walk goes through `tmp/` and then one `<aa>/<bb>` folder at a time in sha1 order,
-//! yielding every `scrub_batch_files` names (and stopping there on shutdown); every byte
-//! it reads passes the worker's token bucket (`scrub_bytes_per_sec`). What each name gets:
+//! The pass walks `tmp/` and then one `<aa>/<bb>` folder at a time in sha1 order
+//! ([`crate::walk`]), in batches of `scrub_batch_files` names with a yield between two and
+//! a stop on shutdown there ([`crate::pace`]); every byte it reads passes the worker's
+//! token bucket (`scrub_bytes_per_sec`). What each name gets:
 //!
 //! | name | record in `files` | action |
 //! |---|---|---|
@@ -30,10 +31,12 @@ use placement::{PairFlags, Sha1};
 use crate::catalog::Catalog;
 use crate::clock::Shutdown;
 use crate::error::ValkyrieError;
-use crate::layout::{self, FileName, Listed};
+use crate::layout::{self, FileName};
 use crate::metrics::Metrics;
+use crate::pace::Pacer;
 use crate::quarantine::{self, QuarantineOutcome};
 use crate::repair::Verdict;
+use crate::walk::{Entry, Walk};
 use crate::worker::Worker;
 
 /// Consecutive peer failures after which a pass stops asking the peer.
@@ -99,68 +102,30 @@ impl<C: Catalog> Worker<C> {
             peer_writable: self.refresh_peer_writable().await,
             peer_errors_in_a_row: 0,
         };
-        let batch = self.settings.scrub_batch_files;
-        let mut since_yield = 0usize;
-
-        let tmp = self.root.join(placement::disk::TMP_DIR);
-        let temps = match layout::list(&tmp).await {
-            Ok(names) => names,
-            Err(e) => {
-                self.count_failure(&mut pass, "listing tmp/", None, &e);
-                Vec::new()
-            }
-        };
-        for listed in temps {
-            if since_yield >= batch {
-                since_yield = 0;
-                tokio::task::yield_now().await;
-                if shutdown.is_set() {
-                    return pass.report;
-                }
-            }
-            since_yield += 1;
-            self.visited(&mut pass);
-            if let Err(e) = self.scrub_temp(&tmp, &listed, &mut pass).await {
-                self.count_failure(&mut pass, "stale temp", None, &e);
-            }
-        }
-
-        let aas = match layout::hex_dirs(&self.root).await {
-            Ok(aas) => aas,
-            Err(e) => {
-                self.count_failure(&mut pass, "listing the disk", None, &e);
-                return pass.report;
-            }
-        };
-        for aa in aas {
-            let bbs = match layout::hex_dirs(&self.root.join(&aa)).await {
-                Ok(bbs) => bbs,
+        let mut walk = Walk::new(&self.root).with_temps();
+        let mut pacer = Pacer::new(self.settings.scrub_batch_files, shutdown).first_batch_always();
+        while let Some(found) = walk.next().await {
+            let entry = match found {
+                Ok(entry) => entry,
                 Err(e) => {
-                    self.count_failure(&mut pass, "listing a folder", None, &e);
+                    self.count_failure(&mut pass, e.folder.listing(), None, &e.error);
+                    if e.ends_walk() {
+                        return pass.report;
+                    }
                     continue;
                 }
             };
-            for bb in bbs {
-                let dir = self.root.join(&aa).join(&bb);
-                let names = match layout::list(&dir).await {
-                    Ok(names) => names,
-                    Err(e) => {
-                        self.count_failure(&mut pass, "listing a folder", None, &e);
-                        continue;
+            if !pacer.admit().await {
+                return pass.report;
+            }
+            self.visited(&mut pass);
+            match entry {
+                Entry::Temp { path } => {
+                    if let Err(e) = self.scrub_temp(&path, &mut pass).await {
+                        self.count_failure(&mut pass, "stale temp", None, &e);
                     }
-                };
-                for listed in names {
-                    if since_yield >= batch {
-                        since_yield = 0;
-                        tokio::task::yield_now().await;
-                        if shutdown.is_set() {
-                            return pass.report;
-                        }
-                    }
-                    since_yield += 1;
-                    self.visited(&mut pass);
-                    self.scrub_name(&dir, &aa, &bb, &listed, &mut pass).await;
                 }
+                Entry::Shard { path, name } => self.scrub_name(&path, name, &mut pass).await,
             }
         }
         pass.report.completed = true;
@@ -198,14 +163,8 @@ impl<C: Catalog> Worker<C> {
         self.peer_writable.load(Ordering::Relaxed)
     }
 
-    async fn scrub_temp(
-        &self,
-        tmp: &Path,
-        listed: &Listed,
-        pass: &mut Pass,
-    ) -> Result<(), ValkyrieError> {
-        let path = tmp.join(&listed.name);
-        let Some(stat) = layout::stat(&path).await? else {
+    async fn scrub_temp(&self, path: &Path, pass: &mut Pass) -> Result<(), ValkyrieError> {
+        let Some(stat) = layout::stat(path).await? else {
             return Ok(());
         };
         if !stat.is_file {
@@ -214,7 +173,7 @@ impl<C: Catalog> Worker<C> {
             return Ok(());
         }
         if pass.now_secs.saturating_sub(stat.mtime_secs) > self.settings.temp_max_age_secs {
-            if layout::remove(&path).await? {
+            if layout::remove(path).await? {
                 pass.report.temp_removed += 1;
                 Metrics::inc(&self.metrics.temp_removed);
                 tracing::info!(path = %path.display(), "stale temp removed");
@@ -225,24 +184,16 @@ impl<C: Catalog> Worker<C> {
         Ok(())
     }
 
-    async fn scrub_name(&self, dir: &Path, aa: &str, bb: &str, listed: &Listed, pass: &mut Pass) {
-        let name = if listed.utf8 && !listed.is_dir {
-            FileName::parse(&listed.name, aa, bb)
-        } else {
-            FileName::Unknown
-        };
+    async fn scrub_name(&self, path: &Path, name: FileName, pass: &mut Pass) {
         let (result, sha1) = match name {
             FileName::Content(sha1) => (self.scrub_content(sha1, pass).await, Some(sha1)),
-            FileName::Quarantined { sha1, since_secs } => {
-                let path = dir.join(&listed.name);
-                (
-                    self.scrub_quarantined(sha1, since_secs, &path, pass).await,
-                    Some(sha1),
-                )
-            }
+            FileName::Quarantined { sha1, since_secs } => (
+                self.scrub_quarantined(sha1, since_secs, path, pass).await,
+                Some(sha1),
+            ),
             FileName::Unknown => {
                 pass.report.unknown += 1;
-                tracing::warn!(path = %dir.join(&listed.name).display(), "not a content name; left alone");
+                tracing::warn!(path = %path.display(), "not a content name; left alone");
                 (Ok(()), None)
             }
         };

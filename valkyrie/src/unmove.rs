@@ -43,13 +43,20 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::Catalog;
 use crate::clock::{Clock, Shutdown};
 use crate::error::{ValkyrieError, blocking};
-use crate::layout::{self, FileName};
+use crate::layout;
+use crate::pace::Pacer;
 use crate::rate::RateLimiter;
+use crate::walk::Walk;
 
 /// The progress file, at the survivor's root.
 pub const PROGRESS_FILE: &str = "unmove.json";
 const PROGRESS_TMP_FILE: &str = "unmove.json.tmp";
 const BURST_BYTES: u64 = 1024 * 1024;
+/// Files copied between two yields, and between two looks at the stop signal: one, as a
+/// copy may take seconds.
+const FILES_PER_BATCH: usize = 1;
+/// Files counted (one `stat` each) between two yields and looks at the stop signal.
+const COUNT_FILES_PER_BATCH: usize = 256;
 
 /// How UNMOVE runs.
 #[derive(Debug, Clone)]
@@ -225,59 +232,38 @@ pub async fn drain<C: Catalog>(
         limiter: RateLimiter::new(options.bytes_per_sec, BURST_BYTES),
         options,
     };
-    let after_hex = after.map(|s| s.to_hex());
+    let mut walk = Walk::new(surviving_root);
+    if let Some(after) = after {
+        walk = walk.after(after);
+    }
+    let mut pacer = Pacer::new(FILES_PER_BATCH, shutdown);
     let mut unsaved = 0u64;
-    for aa in layout::hex_dirs(surviving_root).await? {
-        if after_hex.as_ref().is_some_and(|h| aa.as_str() < &h[0..2]) {
-            continue;
+    while let Some(found) = walk.next_content().await {
+        let (sha1, path) = found?;
+        if !pacer.admit().await {
+            let p = tracker.update(|p| p.updated_secs = options.clock.now_secs());
+            save_progress(surviving_root, &p).await?;
+            tracing::info!(pair = %failed, files_done = p.files_done, "UNMOVE stopped; it will resume");
+            return Ok(tracker.snapshot());
         }
-        for bb in layout::hex_dirs(&surviving_root.join(&aa)).await? {
-            if after_hex
-                .as_ref()
-                .is_some_and(|h| (aa.as_str(), bb.as_str()) < (&h[0..2], &h[2..4]))
-            {
-                continue;
+        let size_bytes = layout::stat(&path).await?.map_or(0, |s| s.size_bytes);
+        let outcome = run.one(sha1, size_bytes).await;
+        let p = tracker.update(|p| {
+            p.files_done += 1;
+            p.bytes_done += size_bytes;
+            match outcome {
+                Outcome::Relocated => p.files_relocated += 1,
+                Outcome::Conflict => p.files_conflict += 1,
+                Outcome::Skipped => p.files_skipped += 1,
+                Outcome::Failed => p.files_failed += 1,
             }
-            let dir = surviving_root.join(&aa).join(&bb);
-            for listed in layout::list(&dir).await? {
-                if !listed.utf8 || listed.is_dir {
-                    continue;
-                }
-                let FileName::Content(sha1) = FileName::parse(&listed.name, &aa, &bb) else {
-                    continue;
-                };
-                if after.is_some_and(|a| sha1 <= a) {
-                    continue;
-                }
-                if shutdown.is_set() {
-                    let p = tracker.update(|p| p.updated_secs = options.clock.now_secs());
-                    save_progress(surviving_root, &p).await?;
-                    tracing::info!(pair = %failed, files_done = p.files_done, "UNMOVE stopped; it will resume");
-                    return Ok(tracker.snapshot());
-                }
-                let size_bytes = layout::stat(&dir.join(&listed.name))
-                    .await?
-                    .map_or(0, |s| s.size_bytes);
-                let outcome = run.one(sha1, size_bytes).await;
-                let p = tracker.update(|p| {
-                    p.files_done += 1;
-                    p.bytes_done += size_bytes;
-                    match outcome {
-                        Outcome::Relocated => p.files_relocated += 1,
-                        Outcome::Conflict => p.files_conflict += 1,
-                        Outcome::Skipped => p.files_skipped += 1,
-                        Outcome::Failed => p.files_failed += 1,
-                    }
-                    p.last_sha1 = Some(sha1.to_hex());
-                    p.updated_secs = options.clock.now_secs();
-                });
-                unsaved += 1;
-                if unsaved >= options.save_every_files.max(1) {
-                    save_progress(surviving_root, &p).await?;
-                    unsaved = 0;
-                }
-            }
-            tokio::task::yield_now().await;
+            p.last_sha1 = Some(sha1.to_hex());
+            p.updated_secs = options.clock.now_secs();
+        });
+        unsaved += 1;
+        if unsaved >= options.save_every_files.max(1) {
+            save_progress(surviving_root, &p).await?;
+            unsaved = 0;
         }
     }
     let p = tracker.update(|p| {
@@ -449,25 +435,16 @@ impl<C: Catalog> Run<'_, C> {
 /// Content files and bytes on the survivor.
 async fn count(root: &Path, shutdown: &Shutdown) -> Result<(u64, u64), ValkyrieError> {
     let (mut files, mut bytes) = (0u64, 0u64);
-    for aa in layout::hex_dirs(root).await? {
-        for bb in layout::hex_dirs(&root.join(&aa)).await? {
-            if shutdown.is_set() {
-                return Ok((files, bytes));
-            }
-            let dir = root.join(&aa).join(&bb);
-            for listed in layout::list(&dir).await? {
-                if listed.utf8
-                    && !listed.is_dir
-                    && matches!(
-                        FileName::parse(&listed.name, &aa, &bb),
-                        FileName::Content(_)
-                    )
-                    && let Some(stat) = layout::stat(&dir.join(&listed.name)).await?
-                {
-                    files += 1;
-                    bytes += stat.size_bytes;
-                }
-            }
+    let mut walk = Walk::new(root);
+    let mut pacer = Pacer::new(COUNT_FILES_PER_BATCH, shutdown);
+    while let Some(found) = walk.next_content().await {
+        let (_, path) = found?;
+        if !pacer.admit().await {
+            break;
+        }
+        if let Some(stat) = layout::stat(&path).await? {
+            files += 1;
+            bytes += stat.size_bytes;
         }
     }
     Ok((files, bytes))
