@@ -5,8 +5,8 @@ use http::{StatusCode, header};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 use super::access::Caller;
-use super::error::{ErrorCode, S3Error};
 use super::dates::iso8601;
+use super::error::{ErrorCode, S3Error};
 use super::request::{Query, check_bucket_name};
 use super::xml::XmlWriter;
 use crate::meta::ListQuery;

@@ -6,12 +6,12 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 
+use super::auth::read_xml_body;
+use super::dates::iso8601;
 use super::error::{ErrorCode, S3Error};
 use super::object::{READ_RACE_ATTEMPTS, attrs_from, check_copy_conditions};
 use super::request::{Query, copy_source, header_str};
 use super::xml::XmlWriter;
-use super::auth::read_xml_body;
-use super::dates::iso8601;
 use crate::multipart::{PartRef, PartTarget};
 use crate::state::AppState;
 use crate::store::StoreError;

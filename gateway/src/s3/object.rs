@@ -8,10 +8,10 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 
 use super::auth::{BodyInfo, body_stream};
 use super::checksum::{self, crc32_base64};
+use super::dates::{http_date, iso8601};
 use super::error::{ErrorCode, S3Error};
 use super::request::{Query, copy_source, header_str};
 use super::xml::XmlWriter;
-use super::dates::{http_date, iso8601};
 use crate::meta::{ObjectRecord, WritePrecondition};
 use crate::state::AppState;
 use crate::store::{ChecksumSlot, ObjectAttrs, PutRequest, RangeSpec, ReadBody, StoreError};
