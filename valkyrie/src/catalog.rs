@@ -163,15 +163,3 @@ impl<C: Catalog> Catalog for std::sync::Arc<C> {
         (**self).pairs()
     }
 }
-
-/// Builds the in-memory pair table UNMOVE chooses target pairs from, opening every disk
-/// with the default WebDAV settings.
-pub async fn pair_table<C: Catalog>(
-    catalog: &C,
-) -> Result<placement::pairdb::PairTable, crate::ValkyrieError> {
-    let table = placement::pairdb::PairTable::new();
-    for (id, record) in catalog.pairs().await? {
-        table.upsert(id, record)?;
-    }
-    Ok(table)
-}

@@ -21,8 +21,8 @@ use std::time::Duration;
 use clap::Parser;
 use placement::{Disk, PairId};
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use valkyrie::catalog::pair_table;
 use valkyrie::logging::LogFormat;
+use valkyrie::unmove::pair_table;
 use valkyrie::{
     Catalog, Clock, HttpCatalog, HttpCatalogConfig, Settings, Shutdown, UnmoveOptions,
     UnmoveTracker, Worker, WorkerConfig,

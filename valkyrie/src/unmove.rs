@@ -173,7 +173,7 @@ enum Outcome {
 /// run of the same pair left one. Returns the final progress; `finished` is false when
 /// `shutdown` stopped it.
 ///
-/// `pairs` is the caller's in-memory PairDB ([`crate::catalog::pair_table`] builds one
+/// `pairs` is the caller's in-memory PairDB ([`pair_table`] builds one
 /// from the catalog); the failed pair is never chosen, whatever its flags say there, and
 /// the free space of a receiving pair is lowered in `pairs` by every file it takes.
 pub async fn drain<C: Catalog>(
@@ -483,6 +483,16 @@ async fn save_progress(root: &Path, progress: &UnmoveProgress) -> Result<(), Val
     .await
 }
 
+/// Builds the in-memory pair table UNMOVE chooses target pairs from, opening every disk
+/// with the default WebDAV settings.
+pub async fn pair_table<C: Catalog>(catalog: &C) -> Result<PairTable, ValkyrieError> {
+    let table = PairTable::new();
+    for (id, record) in catalog.pairs().await? {
+        table.upsert(id, record)?;
+    }
+    Ok(table)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashSet;
@@ -492,7 +502,6 @@ mod tests {
     use placement::PairFlags;
 
     use super::*;
-    use crate::catalog::pair_table;
     use crate::testkit::{MemCatalog, PAIR, PAIR_B, Rig, files_under, put_content};
     use crate::worker::Worker;
 

@@ -15,7 +15,8 @@ use tokio::task::JoinHandle;
 
 use super::direct;
 use super::durable::{self, Durable};
-use super::{ByteStream, DiskError, TMP_DIR, content_path};
+use super::error::DiskError;
+use super::layout::{ByteStream, TMP_DIR, content_path};
 use crate::vocab::{DiskRef, Sha1};
 
 /// Bytes gathered before they are written with one `writev`: with one batch in flight,

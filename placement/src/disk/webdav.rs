@@ -55,7 +55,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
-use super::{ByteStream, DiskError, TMP_DIR};
+use super::error::DiskError;
+use super::layout::{ByteStream, TMP_DIR};
 use crate::vocab::{DiskRef, Sha1};
 
 /// Chunks in flight per upload between the writer and the PUT body, as for local disks:
