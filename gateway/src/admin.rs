@@ -1,80 +1,98 @@
 //! The admin API under `/_admin/`, for operators and tests: what FileDB says about a file,
 //! and the disk pairs (list, add, lock, unlock, read-only, read-write).
 //!
-//! Authenticated with `Authorization: Bearer <GATEWAY_ADMIN_TOKEN>`; without a configured
+//! Authenticated with `Authorization: Bearer <GATEWAY_ADMIN_TOKEN>`, checked for every
+//! route of [`routes`] by [`Access::Admin`](crate::api::Access); without a configured
 //! token the admin API is off and answers 403.
 
 use std::sync::Arc;
 
-use axum::extract::{FromRequestParts, Path, State};
+use axum::Router;
+use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use http::request::Parts;
+use axum::routing::{delete, get, post};
 use http::{StatusCode, header};
 use placement::{Disk, DiskRef, PairFlags, PairId, PairRecord, Sha1};
 
+use crate::api::{ApiError, ApiResult, json};
 use crate::meta::Command;
-use crate::store::StoreError;
-
 use crate::state::AppState;
+use crate::store::StoreError;
 
 pub const ADMIN_TOKEN_ENV: &str = "GATEWAY_ADMIN_TOKEN";
 
-/// Proof that a request carried the admin token: taking it as an argument is how a handler
-/// is restricted to operators (a request without the token is answered 403 before the
-/// handler runs).
-pub struct Admin;
-
-impl FromRequestParts<Arc<AppState>> for Admin {
-    type Rejection = Response;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        app: &Arc<AppState>,
-    ) -> Result<Self, Self::Rejection> {
-        if crate::bearer::bearer_ok(app.admin_token.as_deref(), &parts.headers) {
-            Ok(Admin)
-        } else {
-            Err(error_json(StatusCode::FORBIDDEN, "admin token required"))
-        }
-    }
+/// The routes of this module under `/_admin/`: files, pairs, Valkyrie's scrub and
+/// UNMOVE, jobs and buckets (the keys' are `admin_keys::routes`, the cluster's
+/// `cluster::admin_routes`).
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/_admin/files/{sha1}", get(file))
+        .route("/_admin/pairs", get(list_pairs).post(add_pair))
+        .route("/_admin/pairs/{id}/{action}", post(pair_action))
+        .route("/_admin/scrub", get(scrub_status))
+        .route("/_admin/unmove", get(unmove_status))
+        .route("/_admin/disks/fail", post(fail_disk))
+        .route("/_admin/jobs", get(list_jobs).post(create_job))
+        .route("/_admin/jobs/{id}", get(job_status))
+        .route("/_admin/jobs/{id}/cancel", post(cancel_job))
+        .route("/_admin/buckets/{bucket}", delete(delete_bucket))
 }
 
-fn json(status: StatusCode, body: String) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+/// `GET /_admin/files/{sha1}` of a live content, fields in their wire order.
+#[derive(serde::Serialize)]
+struct LiveFile {
+    sha1: String,
+    state: &'static str,
+    refs: u32,
+    magic: u32,
+    flags: u32,
+    pair: u32,
+}
+
+/// `GET /_admin/files/{sha1}` of a content being deleted, fields in their wire order.
+#[derive(serde::Serialize)]
+struct DeletingFile {
+    sha1: String,
+    state: &'static str,
+    pair: u32,
+    since: u64,
 }
 
 /// `GET /_admin/files/{sha1}`: the FileDB record or the `deleting` entry of a content.
-pub async fn file(
-    _: Admin,
-    State(app): State<Arc<AppState>>,
-    Path(sha1): Path<String>,
-) -> Response {
-    let Ok(sha1) = sha1.parse::<Sha1>() else {
-        return json(StatusCode::BAD_REQUEST, r#"{"error":"not a sha1"}"#.into());
-    };
+pub async fn file(State(app): State<Arc<AppState>>, Path(sha1): Path<String>) -> ApiResult {
+    let sha1 = sha1
+        .parse::<Sha1>()
+        .map_err(|_| ApiError::bad_request("not a sha1"))?;
     let meta = app.store.meta_store().clone();
     let found = tokio::task::spawn_blocking(move || {
         Ok::<_, crate::meta::MetaError>((meta.file(&sha1)?, meta.deleting(&sha1)?))
     })
-    .await;
+    .await
+    .map_err(ApiError::internal)?
+    .map_err(ApiError::internal)?;
+    let sha1 = sha1.to_hex();
     match found {
-        Ok(Ok((Some(f), _))) => json(
+        (Some(f), _) => Ok(json(
             StatusCode::OK,
-            format!(
-                r#"{{"sha1":"{sha1}","state":"live","refs":{},"magic":{},"flags":{},"pair":{}}}"#,
-                f.refs, f.magic, f.flags, f.pair.0
-            ),
-        ),
-        Ok(Ok((None, Some(d)))) => json(
+            &LiveFile {
+                sha1,
+                state: "live",
+                refs: f.refs,
+                magic: f.magic,
+                flags: f.flags,
+                pair: f.pair.0,
+            },
+        )),
+        (None, Some(d)) => Ok(json(
             StatusCode::OK,
-            format!(
-                r#"{{"sha1":"{sha1}","state":"deleting","pair":{},"since":{}}}"#,
-                d.pair.0, d.since_secs
-            ),
-        ),
-        Ok(Ok((None, None))) => json(StatusCode::NOT_FOUND, r#"{"error":"not found"}"#.into()),
-        Ok(Err(e)) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
-        Err(e) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
+            &DeletingFile {
+                sha1,
+                state: "deleting",
+                pair: d.pair.0,
+                since: d.since_secs,
+            },
+        )),
+        (None, None) => Err(ApiError::not_found("not found")),
     }
 }
 
@@ -101,42 +119,26 @@ pub fn pair_json(id: PairId, r: &PairRecord) -> serde_json::Value {
     })
 }
 
-pub(crate) fn error_json(status: StatusCode, message: impl std::fmt::Display) -> Response {
-    json(
-        status,
-        serde_json::json!({ "error": message.to_string() }).to_string(),
-    )
-}
-
-/// A change of pair `id` (None: a new pair) the store refused: an unknown pair is 404,
-/// anything else is the gateway's failure, told to the operator as it is.
-fn pair_error_json(e: StoreError, id: Option<u32>) -> Response {
+/// A change of pair `id` (None: a new pair) the store refused: an unknown pair is 404
+/// and named; anything else as the store's errors are told.
+fn pair_error(e: StoreError, id: Option<u32>) -> ApiError {
     match (e, id) {
-        (StoreError::NoSuchPair, Some(id)) => {
-            error_json(StatusCode::NOT_FOUND, format!("no pair {id}"))
-        }
+        (StoreError::NoSuchPair, Some(id)) => ApiError::not_found(format!("no pair {id}")),
         // Every pair id is taken (AddPair found none after the highest).
-        (StoreError::NoSuchPair, None) => error_json(StatusCode::BAD_REQUEST, "no pair id left"),
-        (e @ StoreError::Unavailable(_), _) => error_json(StatusCode::SERVICE_UNAVAILABLE, e),
-        (e, _) => {
-            tracing::error!(error = %e, "admin: pair change failed");
-            error_json(StatusCode::INTERNAL_SERVER_ERROR, e)
-        }
+        (StoreError::NoSuchPair, None) => ApiError::bad_request("no pair id left"),
+        (e, _) => e.into(),
     }
 }
 
 /// `GET /_admin/pairs`: every pair with its flags and the fill of each disk.
-pub async fn list_pairs(_: Admin, State(app): State<Arc<AppState>>) -> Response {
+pub async fn list_pairs(State(app): State<Arc<AppState>>) -> Response {
     let table = app.store.pair_table();
     let pairs: Vec<_> = table
         .ids()
         .into_iter()
         .filter_map(|id| table.get(id).map(|e| pair_json(id, &e.record)))
         .collect();
-    json(
-        StatusCode::OK,
-        serde_json::json!({ "pairs": pairs }).to_string(),
-    )
+    json(StatusCode::OK, &serde_json::json!({ "pairs": pairs }))
 }
 
 #[derive(serde::Deserialize)]
@@ -145,82 +147,66 @@ pub struct NewPair {
 }
 
 /// `POST /_admin/pairs` with `{"disks": [DISK0, DISK1]}`: adds a writable pair.
-pub async fn add_pair(
-    _: Admin,
-    State(app): State<Arc<AppState>>,
-    body: axum::body::Bytes,
-) -> Response {
-    let Ok(new) = serde_json::from_slice::<NewPair>(&body) else {
-        return error_json(
-            StatusCode::BAD_REQUEST,
-            r#"expected {"disks": ["DISK0", "DISK1"]}"#,
-        );
-    };
+pub async fn add_pair(State(app): State<Arc<AppState>>, body: axum::body::Bytes) -> ApiResult {
+    let new = serde_json::from_slice::<NewPair>(&body)
+        .map_err(|_| ApiError::bad_request(r#"expected {"disks": ["DISK0", "DISK1"]}"#))?;
     let mut disks = Vec::with_capacity(2);
     for d in &new.disks {
-        match d.parse::<DiskRef>() {
-            // Opening checks that this build has the disk's backend.
-            Ok(r) => match Disk::open(&r) {
-                Ok(_) => disks.push(r),
-                Err(e) => return error_json(StatusCode::BAD_REQUEST, e),
-            },
-            Err(e) => return error_json(StatusCode::BAD_REQUEST, e),
-        }
+        let r = d.parse::<DiskRef>().map_err(ApiError::bad_request)?;
+        // Opening checks that this build has the disk's backend.
+        Disk::open(&r).map_err(ApiError::bad_request)?;
+        disks.push(r);
     }
-    let [a, b]: [DiskRef; 2] = match disks.try_into() {
-        Ok(d) => d,
-        Err(_) => return error_json(StatusCode::BAD_REQUEST, "two disks are needed"),
-    };
+    let [a, b]: [DiskRef; 2] = disks
+        .try_into()
+        .map_err(|_| ApiError::bad_request("two disks are needed"))?;
     if a == b {
-        return error_json(
-            StatusCode::BAD_REQUEST,
-            "the two disks of a pair must differ",
-        );
+        return Err(ApiError::bad_request("the two disks of a pair must differ"));
     }
     for d in [&a, &b] {
-        if let Some(path) = d.local_path()
-            && let Err(e) = std::fs::create_dir_all(path)
-        {
-            return error_json(StatusCode::BAD_REQUEST, format!("{d}: {e}"));
+        if let Some(path) = d.local_path() {
+            std::fs::create_dir_all(path)
+                .map_err(|e| ApiError::bad_request(format!("{d}: {e}")))?;
         }
     }
     let record = PairRecord::new([a, b]);
-    match app.store.change_pair(Command::AddPair { record }).await {
-        Ok((id, r)) => {
-            app.workers.ensure(&app.store);
-            json(StatusCode::OK, pair_json(id, &r).to_string())
-        }
-        Err(e) => pair_error_json(e, None),
-    }
+    let (id, r) = app
+        .store
+        .change_pair(Command::AddPair { record })
+        .await
+        .map_err(|e| pair_error(e, None))?;
+    app.workers.ensure(&app.store);
+    Ok(json(StatusCode::OK, &pair_json(id, &r)))
 }
 
 /// `POST /_admin/pairs/{id}/{lock|unlock|read-only|read-write}`.
 pub async fn pair_action(
-    _: Admin,
     State(app): State<Arc<AppState>>,
     Path((id, action)): Path<(u32, String)>,
-) -> Response {
+) -> ApiResult {
     let none = PairFlags::default();
     let (set, clear) = match action.as_str() {
         "lock" => (PairFlags::LOCKED, none),
         "unlock" => (none, PairFlags::LOCKED),
         "read-only" => (PairFlags::READ_ONLY, none),
         "read-write" => (none, PairFlags::READ_ONLY),
-        other => return error_json(StatusCode::NOT_FOUND, format!("unknown action {other}")),
+        other => return Err(ApiError::not_found(format!("unknown action {other}"))),
     };
     let cmd = Command::SetPairFlags {
         id: PairId(id),
         set,
         clear,
     };
-    match app.store.change_pair(cmd).await {
-        Ok((id, r)) => json(StatusCode::OK, pair_json(id, &r).to_string()),
-        Err(e) => pair_error_json(e, Some(id)),
-    }
+    let (id, r) = app
+        .store
+        .change_pair(cmd)
+        .await
+        .map_err(|e| pair_error(e, Some(id)))?;
+    Ok(json(StatusCode::OK, &pair_json(id, &r)))
 }
 
 /// `GET /_admin/scrub`: each in-process Valkyrie worker's counters and scrub progress.
-pub async fn scrub_status(_: Admin, State(app): State<Arc<AppState>>) -> Response {
+pub async fn scrub_status(State(app): State<Arc<AppState>>) -> Response {
     let workers: Vec<_> = app
         .workers
         .workers()
@@ -230,47 +216,32 @@ pub async fn scrub_status(_: Admin, State(app): State<Arc<AppState>>) -> Respons
             serde_json::json!({ "pair": w.pair.0, "index": w.index, "disk": w.disk, "metrics": snap })
         })
         .collect();
-    json(
-        StatusCode::OK,
-        serde_json::json!({ "workers": workers }).to_string(),
-    )
+    json(StatusCode::OK, &serde_json::json!({ "workers": workers }))
 }
 
 /// `GET /_metrics`: the gateway's metrics (see `telemetry`). It names disk paths and the
-/// pair layout, so it needs the metrics token (a scraper holds no admin rights) or the
-/// admin token, unless the operator opened it (`--metrics-open`).
-pub async fn metrics(State(app): State<Arc<AppState>>, headers: http::HeaderMap) -> Response {
+/// pair layout, so it sits behind [`Access::Metrics`](crate::api::Access): the metrics
+/// token (a scraper holds no admin rights) or the admin token, unless the operator opened
+/// it (`--metrics-open`).
+pub async fn metrics(State(app): State<Arc<AppState>>) -> ApiResult {
     use crate::telemetry::{exposition, snapshot};
-    if !app
-        .internal
-        .metrics_ok(app.admin_token.as_deref(), &headers)
-    {
-        return error_json(StatusCode::FORBIDDEN, "metrics token required");
-    }
-    match exposition::render(
+    let text = exposition::render(
         &snapshot::gather(&app.store, &app.telemetry, &app.workers),
         &app.telemetry.requests,
-    ) {
-        Ok(text) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, exposition::CONTENT_TYPE)],
-            text,
-        )
-            .into_response(),
-        Err(e) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
-    }
+    )
+    .map_err(ApiError::internal)?;
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, exposition::CONTENT_TYPE)],
+        text,
+    )
+        .into_response())
 }
 
 /// `GET /_status`: the status page, with the same access as `/_metrics` (it shows the
 /// same numbers, disk paths included).
-pub async fn status(State(app): State<Arc<AppState>>, headers: http::HeaderMap) -> Response {
+pub async fn status(State(app): State<Arc<AppState>>) -> Response {
     use crate::telemetry::{snapshot, status_page};
-    if !app
-        .internal
-        .metrics_ok(app.admin_token.as_deref(), &headers)
-    {
-        return error_json(StatusCode::FORBIDDEN, "metrics token required");
-    }
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, status_page::CONTENT_TYPE)],
@@ -280,12 +251,9 @@ pub async fn status(State(app): State<Arc<AppState>>, headers: http::HeaderMap) 
 }
 
 /// `GET /_admin/unmove`: progress of the drains of failed disks.
-pub async fn unmove_status(_: Admin, State(app): State<Arc<AppState>>) -> Response {
+pub async fn unmove_status(State(app): State<Arc<AppState>>) -> Response {
     let drains = serde_json::to_value(app.workers.drains()).unwrap_or_default();
-    json(
-        StatusCode::OK,
-        serde_json::json!({ "drains": drains }).to_string(),
-    )
+    json(StatusCode::OK, &serde_json::json!({ "drains": drains }))
 }
 
 #[derive(serde::Deserialize)]
@@ -295,24 +263,18 @@ pub struct FailDisk {
 
 /// `POST /_admin/disks/fail` with `{"disk": DISK}`: the disk's pair goes READ_ONLY and
 /// UNMOVE copies the surviving disk's files to other pairs.
-pub async fn fail_disk(
-    _: Admin,
-    State(app): State<Arc<AppState>>,
-    body: axum::body::Bytes,
-) -> Response {
-    let Ok(req) = serde_json::from_slice::<FailDisk>(&body) else {
-        return error_json(StatusCode::BAD_REQUEST, r#"expected {"disk": "DISK"}"#);
-    };
+pub async fn fail_disk(State(app): State<Arc<AppState>>, body: axum::body::Bytes) -> ApiResult {
+    use crate::workers::DrainError;
+    let req = serde_json::from_slice::<FailDisk>(&body)
+        .map_err(|_| ApiError::bad_request(r#"expected {"disk": "DISK"}"#))?;
     match app.workers.fail_disk(&app.store, &req.disk).await {
-        Ok(p) => json(
+        Ok(p) => Ok(json(
             StatusCode::OK,
-            serde_json::to_value(p).unwrap_or_default().to_string(),
-        ),
-        Err(e @ crate::workers::DrainError::UnknownDisk(_)) => error_json(StatusCode::NOT_FOUND, e),
-        Err(e @ crate::workers::DrainError::RemoteSurvivor(_)) => {
-            error_json(StatusCode::CONFLICT, e)
-        }
-        Err(e) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
+            &serde_json::to_value(p).unwrap_or_default(),
+        )),
+        Err(e @ DrainError::UnknownDisk(_)) => Err(ApiError::not_found(e)),
+        Err(e @ DrainError::RemoteSurvivor(_)) => Err(ApiError::new(StatusCode::CONFLICT, e)),
+        Err(e) => Err(ApiError::internal(e)),
     }
 }
 
@@ -357,27 +319,12 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// A metadata failure told to the operator: unknown things are 404, no quorum 503.
-fn meta_error_json(e: crate::meta::MetaError) -> Response {
-    use crate::meta::MetaError as M;
-    match e {
-        M::NoSuchBucket | M::NotFound => error_json(StatusCode::NOT_FOUND, e),
-        M::Unavailable(_) => error_json(StatusCode::SERVICE_UNAVAILABLE, e),
-        other => error_json(StatusCode::INTERNAL_SERVER_ERROR, other),
-    }
-}
-
 /// `POST /_admin/jobs` with `{"op": "delete-prefix", "bucket": B, "prefix": P}` or
 /// `{"op": "delete-bucket", "bucket": B}`: starts the job and answers at once with its id.
-pub async fn create_job(
-    _: Admin,
-    State(app): State<Arc<AppState>>,
-    body: axum::body::Bytes,
-) -> Response {
+pub async fn create_job(State(app): State<Arc<AppState>>, body: axum::body::Bytes) -> ApiResult {
     const EXPECTED: &str = r#"expected {"op": "delete-prefix", "bucket": B, "prefix": P} or {"op": "delete-bucket", "bucket": B}"#;
-    let Ok(req) = serde_json::from_slice::<NewJob>(&body) else {
-        return error_json(StatusCode::BAD_REQUEST, EXPECTED);
-    };
+    let req =
+        serde_json::from_slice::<NewJob>(&body).map_err(|_| ApiError::bad_request(EXPECTED))?;
     let op = match req.op.as_str() {
         "delete-prefix" => crate::meta::jobs::JobOp::DeletePrefix {
             bucket: req.bucket,
@@ -388,71 +335,50 @@ pub async fn create_job(
             crate::meta::jobs::JobOp::DeleteBucket { bucket: req.bucket }
         }
         "delete-bucket" => {
-            return error_json(
-                StatusCode::BAD_REQUEST,
+            return Err(ApiError::bad_request(
                 "delete-bucket takes no prefix: it deletes every object of the bucket",
-            );
+            ));
         }
         other => {
-            return error_json(
-                StatusCode::BAD_REQUEST,
-                format!("unknown op {other:?}: {EXPECTED}"),
-            );
+            return Err(ApiError::bad_request(format!(
+                "unknown op {other:?}: {EXPECTED}"
+            )));
         }
     };
     let meta = app.store.metadata();
-    let id = match meta
+    let created = meta
         .execute(Command::CreateJob {
             op,
             now_ms: now_ms(),
         })
-        .await
-    {
-        Ok(crate::meta::Response::JobCreated(id)) => id,
-        Ok(other) => return error_json(StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
-        Err(e) => return meta_error_json(e),
+        .await?;
+    let crate::meta::Response::JobCreated(id) = created else {
+        return Err(ApiError::internal(format!("{created:?}")));
     };
-    match meta.read(move |m| m.job(id)).await {
-        Ok(Some(job)) => json(StatusCode::ACCEPTED, job_json(id, &job).to_string()),
-        Ok(None) => error_json(StatusCode::INTERNAL_SERVER_ERROR, "the new job is gone"),
-        Err(e) => meta_error_json(e),
+    match meta.read(move |m| m.job(id)).await? {
+        Some(job) => Ok(json(StatusCode::ACCEPTED, &job_json(id, &job))),
+        None => Err(ApiError::internal("the new job is gone")),
     }
 }
 
 /// `GET /_admin/jobs`: every job kept, by id.
-pub async fn list_jobs(_: Admin, State(app): State<Arc<AppState>>) -> Response {
-    match app.store.metadata().read(|m| m.jobs()).await {
-        Ok(jobs) => {
-            let all: Vec<_> = jobs.iter().map(|(id, j)| job_json(*id, j)).collect();
-            json(
-                StatusCode::OK,
-                serde_json::json!({ "jobs": all }).to_string(),
-            )
-        }
-        Err(e) => meta_error_json(e),
-    }
+pub async fn list_jobs(State(app): State<Arc<AppState>>) -> ApiResult {
+    let jobs = app.store.metadata().read(|m| m.jobs()).await?;
+    let all: Vec<_> = jobs.iter().map(|(id, j)| job_json(*id, j)).collect();
+    Ok(json(StatusCode::OK, &serde_json::json!({ "jobs": all })))
 }
 
 /// `GET /_admin/jobs/{id}`.
-pub async fn job_status(
-    _: Admin,
-    State(app): State<Arc<AppState>>,
-    Path(id): Path<u64>,
-) -> Response {
-    match app.store.metadata().read(move |m| m.job(id)).await {
-        Ok(Some(job)) => json(StatusCode::OK, job_json(id, &job).to_string()),
-        Ok(None) => error_json(StatusCode::NOT_FOUND, format!("no job {id}")),
-        Err(e) => meta_error_json(e),
+pub async fn job_status(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiResult {
+    match app.store.metadata().read(move |m| m.job(id)).await? {
+        Some(job) => Ok(json(StatusCode::OK, &job_json(id, &job))),
+        None => Err(ApiError::not_found(format!("no job {id}"))),
     }
 }
 
 /// `POST /_admin/jobs/{id}/cancel`: a running job stops after the chunk in progress.
-pub async fn cancel_job(
-    _: Admin,
-    State(app): State<Arc<AppState>>,
-    Path(id): Path<u64>,
-) -> Response {
-    match app
+pub async fn cancel_job(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiResult {
+    let ended = app
         .store
         .metadata()
         .execute(Command::EndJob {
@@ -460,11 +386,10 @@ pub async fn cancel_job(
             state: crate::meta::jobs::JobState::Cancelled,
             now_ms: now_ms(),
         })
-        .await
-    {
-        Ok(crate::meta::Response::Job(job)) => json(StatusCode::OK, job_json(id, &job).to_string()),
-        Ok(other) => error_json(StatusCode::INTERNAL_SERVER_ERROR, format!("{other:?}")),
-        Err(e) => meta_error_json(e),
+        .await?;
+    match ended {
+        crate::meta::Response::Job(job) => Ok(json(StatusCode::OK, &job_json(id, &job))),
+        other => Err(ApiError::internal(format!("{other:?}"))),
     }
 }
 
@@ -472,24 +397,21 @@ pub async fn cancel_job(
 /// bucket holds objects or uploads in progress; `POST /_admin/jobs` with
 /// `delete-bucket` deletes it with its contents.
 pub async fn delete_bucket(
-    _: Admin,
     State(app): State<Arc<AppState>>,
     Path(bucket): Path<String>,
-) -> Response {
-    use crate::store::StoreError;
+) -> ApiResult {
     match app.store.delete_bucket(&bucket).await {
-        Ok(()) => json(
+        Ok(()) => Ok(json(
             StatusCode::OK,
-            serde_json::json!({ "bucket": bucket, "deleted": true }).to_string(),
-        ),
-        Err(StoreError::BucketNotEmpty(_)) => error_json(
+            &serde_json::json!({ "bucket": bucket, "deleted": true }),
+        )),
+        Err(StoreError::BucketNotEmpty(_)) => Err(ApiError::new(
             StatusCode::CONFLICT,
             format!(
                 "bucket {bucket} is not empty (it holds objects or multipart uploads in \
                  progress); --force deletes them with it"
             ),
-        ),
-        Err(e @ StoreError::NoSuchBucket(_)) => error_json(StatusCode::NOT_FOUND, e),
-        Err(e) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
+        )),
+        Err(e) => Err(e.into()),
     }
 }

@@ -13,15 +13,24 @@
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::extract::{Path, State};
-use axum::response::{IntoResponse, Response};
-use http::{StatusCode, header};
+use axum::routing::{get, post};
+use http::StatusCode;
 
-use crate::admin::{Admin, error_json};
+use crate::api::{ApiError, ApiResult, json};
 use crate::credentials::random_string;
 use crate::meta::keys::{KeyRecord, Rights, Secret};
 use crate::meta::{Command, MetaError};
 use crate::state::AppState;
+
+/// The routes of the table above.
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/_admin/keys", get(list).post(create))
+        .route("/_admin/keys/{key}", get(info).delete(delete))
+        .route("/_admin/keys/{key}/{action}", post(grant))
+}
 
 /// Access key ids as the bootstrap key's: `GK` and 18 upper-case letters and digits.
 const ACCESS_KEY_CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -30,37 +39,12 @@ const ACCESS_KEY_RANDOM_LEN: usize = 18;
 const SECRET_CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
 const SECRET_LEN: usize = 40;
 
-fn json(status: StatusCode, value: serde_json::Value) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        value.to_string(),
-    )
-        .into_response()
-}
-
-/// A refused key command, as the operator should read it.
-fn meta_error(e: MetaError) -> Response {
-    match e {
-        MetaError::NoSuchAccessKey => error_json(StatusCode::NOT_FOUND, "no such access key"),
-        MetaError::NoSuchBucket => error_json(StatusCode::NOT_FOUND, "no such bucket"),
-        e @ (MetaError::AccessKeyExists | MetaError::KeyLimit(_)) => {
-            error_json(StatusCode::BAD_REQUEST, e)
-        }
-        e @ MetaError::Unavailable(_) => error_json(StatusCode::SERVICE_UNAVAILABLE, e),
-        e => {
-            tracing::error!(error = %e, "admin: key command failed");
-            error_json(StatusCode::INTERNAL_SERVER_ERROR, e)
-        }
-    }
-}
-
 /// Runs a key command, then waits until this node has applied it (a follower applies
 /// after the leader answered).
-async fn run(app: &AppState, cmd: Command) -> Result<(), Response> {
+async fn run(app: &AppState, cmd: Command) -> Result<(), ApiError> {
     let meta = app.store.metadata();
-    meta.execute(cmd).await.map_err(meta_error)?;
-    meta.linearize().await.map_err(meta_error)
+    meta.execute(cmd).await?;
+    Ok(meta.linearize().await?)
 }
 
 fn key_json(access_key: &str, r: &KeyRecord) -> serde_json::Value {
@@ -83,14 +67,9 @@ pub struct NewKey {
 }
 
 /// `POST /_admin/keys`.
-pub async fn create(
-    _: Admin,
-    State(app): State<Arc<AppState>>,
-    body: axum::body::Bytes,
-) -> Response {
-    let Ok(new) = serde_json::from_slice::<NewKey>(&body) else {
-        return error_json(StatusCode::BAD_REQUEST, r#"expected {"name": "NAME"}"#);
-    };
+pub async fn create(State(app): State<Arc<AppState>>, body: axum::body::Bytes) -> ApiResult {
+    let new = serde_json::from_slice::<NewKey>(&body)
+        .map_err(|_| ApiError::bad_request(r#"expected {"name": "NAME"}"#))?;
     let access_key = format!(
         "GK{}",
         random_string(ACCESS_KEY_CHARS, ACCESS_KEY_RANDOM_LEN)
@@ -106,28 +85,24 @@ pub async fn create(
         access_key: access_key.clone(),
         record: record.clone(),
     };
-    if let Err(resp) = run(&app, cmd).await {
-        return resp;
-    }
+    run(&app, cmd).await?;
     let mut v = key_json(&access_key, &record);
     v["secret_key"] = serde_json::Value::String(secret);
-    json(StatusCode::OK, v)
+    Ok(json(StatusCode::OK, &v))
 }
 
 /// `GET /_admin/keys`.
-pub async fn list(_: Admin, State(app): State<Arc<AppState>>) -> Response {
-    if let Err(e) = app.store.metadata().linearize().await {
-        return meta_error(e);
-    }
+pub async fn list(State(app): State<Arc<AppState>>) -> ApiResult {
+    app.store.metadata().linearize().await?;
     let keys = app.store.meta_store().keys();
     let mut all: Vec<_> = keys.iter().collect();
     all.sort_by(|a, b| (a.1.created_ms, a.0).cmp(&(b.1.created_ms, b.0)));
     let out: Vec<_> = all.into_iter().map(|(k, r)| key_json(k, r)).collect();
-    json(StatusCode::OK, serde_json::json!({ "keys": out }))
+    Ok(json(StatusCode::OK, &serde_json::json!({ "keys": out })))
 }
 
 /// The key with the buckets it owns, read after every acknowledged write.
-async fn info_of(app: &AppState, access_key: String) -> Response {
+async fn info_of(app: &AppState, access_key: String) -> ApiResult {
     let meta = app.store.metadata();
     let owner = access_key.clone();
     let owned = meta
@@ -138,42 +113,31 @@ async fn info_of(app: &AppState, access_key: String) -> Response {
                 .map(|(name, _)| name)
                 .collect::<Vec<_>>())
         })
-        .await;
-    let owned = match owned {
-        Ok(o) => o,
-        Err(e) => return meta_error(e),
-    };
+        .await?;
     let keys = app.store.meta_store().keys();
-    let Some(record) = keys.get(&access_key) else {
-        return meta_error(MetaError::NoSuchAccessKey);
-    };
+    let record = keys
+        .get(&access_key)
+        .ok_or(ApiError::from(MetaError::NoSuchAccessKey))?;
     let mut v = key_json(&access_key, record);
     v["owns"] = serde_json::json!(owned);
-    json(StatusCode::OK, v)
+    Ok(json(StatusCode::OK, &v))
 }
 
 /// `GET /_admin/keys/{key}`.
-pub async fn info(
-    _: Admin,
-    State(app): State<Arc<AppState>>,
-    Path(access_key): Path<String>,
-) -> Response {
+pub async fn info(State(app): State<Arc<AppState>>, Path(access_key): Path<String>) -> ApiResult {
     info_of(&app, access_key).await
 }
 
 /// `DELETE /_admin/keys/{key}`.
-pub async fn delete(
-    _: Admin,
-    State(app): State<Arc<AppState>>,
-    Path(access_key): Path<String>,
-) -> Response {
+pub async fn delete(State(app): State<Arc<AppState>>, Path(access_key): Path<String>) -> ApiResult {
     let cmd = Command::DeleteKey {
         access_key: access_key.clone(),
     };
-    match run(&app, cmd).await {
-        Ok(()) => json(StatusCode::OK, serde_json::json!({ "deleted": access_key })),
-        Err(resp) => resp,
-    }
+    run(&app, cmd).await?;
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "deleted": access_key }),
+    ))
 }
 
 #[derive(serde::Deserialize)]
@@ -189,28 +153,25 @@ pub struct Grant {
 
 /// `POST /_admin/keys/{key}/{allow|deny}`.
 pub async fn grant(
-    _: Admin,
     State(app): State<Arc<AppState>>,
     Path((access_key, action)): Path<(String, String)>,
     body: axum::body::Bytes,
-) -> Response {
-    let Ok(g) = serde_json::from_slice::<Grant>(&body) else {
-        return error_json(
-            StatusCode::BAD_REQUEST,
+) -> ApiResult {
+    let g = serde_json::from_slice::<Grant>(&body).map_err(|_| {
+        ApiError::bad_request(
             r#"expected {"bucket": "BUCKET", "read": true, "write": false, "owner": false}"#,
-        );
-    };
+        )
+    })?;
     let rights = Rights::from_flags(g.read, g.write, g.owner);
     if rights.is_empty() {
-        return error_json(
-            StatusCode::BAD_REQUEST,
+        return Err(ApiError::bad_request(
             "name at least one of read, write, owner",
-        );
+        ));
     }
     let (set, clear) = match action.as_str() {
         "allow" => (rights, Rights::NONE),
         "deny" => (Rights::NONE, rights),
-        other => return error_json(StatusCode::NOT_FOUND, format!("unknown action {other}")),
+        other => return Err(ApiError::not_found(format!("unknown action {other}"))),
     };
     let cmd = Command::SetKeyRights {
         access_key: access_key.clone(),
@@ -218,8 +179,6 @@ pub async fn grant(
         set,
         clear,
     };
-    if let Err(resp) = run(&app, cmd).await {
-        return resp;
-    }
+    run(&app, cmd).await?;
     info_of(&app, access_key).await
 }

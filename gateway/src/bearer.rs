@@ -3,7 +3,8 @@
 //! Each internal API has its own token so that a holder gets only the rights it needs: a
 //! Prometheus scraper reads `/_metrics` and nothing else, a remote Valkyrie worker calls
 //! `/_catalog/` and nothing else. The admin token is accepted on both as well, since an
-//! operator may read metrics and older Valkyrie deployments hold the admin token.
+//! operator may read metrics and older Valkyrie deployments hold the admin token. Which
+//! credential opens which API is decided once, in [`crate::api::auth`].
 
 use http::{HeaderMap, header};
 
@@ -47,20 +48,6 @@ pub struct InternalAccess {
     pub catalog_token: Option<String>,
 }
 
-impl InternalAccess {
-    /// `/_metrics`: open by choice, or the metrics token, or the admin token.
-    pub fn metrics_ok(&self, admin_token: Option<&str>, headers: &HeaderMap) -> bool {
-        self.metrics_open
-            || bearer_ok(self.metrics_token.as_deref(), headers)
-            || bearer_ok(admin_token, headers)
-    }
-
-    /// `/_catalog/`: the catalog token, or the admin token.
-    pub fn catalog_ok(&self, admin_token: Option<&str>, headers: &HeaderMap) -> bool {
-        bearer_ok(self.catalog_token.as_deref(), headers) || bearer_ok(admin_token, headers)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,30 +75,5 @@ mod tests {
         assert!(!bearer_ok(Some(""), &with(Some("Bearer "))));
         assert!(!bearer_ok(Some(""), &with(Some("Bearer"))));
         assert!(!bearer_ok(None, &with(Some("Bearer "))));
-    }
-
-    #[test]
-    fn each_token_opens_its_own_api_and_admin_opens_both() {
-        let access = InternalAccess {
-            metrics_token: Some("m".into()),
-            metrics_open: false,
-            catalog_token: Some("c".into()),
-        };
-        let admin = Some("a");
-        let ok = |t: &str| {
-            let h = with(Some(&format!("Bearer {t}")));
-            (access.metrics_ok(admin, &h), access.catalog_ok(admin, &h))
-        };
-        assert_eq!(ok("m"), (true, false));
-        assert_eq!(ok("c"), (false, true));
-        assert_eq!(ok("a"), (true, true));
-        assert_eq!(ok("x"), (false, false));
-        assert!(!access.metrics_ok(admin, &with(None)));
-        let open = InternalAccess {
-            metrics_open: true,
-            ..InternalAccess::default()
-        };
-        assert!(open.metrics_ok(None, &with(None)));
-        assert!(!open.catalog_ok(None, &with(None)));
     }
 }

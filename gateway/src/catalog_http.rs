@@ -1,18 +1,20 @@
 //! `/_catalog/`: Valkyrie's catalog seam over HTTP, for the `valkyrie` binaries that run
 //! beside remote storage nodes; each call is answered by the in-process
-//! [`LocalCatalog`](crate::catalog::LocalCatalog).
+//! [`LocalCatalog`](crate::catalog::LocalCatalog). The catalog token (or the admin token)
+//! is checked for the whole group by [`Access::Catalog`](crate::api::Access).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
-use axum::response::{IntoResponse, Response};
+use axum::extract::{FromRef, Path, Query, State};
+use axum::response::IntoResponse;
 use axum::routing::{delete, get, post};
-use http::{HeaderMap, StatusCode, header};
+use http::StatusCode;
 use placement::{PairId, Sha1};
-use valkyrie::{Catalog, CatalogError, FileState};
+use valkyrie::{Catalog, FileState};
 
+use crate::api::{ApiError, ApiResult, json};
 use crate::catalog::LocalCatalog;
 use crate::state::AppState;
 
@@ -20,7 +22,7 @@ fn file_json(f: &FileState) -> serde_json::Value {
     serde_json::json!({"refs": f.refs, "pair": f.pair.0, "do_not_delete": f.do_not_delete})
 }
 
-pub fn router(state: Arc<AppState>) -> Router {
+pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/_catalog/files/{sha1}", get(http_lookup))
         .route("/_catalog/files/{sha1}/fenced", post(http_lookup_fenced))
@@ -29,69 +31,30 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_catalog/relocate/{sha1}", post(http_relocate))
         .route("/_catalog/pairs/{id}/read-only", post(http_read_only))
         .route("/_catalog/pairs", get(http_pairs))
-        .with_state(state)
 }
 
-fn json(status: StatusCode, body: serde_json::Value) -> Response {
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
-}
-
-/// A failed catalog call over HTTP: a status and a message.
-#[derive(Debug)]
-struct HttpError(StatusCode, String);
-
-impl IntoResponse for HttpError {
-    fn into_response(self) -> Response {
-        json(self.0, serde_json::json!({ "error": self.1 }))
+/// Each handler takes `State<LocalCatalog>`: the catalog over the gateway's store.
+impl FromRef<Arc<AppState>> for LocalCatalog {
+    fn from_ref(app: &Arc<AppState>) -> Self {
+        LocalCatalog::new(app.store.clone())
     }
 }
 
-impl From<CatalogError> for HttpError {
-    fn from(e: CatalogError) -> Self {
-        HttpError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-    }
+fn sha1_of(s: &str) -> Result<Sha1, ApiError> {
+    s.parse::<Sha1>().map_err(ApiError::bad_request)
 }
 
-type Answer = Result<Response, HttpError>;
-
-fn guard(app: &Arc<AppState>, headers: &HeaderMap) -> Result<LocalCatalog, HttpError> {
-    // The catalog token (its own rights only), or the admin token older workers hold.
-    if app.internal.catalog_ok(app.admin_token.as_deref(), headers) {
-        Ok(LocalCatalog::new(app.store.clone()))
-    } else {
-        Err(HttpError(
-            StatusCode::FORBIDDEN,
-            "catalog token required".into(),
-        ))
-    }
-}
-
-fn sha1_of(s: &str) -> Result<Sha1, HttpError> {
-    s.parse()
-        .map_err(|e: placement::VocabError| HttpError(StatusCode::BAD_REQUEST, e.to_string()))
-}
-
-fn pair_param(q: &HashMap<String, String>, name: &str) -> Result<PairId, HttpError> {
+fn pair_param(q: &HashMap<String, String>, name: &str) -> Result<PairId, ApiError> {
     q.get(name)
         .and_then(|v| v.parse::<u32>().ok())
         .map(PairId)
-        .ok_or_else(|| HttpError(StatusCode::BAD_REQUEST, format!("{name} must be a pair id")))
+        .ok_or_else(|| ApiError::bad_request(format!("{name} must be a pair id")))
 }
 
-async fn http_lookup(
-    State(app): State<Arc<AppState>>,
-    Path(sha1): Path<String>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
+async fn http_lookup(State(catalog): State<LocalCatalog>, Path(sha1): Path<String>) -> ApiResult {
     match catalog.lookup(sha1_of(&sha1)?).await? {
-        Some(f) => Ok(json(StatusCode::OK, file_json(&f))),
-        None => Err(HttpError(StatusCode::NOT_FOUND, "no record".into())),
+        Some(f) => Ok(json(StatusCode::OK, &file_json(&f))),
+        None => Err(ApiError::not_found("no record")),
     }
 }
 
@@ -99,24 +62,20 @@ async fn http_lookup(
 /// log, 200 with the record or with `null` (never 404, which a gateway without fences
 /// answers for the path).
 async fn http_lookup_fenced(
-    State(app): State<Arc<AppState>>,
+    State(catalog): State<LocalCatalog>,
     Path(sha1): Path<String>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
+) -> ApiResult {
     let found = catalog.lookup_fenced(sha1_of(&sha1)?).await?;
     Ok(json(
         StatusCode::OK,
-        found.map_or(serde_json::Value::Null, |f| file_json(&f)),
+        &found.map_or(serde_json::Value::Null, |f| file_json(&f)),
     ))
 }
 
 async fn http_deleting(
-    State(app): State<Arc<AppState>>,
+    State(catalog): State<LocalCatalog>,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
+) -> ApiResult {
     let pair = pair_param(&q, "pair")?;
     let limit = q
         .get("limit")
@@ -131,16 +90,17 @@ async fn http_deleting(
         .iter()
         .map(|e| serde_json::json!({"sha1": e.sha1.to_hex(), "pair": e.pair.0, "since": e.since_secs}))
         .collect();
-    Ok(json(StatusCode::OK, serde_json::json!({ "entries": list })))
+    Ok(json(
+        StatusCode::OK,
+        &serde_json::json!({ "entries": list }),
+    ))
 }
 
 async fn http_remove_deleting(
-    State(app): State<Arc<AppState>>,
+    State(catalog): State<LocalCatalog>,
     Path(sha1): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
+) -> ApiResult {
     catalog
         .remove_deleting(sha1_of(&sha1)?, pair_param(&q, "pair")?)
         .await?;
@@ -148,12 +108,10 @@ async fn http_remove_deleting(
 }
 
 async fn http_relocate(
-    State(app): State<Arc<AppState>>,
+    State(catalog): State<LocalCatalog>,
     Path(sha1): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
+) -> ApiResult {
     let (sha1, from, to) = (
         sha1_of(&sha1)?,
         pair_param(&q, "from")?,
@@ -162,26 +120,20 @@ async fn http_relocate(
     let done = catalog.relocate(sha1, from, to).await?;
     Ok(json(
         StatusCode::OK,
-        serde_json::json!({ "relocated": done }),
+        &serde_json::json!({ "relocated": done }),
     ))
 }
 
-async fn http_read_only(
-    State(app): State<Arc<AppState>>,
-    Path(id): Path<u32>,
-    headers: HeaderMap,
-) -> Answer {
-    let catalog = guard(&app, &headers)?;
+async fn http_read_only(State(catalog): State<LocalCatalog>, Path(id): Path<u32>) -> ApiResult {
     catalog.set_read_only(PairId(id)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn http_pairs(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Answer {
-    let catalog = guard(&app, &headers)?;
+async fn http_pairs(State(catalog): State<LocalCatalog>) -> ApiResult {
     let pairs = catalog.pairs().await?;
     let list: Vec<_> = pairs
         .iter()
         .map(|(id, r)| crate::admin::pair_json(*id, r))
         .collect();
-    Ok(json(StatusCode::OK, serde_json::json!({ "pairs": list })))
+    Ok(json(StatusCode::OK, &serde_json::json!({ "pairs": list })))
 }

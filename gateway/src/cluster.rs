@@ -4,7 +4,8 @@
 //!   follower's forwarded batch; a follower's read-index request; a membership change
 //!   forwarded to the leader). Each must carry the cluster secret in
 //!   `x-cluster-secret`; without one (or on a node with no secret) it is refused with 403
-//!   before its body is read.
+//!   before its body is read, by [`Access::Cluster`](crate::api::Access) over
+//!   [`rpc_routes`].
 //! - Operator endpoints under `/_admin/` (admin token): `GET /_admin/cluster` (status),
 //!   `POST /_admin/cluster/learners`, `POST /_admin/cluster/{promote,remove}/{id}`,
 //!   `GET /_admin/digest` (a digest of every table, to compare replicas) and
@@ -14,17 +15,14 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::middleware::Next;
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http::{HeaderMap, StatusCode, header};
+use http::{StatusCode, header};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::admin::{Admin, error_json};
-use crate::meta::MetaError;
-use crate::meta::raft::network::SECRET_HEADER;
+use crate::api::{ApiError, ApiResult, json_pretty};
 use crate::meta::raft::{Batch, MembershipOp, proposer::WriteReply};
 use crate::state::AppState;
 
@@ -33,24 +31,6 @@ pub const CLUSTER_SECRET_ENV: &str = "GATEWAY_CLUSTER_SECRET";
 /// Bound on one RPC body: a replication batch of at most 256 entries of at most 512
 /// commands each stays well under it; snapshot chunks are 1 MiB.
 const RPC_BODY_BYTES_MAX: usize = 64 << 20;
-
-fn secret_ok(configured: Option<&str>, headers: &HeaderMap) -> bool {
-    let Some(secret) = configured.filter(|s| !s.is_empty()) else {
-        return false;
-    };
-    headers
-        .get(SECRET_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|given| crate::bearer::constant_time_eq(given.as_bytes(), secret.as_bytes()))
-}
-
-async fn require_secret(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    if secret_ok(app.cluster_secret.as_deref(), req.headers()) {
-        next.run(req).await
-    } else {
-        (StatusCode::FORBIDDEN, "cluster secret required\n").into_response()
-    }
-}
 
 fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, Box<Response>> {
     postcard::from_bytes(body).map_err(|e| {
@@ -65,8 +45,9 @@ fn encode<T: Serialize>(value: &T) -> Response {
     }
 }
 
-pub fn router(state: Arc<AppState>) -> Router {
-    let rpc = Router::new()
+/// The node-to-node RPCs, each body bounded by [`RPC_BODY_BYTES_MAX`].
+pub fn rpc_routes() -> Router<Arc<AppState>> {
+    Router::new()
         .route("/_cluster/raft/append", post(append))
         .route("/_cluster/raft/vote", post(vote))
         .route("/_cluster/pre-vote", post(pre_vote))
@@ -77,10 +58,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_cluster/membership", post(membership))
         .route("/_cluster/state", post(peer_state))
         .layer(DefaultBodyLimit::max(RPC_BODY_BYTES_MAX))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            require_secret,
-        ));
+}
+
+/// The operator's endpoints, part of the admin API.
+pub fn admin_routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/_admin/cluster", get(status))
         .route("/_admin/cluster/learners", post(add_learner))
@@ -88,8 +69,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_admin/cluster/remove/{id}", post(remove))
         .route("/_admin/digest", get(digest))
         .route("/_admin/backup", get(backup))
-        .merge(rpc)
-        .with_state(state)
 }
 
 async fn append(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
@@ -167,29 +146,9 @@ async fn membership(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
     }
 }
 
-fn json<T: Serialize>(value: &T) -> Response {
-    match serde_json::to_string_pretty(value) {
-        Ok(text) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            format!("{text}\n"),
-        )
-            .into_response(),
-        Err(e) => error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
-    }
-}
-
-fn meta_error(e: MetaError) -> Response {
-    match e {
-        MetaError::Unavailable(_) => error_json(StatusCode::SERVICE_UNAVAILABLE, e),
-        MetaError::InvalidPart(_) => error_json(StatusCode::BAD_REQUEST, e),
-        other => error_json(StatusCode::INTERNAL_SERVER_ERROR, other),
-    }
-}
-
 /// `GET /_admin/cluster`: this node's view of the group.
-async fn status(_: Admin, State(app): State<Arc<AppState>>) -> Response {
-    json(&app.store.metadata().status())
+async fn status(State(app): State<Arc<AppState>>) -> Response {
+    json_pretty(&app.store.metadata().status())
 }
 
 #[derive(serde::Deserialize)]
@@ -198,73 +157,66 @@ struct LearnerBody {
     addr: String,
 }
 
-async fn change(app: &AppState, op: MembershipOp) -> Response {
-    match app.store.metadata().change_membership(op).await {
-        Ok(status) => json(&status),
-        Err(e) => meta_error(e),
-    }
+async fn change(app: &AppState, op: MembershipOp) -> ApiResult {
+    Ok(json_pretty(
+        &app.store.metadata().change_membership(op).await?,
+    ))
 }
 
 /// `POST /_admin/cluster/learners` with `{"id": N, "addr": "HOST:PORT"}`: adds a node as
 /// a learner; answers once it has caught up.
-async fn add_learner(_: Admin, State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    match serde_json::from_slice::<LearnerBody>(&body) {
-        Ok(b) => {
-            change(
-                &app,
-                MembershipOp::AddLearner {
-                    id: b.id,
-                    addr: b.addr,
-                },
-            )
-            .await
-        }
-        Err(e) => error_json(StatusCode::BAD_REQUEST, e),
-    }
+async fn add_learner(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult {
+    let b = serde_json::from_slice::<LearnerBody>(&body).map_err(ApiError::bad_request)?;
+    change(
+        &app,
+        MembershipOp::AddLearner {
+            id: b.id,
+            addr: b.addr,
+        },
+    )
+    .await
 }
 
 /// `POST /_admin/cluster/promote/{id}`: a learner becomes a voter.
-async fn promote(_: Admin, State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> Response {
+async fn promote(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiResult {
     change(&app, MembershipOp::Promote { id }).await
 }
 
 /// `POST /_admin/cluster/remove/{id}`: a voter or learner leaves the group.
-async fn remove(_: Admin, State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> Response {
+async fn remove(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiResult {
     change(&app, MembershipOp::Remove { id }).await
 }
 
 /// `GET /_admin/digest`: a SHA-256 of every table of this node's state machine at its
 /// `last_applied`, from one read transaction. Replicas at the same index must agree.
-async fn digest(_: Admin, State(app): State<Arc<AppState>>) -> Response {
-    match app.store.metadata().read_local(|m| m.digest()).await {
-        Ok(d) => json(&d),
-        Err(e) => meta_error(e),
-    }
+async fn digest(State(app): State<Arc<AppState>>) -> ApiResult {
+    Ok(json_pretty(
+        &app.store.metadata().read_local(|m| m.digest()).await?,
+    ))
 }
 
 /// `GET /_admin/backup`: a consistent snapshot of the metadata (every write acknowledged
 /// before the request), written to a temp file while serving and streamed from it.
-async fn backup(_: Admin, State(app): State<Arc<AppState>>) -> Response {
+async fn backup(State(app): State<Arc<AppState>>) -> ApiResult {
     let dir = match app.store.meta_store().path().parent() {
         Some(d) => d.join("snapshots"),
-        None => return error_json(StatusCode::INTERNAL_SERVER_ERROR, "no data folder"),
+        None => return Err(ApiError::internal("no data folder")),
     };
     let path = dir.join(format!("backup-{}.tmp", rand::random::<u64>()));
     if let Err(e) = app.store.metadata().backup(path.clone()).await {
         let _ = std::fs::remove_file(&path);
-        return meta_error(e);
+        return Err(e.into());
     }
-    let file = match tokio::fs::File::open(&path).await {
-        Ok(f) => f,
-        Err(e) => return error_json(StatusCode::INTERNAL_SERVER_ERROR, e),
-    };
+    let file = tokio::fs::File::open(&path)
+        .await
+        .map_err(ApiError::internal)?;
     // Unlinked now: the open handle streams it, and nothing is left behind.
     let _ = std::fs::remove_file(&path);
     let stream = tokio_util::io::ReaderStream::with_capacity(file, 1 << 20);
-    (
+    Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/octet-stream")],
         Body::from_stream(stream),
     )
-        .into_response()
+        .into_response())
 }

@@ -1,8 +1,9 @@
 //! The configuration file (TOML): what `gateway serve --config FILE` reads.
 //!
-//! Every setting can also be given on the command line, which wins over the file. The file
-//! is where disk pairs are listed; without any, the data folder's own `disk0`/`disk1` pair
-//! is used. Example:
+//! Every setting can also be given on the command line, which wins over the file
+//! ([`crate::settings`] declares each setting's flag, file key and default, and resolves
+//! them). The file is where disk pairs are listed; without any, the data folder's own
+//! `disk0`/`disk1` pair is used. Example:
 //!
 //! ```toml
 //! data = "/var/lib/gateway"

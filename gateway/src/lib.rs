@@ -11,17 +11,13 @@
 //! do, through the catalog seam.
 
 pub mod admin;
-pub mod admin_buckets_client;
-pub mod admin_client;
 pub mod admin_keys;
-pub mod admin_keys_client;
-pub mod admin_progress;
+pub mod api;
 pub mod bearer;
 pub mod catalog;
 pub mod catalog_http;
 pub mod cluster;
 pub mod config;
-pub mod config_example;
 pub mod credentials;
 pub mod fsck;
 #[cfg(feature = "fuzzing")]
@@ -33,6 +29,7 @@ pub mod multipart;
 pub mod native;
 pub mod s3;
 pub mod server;
+pub mod settings;
 pub mod state;
 pub mod store;
 pub mod telemetry;

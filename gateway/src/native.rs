@@ -6,8 +6,9 @@
 //! reference's magic, the random number the back end stores beside the sha1 in the email,
 //! so that a double `dec` can never delete a file that is still referenced.
 //!
-//! Routes (on the S3 port, `Authorization: Bearer <GATEWAY_NATIVE_TOKEN>`; without a
-//! configured token the native API is off and answers 403):
+//! Routes (on the S3 port, `Authorization: Bearer <GATEWAY_NATIVE_TOKEN>`, checked for
+//! the whole group by [`Access::Native`](crate::api::Access); without a configured token
+//! the native API is off and answers 403):
 //!
 //! | call | answer |
 //! |---|---|
@@ -24,118 +25,67 @@ use axum::body::Body;
 use axum::extract::{Path, Query, Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderValue, StatusCode, header};
 use placement::read::Expect;
 use placement::{Magic, Sha1};
 
+use crate::api::{ApiError, ApiResult, json};
 use crate::meta::{Command, ContentSource, DecOutcome, FileRecord, MetaError};
 use crate::state::AppState;
 use crate::store::{CommitError, ContentReadError, ReadBody, StoreError, UploadError, now_ms};
 
 pub const NATIVE_TOKEN_ENV: &str = "GATEWAY_NATIVE_TOKEN";
 
-/// A native API failure: a status and a message, rendered as `{"error": ...}`.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct NativeError {
-    status: StatusCode,
-    message: String,
-}
-
-impl NativeError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        NativeError {
-            status,
-            message: message.into(),
-        }
-    }
-
-    fn internal(e: impl std::fmt::Display) -> Self {
-        tracing::error!(error = %e, "native API internal error");
-        NativeError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
-    }
-}
-
-/// The native API's answer to a store failure: a body the store refused is the client's
-/// mistake (400), no writable pair is 503 (to be retried), anything else is internal.
-impl From<StoreError> for NativeError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::EntityTooLarge { .. } | StoreError::IncompleteBody => {
-                NativeError::new(StatusCode::BAD_REQUEST, e.to_string())
-            }
-            StoreError::NoWritablePair | StoreError::Unavailable(_) | StoreError::SlowDown => {
-                NativeError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
-            }
-            other => NativeError::internal(other),
-        }
-    }
-}
-
-impl IntoResponse for NativeError {
-    fn into_response(self) -> Response {
-        json(self.status, format!("{{\"error\":{:?}}}", self.message))
-    }
-}
-
-fn json(status: StatusCode, body: String) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-pub fn router(state: Arc<AppState>) -> Router {
+pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/_files/{sha1}", get(read).put(upload))
         .route("/_files/{sha1}/inc", post(inc))
         .route("/_files/{sha1}/dec", post(dec))
-        .with_state(state)
 }
 
-fn authorize(app: &AppState, headers: &HeaderMap) -> Result<(), NativeError> {
-    if crate::bearer::bearer_ok(app.native_token.as_deref(), headers) {
-        Ok(())
-    } else {
-        Err(NativeError::new(
-            StatusCode::FORBIDDEN,
-            "native API token required",
-        ))
-    }
+/// The gateway's own failure, as a mail back end is told it: `internal error` (logged).
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(e).hide_internal()
 }
 
-fn parse_sha1(s: &str) -> Result<Sha1, NativeError> {
-    s.parse().map_err(|e: placement::VocabError| {
-        NativeError::new(StatusCode::BAD_REQUEST, e.to_string())
-    })
+/// A store failure: 400 for a body the store refused, 503 to retry, else internal.
+fn store_error(e: StoreError) -> ApiError {
+    ApiError::from(e).hide_internal()
 }
 
-fn parse_magic(q: &HashMap<String, String>) -> Result<Magic, NativeError> {
+fn not_stored() -> ApiError {
+    ApiError::not_found("not stored")
+}
+
+fn parse_sha1(s: &str) -> Result<Sha1, ApiError> {
+    s.parse::<Sha1>().map_err(ApiError::bad_request)
+}
+
+fn parse_magic(q: &HashMap<String, String>) -> Result<Magic, ApiError> {
     let raw = q
         .get("magic")
-        .ok_or_else(|| NativeError::new(StatusCode::BAD_REQUEST, "magic is required"))?;
-    let n: u32 = raw.parse().map_err(|_| {
-        NativeError::new(
-            StatusCode::BAD_REQUEST,
-            "magic must be a 32-bit unsigned number",
-        )
-    })?;
-    Magic::new(n).map_err(|e| NativeError::new(StatusCode::BAD_REQUEST, e.to_string()))
+        .ok_or_else(|| ApiError::bad_request("magic is required"))?;
+    let n: u32 = raw
+        .parse()
+        .map_err(|_| ApiError::bad_request("magic must be a 32-bit unsigned number"))?;
+    Magic::new(n).map_err(ApiError::bad_request)
 }
 
-fn refs_body(refs: u32) -> String {
-    format!("{{\"refs\":{refs}}}")
+/// `{"refs":N}`.
+fn refs_answer(refs: u32) -> Response {
+    json(StatusCode::OK, &serde_json::json!({ "refs": refs }))
 }
 
 async fn inc(
     State(app): State<Arc<AppState>>,
     Path(sha1): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Result<Response, NativeError> {
-    authorize(&app, &headers)?;
+) -> ApiResult {
     let (sha1, magic) = (parse_sha1(&sha1)?, parse_magic(&q)?);
     match app.store.metadata().inc(sha1, magic).await {
-        Ok(f) => Ok(json(StatusCode::OK, refs_body(f.refs))),
-        Err(MetaError::NotFound) => Err(NativeError::new(StatusCode::NOT_FOUND, "not stored")),
-        Err(e) => Err(NativeError::internal(e)),
+        Ok(f) => Ok(refs_answer(f.refs)),
+        Err(MetaError::NotFound) => Err(not_stored()),
+        Err(e) => Err(internal(e)),
     }
 }
 
@@ -143,27 +93,25 @@ async fn dec(
     State(app): State<Arc<AppState>>,
     Path(sha1): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Result<Response, NativeError> {
-    authorize(&app, &headers)?;
+) -> ApiResult {
     let (sha1, magic) = (parse_sha1(&sha1)?, parse_magic(&q)?);
     let now_secs = now_ms() / 1000;
     let outcome = match app.store.metadata().dec(sha1, magic, now_secs).await {
         Ok(o) => o,
         Err(MetaError::NotFound) => {
-            return Err(NativeError::new(StatusCode::NOT_FOUND, "not stored"));
+            return Err(not_stored());
         }
-        Err(e) => return Err(NativeError::internal(e)),
+        Err(e) => return Err(internal(e)),
     };
     let (refs, state) = match outcome {
         DecOutcome::Live { refs } => (refs, "live"),
         DecOutcome::Deleting => (0, "deleting"),
         DecOutcome::DoNotDelete { refs, .. } => (refs, "do_not_delete"),
-        DecOutcome::Missing => return Err(NativeError::new(StatusCode::NOT_FOUND, "not stored")),
+        DecOutcome::Missing => return Err(not_stored()),
     };
     Ok(json(
         StatusCode::OK,
-        format!("{{\"refs\":{refs},\"state\":\"{state}\"}}"),
+        &serde_json::json!({ "refs": refs, "state": state }),
     ))
 }
 
@@ -172,8 +120,7 @@ async fn upload(
     Path(sha1): Path<String>,
     Query(q): Query<HashMap<String, String>>,
     req: Request,
-) -> Result<Response, NativeError> {
-    authorize(&app, req.headers())?;
+) -> ApiResult {
     let (sha1, magic) = (parse_sha1(&sha1)?, parse_magic(&q)?);
     let size_bytes = req
         .headers()
@@ -185,12 +132,11 @@ async fn upload(
         .stage(size_bytes, req.into_body().into_data_stream())
         .await
         .map_err(|e| match e {
-            UploadError::Store(e) => NativeError::from(e),
+            UploadError::Store(e) => store_error(e),
             // The connection broke or the client stopped sending.
-            UploadError::Body(_) => NativeError::new(
-                StatusCode::BAD_REQUEST,
-                "the request body ended before it was complete",
-            ),
+            UploadError::Body(_) => {
+                ApiError::bad_request("the request body ended before it was complete")
+            }
         })?;
     // The sha1 is checked as the body streams by; a mismatch stores nothing.
     if staged.digests.sha1 != sha1 {
@@ -207,7 +153,7 @@ async fn upload(
         } else {
             format!("body hashes to {}, not {sha1}", got.sha1)
         };
-        return Err(NativeError::new(StatusCode::BAD_REQUEST, message));
+        return Err(ApiError::bad_request(message));
     }
     let command = |source| match source {
         ContentSource::Existing => Command::Inc { sha1, magic },
@@ -218,11 +164,11 @@ async fn upload(
         .commit_content::<FileRecord>(staged, command)
         .await
     {
-        Ok(f) => Ok(json(StatusCode::OK, refs_body(f.refs))),
-        Err(CommitError::Meta(e)) => Err(NativeError::internal(e)),
+        Ok(f) => Ok(refs_answer(f.refs)),
+        Err(CommitError::Meta(e)) => Err(internal(e)),
         // A body held in memory meets the pair choice only now: no writable pair is 503
         // here as it is for a streamed body.
-        Err(CommitError::Write(e)) => Err(StoreError::from(e).into()),
+        Err(CommitError::Write(e)) => Err(store_error(StoreError::from(e))),
     }
 }
 
@@ -232,11 +178,9 @@ async fn read(
     State(app): State<Arc<AppState>>,
     Path(sha1): Path<String>,
     Query(q): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Result<Response, NativeError> {
-    authorize(&app, &headers)?;
+) -> ApiResult {
     let sha1 = parse_sha1(&sha1)?;
-    let bad = |m: &str| NativeError::new(StatusCode::BAD_REQUEST, m);
+    let bad = |m: &str| ApiError::bad_request(m);
     let size_bytes: u64 = q
         .get("size")
         .ok_or_else(|| bad("size is required"))?
@@ -248,18 +192,17 @@ async fn read(
         .and_then(|c| u32::from_str_radix(c, 16).ok())
         .ok_or_else(|| bad("crc32 must be 8 hexadecimal digits"))?;
     let mismatch = || {
-        NativeError::new(
+        ApiError::new(
             StatusCode::CONFLICT,
             "stored file has another size or crc32",
         )
     };
-    let not_found = || NativeError::new(StatusCode::NOT_FOUND, "not stored");
     // The size is known before any byte is read: a mismatch costs no read at all.
     match app.store.content_size(sha1).await {
         Ok(Some(actual)) if actual != size_bytes => return Err(mismatch()),
         Ok(_) => {}
-        Err(ContentReadError::NoRecord(_)) => return Err(not_found()),
-        Err(e) => return Err(NativeError::internal(e)),
+        Err(ContentReadError::NoRecord(_)) => return Err(not_stored()),
+        Err(e) => return Err(internal(e)),
     }
     let body = match app
         .store
@@ -269,16 +212,16 @@ async fn read(
         Ok(Some(ReadBody::Buffered(bytes))) => Body::from(bytes),
         Ok(Some(ReadBody::Stream(stream))) => Body::from_stream(stream),
         Ok(None) => return Err(mismatch()),
-        Err(ContentReadError::NoRecord(_)) => return Err(not_found()),
+        Err(ContentReadError::NoRecord(_)) => return Err(not_stored()),
         Err(ContentReadError::Busy) => {
-            return Err(NativeError::new(
+            return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "too many reads in flight, retry later",
             ));
         }
         // No readable copy at all (nodes down, files missing): nothing says the guard is
         // wrong, so this is not a 409.
-        Err(e) => return Err(NativeError::internal(e)),
+        Err(e) => return Err(internal(e)),
     };
     let mut resp = body.into_response();
     let h = resp.headers_mut();
@@ -295,20 +238,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn store_errors_become_native_statuses() {
-        let status = |e: StoreError| NativeError::from(e).status;
+    fn store_errors_become_native_statuses_and_hide_the_gateways_failures() {
+        let told = |e: StoreError| {
+            let e = store_error(e);
+            (e.status(), e.to_string())
+        };
         assert_eq!(
-            status(StoreError::EntityTooLarge { max_bytes: 1 }),
-            StatusCode::BAD_REQUEST
+            told(StoreError::EntityTooLarge { max_bytes: 1 }),
+            (
+                StatusCode::BAD_REQUEST,
+                "object is larger than 1 bytes".into()
+            )
         );
-        assert_eq!(status(StoreError::IncompleteBody), StatusCode::BAD_REQUEST);
         assert_eq!(
-            status(StoreError::NoWritablePair),
+            told(StoreError::NoWritablePair).0,
             StatusCode::SERVICE_UNAVAILABLE
         );
         assert_eq!(
-            status(StoreError::Meta(MetaError::RefsOverflow)),
-            StatusCode::INTERNAL_SERVER_ERROR
+            told(StoreError::Meta(MetaError::RefsOverflow)),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
         );
     }
 }

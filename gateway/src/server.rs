@@ -13,6 +13,7 @@ use placement::pairdb::PairTable;
 use placement::{DiskRef, PairId, PairRecord};
 
 pub use self::connections::ConnectionLimits;
+use crate::api::{self, Access};
 use crate::credentials::{Credentials, CredentialsError, Origin};
 use crate::meta::raft::{self, ClusterConfig, Metadata};
 use crate::meta::{Command, MetaError};
@@ -172,6 +173,8 @@ async fn check_reachable(configured: &[(PairId, [DiskRef; 2])]) -> Result<(), Se
     Ok(())
 }
 
+/// The gateway's routes: the internal APIs, each group behind the one credential it
+/// accepts (see [`crate::api::auth`]), and S3 for everything else.
 pub fn router(state: Arc<AppState>) -> Router {
     let s3_api = Router::new()
         .fallback(s3::dispatch)
@@ -189,51 +192,22 @@ pub fn router(state: Arc<AppState>) -> Router {
             s3::request_log::log_request,
         ))
         .with_state(state.clone());
+    let guard =
+        |access| axum::middleware::from_fn_with_state((state.clone(), access), api::auth::require);
+    let admin = admin::routes()
+        .merge(admin_keys::routes())
+        .merge(cluster::admin_routes());
+    let metrics = Router::new()
+        .route("/_metrics", get(admin::metrics))
+        .route("/_status", get(admin::status));
     Router::new()
         .route("/_health", get(|| async { "ok\n" }))
-        .route("/_admin/files/{sha1}", get(admin::file))
-        .route(
-            "/_admin/pairs",
-            get(admin::list_pairs).post(admin::add_pair),
-        )
-        .route(
-            "/_admin/pairs/{id}/{action}",
-            axum::routing::post(admin::pair_action),
-        )
-        .route(
-            "/_admin/keys",
-            get(admin_keys::list).post(admin_keys::create),
-        )
-        .route(
-            "/_admin/keys/{key}",
-            get(admin_keys::info).delete(admin_keys::delete),
-        )
-        .route(
-            "/_admin/keys/{key}/{action}",
-            axum::routing::post(admin_keys::grant),
-        )
-        .route("/_admin/scrub", get(admin::scrub_status))
-        .route("/_admin/unmove", get(admin::unmove_status))
-        .route("/_admin/disks/fail", axum::routing::post(admin::fail_disk))
-        .route("/_metrics", get(admin::metrics))
-        .route("/_status", get(admin::status))
-        .route(
-            "/_admin/jobs",
-            get(admin::list_jobs).post(admin::create_job),
-        )
-        .route("/_admin/jobs/{id}", get(admin::job_status))
-        .route(
-            "/_admin/buckets/{bucket}",
-            axum::routing::delete(admin::delete_bucket),
-        )
-        .route(
-            "/_admin/jobs/{id}/cancel",
-            axum::routing::post(admin::cancel_job),
-        )
-        .with_state(state.clone())
-        .merge(native::router(state.clone()))
-        .merge(cluster::router(state.clone()))
-        .merge(catalog_http::router(state))
+        .merge(admin.route_layer(guard(Access::Admin)))
+        .merge(metrics.route_layer(guard(Access::Metrics)))
+        .merge(native::routes().route_layer(guard(Access::Native)))
+        .merge(catalog_http::routes().route_layer(guard(Access::Catalog)))
+        .merge(cluster::rpc_routes().route_layer(guard(Access::Cluster)))
+        .with_state(state)
         .fallback_service(s3_api)
 }
 

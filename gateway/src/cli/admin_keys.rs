@@ -1,9 +1,9 @@
-//! `gateway admin keys ...`: the client of [`crate::admin_keys`].
+//! `gateway admin keys ...`: the client of [`gateway::admin_keys`].
 
 use http::Method;
 use serde_json::Value;
 
-use crate::admin_client::AdminClient;
+use super::admin::AdminClient;
 
 #[derive(Clone, Debug, clap::Subcommand)]
 pub enum KeysCommand {
@@ -85,7 +85,7 @@ fn info_text(v: &Value) -> String {
         "access_key: {}\nname: {}\ncreated: {}\nowns: {}\ngrants: {}\n",
         text(v, "access_key"),
         text(v, "name"),
-        crate::s3::iso8601(v.get("created_ms").and_then(|c| c.as_u64()).unwrap_or(0)),
+        gateway::s3::iso8601(v.get("created_ms").and_then(|c| c.as_u64()).unwrap_or(0)),
         if owns.is_empty() {
             "-".to_string()
         } else {

@@ -2,7 +2,7 @@
 
 use http::Method;
 
-use crate::admin_client::{AdminClient, render_jobs};
+use super::admin::{AdminClient, render_jobs};
 
 #[derive(Clone, Debug, clap::Subcommand)]
 pub enum BucketsCommand {

@@ -8,7 +8,7 @@ use std::io::IsTerminal as _;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::telemetry::status_page::human_bytes;
+use gateway::telemetry::status_page::human_bytes;
 
 /// What is counted: bytes print as KiB/MiB, files as numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! The client side of the admin API, behind `gateway admin ...`.
 
-use crate::admin_progress::{Display, Item, drain_items, scrub_items};
+use super::progress::{Display, Item, drain_items, scrub_items};
 use bytes::Bytes;
 use http::{Method, Request, header};
 use http_body_util::{BodyExt as _, Full};
@@ -47,12 +47,13 @@ impl AdminClient {
         })
     }
 
-    pub(crate) async fn call(
+    /// Sends a request to `path` with the token, if any (JSON when it has a body).
+    async fn send(
         &self,
         method: Method,
         path: &str,
         body: Option<String>,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<http::Response<hyper::body::Incoming>, String> {
         let mut req = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base));
@@ -65,12 +66,22 @@ impl AdminClient {
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| e.to_string())?;
+        self.client
+            .request(req)
+            .await
+            .map_err(|e| format!("{}: {e}", self.base))
+    }
+
+    /// One admin call and its JSON answer; an error status is an error with the answer's
+    /// `error` field.
+    pub(crate) async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<serde_json::Value, String> {
         let call = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| format!("{}: {e}", self.base))?;
+            let resp = self.send(method, path, body).await?;
             let status = resp.status();
             let bytes = resp
                 .into_body()
@@ -100,12 +111,7 @@ impl AdminClient {
         let (path, body) = match &cmd {
             PairsCommand::List => {
                 let v = self.call(Method::GET, "/_admin/pairs", None).await?;
-                let pairs = v
-                    .get("pairs")
-                    .and_then(|p| p.as_array())
-                    .cloned()
-                    .unwrap_or_default();
-                return Ok(render(&pairs));
+                return Ok(render(items(&v, "pairs")));
             }
             PairsCommand::Add { disk0, disk1 } => (
                 "/_admin/pairs".to_string(),
@@ -213,6 +219,13 @@ fn num(v: &serde_json::Value, field: &str) -> u64 {
     v.get(field).and_then(|x| x.as_u64()).unwrap_or(0)
 }
 
+/// The array `field` of an answer; none when the field is missing or not an array.
+fn items<'a>(v: &'a serde_json::Value, field: &str) -> &'a [serde_json::Value] {
+    v.get(field)
+        .and_then(|x| x.as_array())
+        .map_or(&[], |a| a.as_slice())
+}
+
 /// One line per drain: pair, files and bytes done of total, relocated/failed, ETA.
 pub fn render_drains(drains: &[serde_json::Value]) -> String {
     let mut out = format!(
@@ -280,13 +293,7 @@ impl AdminClient {
     pub async fn scrub(&self, cmd: ScrubCommand) -> Result<String, String> {
         let ScrubCommand::Status(w) = cmd;
         if w.watch {
-            let workers = |v: &serde_json::Value| {
-                scrub_items(
-                    v.get("workers")
-                        .and_then(|w| w.as_array())
-                        .map_or(&[][..], |a| a.as_slice()),
-                )
-            };
+            let workers = |v: &serde_json::Value| scrub_items(items(v, "workers"));
             // Until every worker has finished the pass it was in when the watch began.
             let passes = |items: &[Item]| -> Vec<(String, String)> {
                 items
@@ -310,11 +317,6 @@ impl AdminClient {
                 .await;
         }
         let v = self.call(Method::GET, "/_admin/scrub", None).await?;
-        let workers = v
-            .get("workers")
-            .and_then(|w| w.as_array())
-            .cloned()
-            .unwrap_or_default();
         let mut out = format!(
             "{:<5} {:<40} {:>9} {:>12} {:>9} {:>11} {:>8} {:>6} {:>7} {:>7}\n",
             "PAIR",
@@ -328,11 +330,11 @@ impl AdminClient {
             "ERRORS",
             "PASSES"
         );
-        for w in workers {
+        for w in items(&v, "workers") {
             let m = w.get("metrics").cloned().unwrap_or_default();
             out.push_str(&format!(
                 "{:<5} {:<40} {:>9} {:>12} {:>9} {:>11} {:>8} {:>6} {:>7} {:>7}\n",
-                num(&w, "pair"),
+                num(w, "pair"),
                 w.get("disk").and_then(|d| d.as_str()).unwrap_or("?"),
                 num(&m, "files_scanned"),
                 human_bytes(num(&m, "bytes_verified")),
@@ -357,13 +359,7 @@ impl AdminClient {
                 Ok(format!("UNMOVE started\n{}", render_drains(&[v])))
             }
             DiskCommand::Status(w) if w.watch => {
-                let drains = |v: &serde_json::Value| {
-                    drain_items(
-                        v.get("drains")
-                            .and_then(|d| d.as_array())
-                            .map_or(&[][..], |a| a.as_slice()),
-                    )
-                };
+                let drains = |v: &serde_json::Value| drain_items(items(v, "drains"));
                 self.watch(w, "/_admin/unmove", drains, |_, now| {
                     now.iter().all(|d| d.finished)
                 })
@@ -371,12 +367,7 @@ impl AdminClient {
             }
             DiskCommand::Status(_) => {
                 let v = self.call(Method::GET, "/_admin/unmove", None).await?;
-                let drains = v
-                    .get("drains")
-                    .and_then(|d| d.as_array())
-                    .cloned()
-                    .unwrap_or_default();
-                Ok(render_drains(&drains))
+                Ok(render_drains(items(&v, "drains")))
             }
         }
     }
@@ -427,20 +418,7 @@ impl AdminClient {
     /// renamed, so a failed download leaves no partial backup under the name); its size.
     pub async fn backup(&self, file: &std::path::Path) -> Result<u64, String> {
         use tokio::io::AsyncWriteExt as _;
-        let mut req = Request::builder()
-            .method(Method::GET)
-            .uri(format!("{}/_admin/backup", self.base));
-        if let Some(t) = &self.token {
-            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
-        }
-        let req = req
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| e.to_string())?;
-        let resp = self
-            .client
-            .request(req)
-            .await
-            .map_err(|e| format!("{}: {e}", self.base))?;
+        let resp = self.send(Method::GET, "/_admin/backup", None).await?;
         let status = resp.status();
         let mut body = resp.into_body();
         if !status.is_success() {
@@ -471,7 +449,7 @@ impl AdminClient {
 
 /// A downloaded backup is checked end to end (CRC32) before it takes its name.
 fn gateway_snapshot_check(path: &std::path::Path) -> Result<(), String> {
-    crate::meta::raft::snapshot::verify(path)
+    gateway::meta::raft::snapshot::verify(path)
         .map(drop)
         .map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -540,12 +518,7 @@ impl AdminClient {
             }
             JobsCommand::List => {
                 let v = self.call(Method::GET, "/_admin/jobs", None).await?;
-                let jobs = v
-                    .get("jobs")
-                    .and_then(|j| j.as_array())
-                    .cloned()
-                    .unwrap_or_default();
-                Ok(render_jobs(&jobs))
+                Ok(render_jobs(items(&v, "jobs")))
             }
             JobsCommand::Status { id, watch: false } => {
                 let v = self
