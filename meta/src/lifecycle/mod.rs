@@ -9,7 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use super::tables::{self, BUCKETS, OBJECTS, ObjectRecord, UPLOADS, UploadRecord};
 use super::{MetaError, MetaStore};
-use crate::lifecycle::rules::{self, LifecycleRule};
+
+pub mod rules;
+
+pub use rules::{Expiration, LifecycleRule, RuleFilter};
 
 /// Bucket name -> postcard [`LifecycleRecord`].
 pub const LIFECYCLE: TableDefinition<&str, &[u8]> = TableDefinition::new("lifecycle");

@@ -165,8 +165,9 @@ impl MetaStore {
         Ok(db)
     }
 
-    /// The current database handle.
-    pub(crate) fn db(&self) -> Arc<Database> {
+    /// The current database handle, for read transactions over many tables (the stored-bytes
+    /// scan); every change goes through a [`Command`].
+    pub fn db(&self) -> Arc<Database> {
         match self.db.read() {
             Ok(g) => g.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::network::Rpc;
 use super::{LEADER_WAIT, MetaRaft, NodeId, READ_TIMEOUT};
-use crate::meta::MetaError;
+use crate::MetaError;
 
 #[derive(Default)]
 struct Rounds {

@@ -28,7 +28,7 @@
 use placement::{Magic, PairId, Sha1};
 use serde::{Deserialize, Serialize};
 
-use crate::meta::{DecOutcome, MetaError};
+use crate::{DecOutcome, MetaError};
 
 /// A file's reference arithmetic went wrong: never delete it automatically. Sticky: no
 /// later `inc` or `dec` clears it, even one that brings the sums back to zero.

@@ -29,7 +29,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::network::Rpc;
 use super::{Batch, BatchResult, LEADER_WAIT, MetaRaft, NodeId, WRITE_TIMEOUT};
-use crate::meta::{Command, MetaError, Response};
+use crate::{Command, MetaError, Response};
 
 /// Batches being committed at once. One: openraft 0.9's core appends each client write
 /// as its own entry with its own fsync, one after the other, so a second batch in flight

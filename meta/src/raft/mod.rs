@@ -202,7 +202,13 @@ fn unavailable(e: impl std::fmt::Display) -> MetaError {
 /// that is listed in its own peers initializes the group with them; every voter of a new
 /// group may do so with the same list (openraft allows it). A node restarted on its data
 /// folder, or one waiting to be added as a learner, does not.
-pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadata>, MetaError> {
+///
+/// `transport` carries this node's RPCs to its peers (see [`network::Transport`]).
+pub async fn open(
+    data_dir: &Path,
+    cluster: ClusterConfig,
+    transport: Arc<dyn network::Transport>,
+) -> Result<Arc<Metadata>, MetaError> {
     let store = Arc::new(MetaStore::open(&data_dir.join("meta.redb"))?);
     let log = LogStore::open(&data_dir.join("raft.redb"))?;
     let (pairs_tx, pairs_rx) = watch::channel(0u64);
@@ -237,7 +243,7 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
             .validate()
             .map_err(|e| MetaError::Storage(e.to_string()))?,
     );
-    let rpc = Rpc::new(cluster.secret.clone());
+    let rpc = Rpc::new(transport);
     let network = Network { rpc: rpc.clone() };
     let lease = Duration::from_millis(config.election_timeout_max);
     let election_timeout_min = Duration::from_millis(config.election_timeout_min);
@@ -898,7 +904,7 @@ mod tests {
     use placement::{DiskRef, Magic, PairId, PairRecord, Sha1};
 
     use super::*;
-    use crate::meta::{ContentSource, ObjectRecord};
+    use crate::{ContentSource, ObjectRecord};
 
     fn pair(dir: &Path) -> Command {
         Command::PutPair {
@@ -939,9 +945,13 @@ mod tests {
     }
 
     async fn single(dir: &Path) -> Arc<Metadata> {
-        open(dir, ClusterConfig::single("127.0.0.1:1".into()))
-            .await
-            .unwrap()
+        open(
+            dir,
+            ClusterConfig::single("127.0.0.1:1".into()),
+            Arc::new(network::NoPeers),
+        )
+        .await
+        .unwrap()
     }
 
     /// openraft's own storage suite (log state, purge, truncate, vote, membership from log
@@ -974,13 +984,6 @@ mod tests {
             .map_err(io)?;
             Ok((dir, log, sm))
         }
-    }
-
-    /// A Valkyrie worker waits out its grace before it takes a file for an orphan; a
-    /// command must reach the log well within it (see `proposer::APPEND_BOUND`).
-    #[test]
-    fn the_append_bound_fits_well_within_the_shortest_grace() {
-        assert!(2 * proposer::APPEND_BOUND.as_secs() <= valkyrie::GRACE_SECS_MIN);
     }
 
     #[test]

@@ -94,7 +94,7 @@ impl MetaStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::Response;
+    use crate::Response;
 
     #[test]
     fn the_version_starts_at_one_moves_forward_only_and_round_trips() {

@@ -336,7 +336,7 @@ mod tests {
     use openraft::{CommittedLeaderId, EntryPayload, Membership};
 
     use super::*;
-    use crate::meta::Command;
+    use crate::Command;
 
     fn log_id(term: u64, index: u64) -> LogId<NodeId> {
         LogId::new(CommittedLeaderId::new(term, 2), index)
