@@ -23,7 +23,7 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{Entry, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::{NodeId, TypeConfig};
+use super::types::{NodeId, TypeConfig};
 
 /// Log index -> postcard [`Entry`].
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");

@@ -27,7 +27,7 @@ use redb::{Database, Durability, ReadableDatabase, WriteTransaction};
 use tokio::sync::watch;
 
 use super::snapshot;
-use super::{BatchResult, Node, NodeId, TypeConfig};
+use super::types::{BatchResult, Node, NodeId, TypeConfig};
 use crate::tables::RAFT_STATE;
 use crate::{Command, MetaError, MetaStore, apply::apply, cluster_version};
 

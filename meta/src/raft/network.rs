@@ -23,7 +23,7 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Node, NodeId, TypeConfig};
+use super::types::{Node, NodeId, TypeConfig};
 
 /// Every node-to-node path starts with this.
 pub const RPC_PREFIX: &str = "/_cluster/";

@@ -1,0 +1,893 @@
+//! [`Metadata`]: the replicated metadata as the rest of the gateway sees it, and [`open`],
+//! which starts this node's Raft on a data folder.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, ChangeMembers, Config, Raft, ServerState, SnapshotPolicy};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use super::barrier::{self, ReadBarrier};
+use super::config::ClusterConfig;
+use super::elector::{self, Elector, LeaderContact, PreVoteRequest, PreVoteResponse};
+use super::log::LogStore;
+use super::machine::{self, SnapshotDir, StateMachine};
+use super::members::member_addr;
+use super::network::{self, Network, Rpc};
+use super::proposer::{self, Proposer};
+use super::timeouts::{LEADER_WAIT, READ_TIMEOUT, WRITE_TIMEOUT};
+use super::types::{Batch, BatchResult, MetaRaft, Node, NodeId, TypeConfig};
+use crate::{Command, MetaError, MetaStore, Response, cluster_version};
+
+/// Bound on asking a peer, at the start of a fresh node, whether the group already runs.
+const PEER_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A membership change asked through the admin API (run on the leader).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum MembershipOp {
+    AddLearner { id: NodeId, addr: String },
+    Promote { id: NodeId },
+    Remove { id: NodeId },
+}
+
+/// What `GET /_admin/cluster` shows.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    pub node_id: NodeId,
+    pub leader: Option<NodeId>,
+    pub members: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
+    pub nodes: BTreeMap<NodeId, String>,
+    pub term: u64,
+    pub last_log_index: Option<u64>,
+    pub last_applied: Option<u64>,
+    pub snapshot: Option<u64>,
+    /// The last log index removed by a purge (log compaction), if any.
+    pub purged: Option<u64>,
+    pub state: String,
+    /// The group's format version as this node has applied it (see `cluster_version.rs`).
+    pub cluster_version: Option<u32>,
+    /// The newest format this node's binary knows.
+    pub format_version: u32,
+}
+
+/// The replicated metadata as the rest of the gateway sees it.
+pub struct Metadata {
+    node_id: NodeId,
+    raft: MetaRaft,
+    store: Arc<MetaStore>,
+    rpc: Rpc,
+    proposer: Proposer,
+    barrier: ReadBarrier,
+    applied: watch::Receiver<u64>,
+    pairs_changed: watch::Receiver<u64>,
+    /// A fresh node that found the group already running (its data folder was emptied):
+    /// it may have voted in a term before, and forgot; it grants no vote until it holds
+    /// the group's state again.
+    rejoining: bool,
+    /// When a leader was last heard from (see [`elector`]).
+    contact: Arc<LeaderContact>,
+    /// The log, read for pre-vote answers.
+    log: LogStore,
+    /// openraft's leader lease (its longest election timeout).
+    lease: Duration,
+    /// The elector and the version raiser, stopped (and their handles on the stores
+    /// dropped) at shutdown.
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// What a node says of itself to a fresh peer asking (`/_cluster/state`).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct PeerState {
+    pub last_applied: Option<u64>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> MetaError {
+    MetaError::Unavailable(e.to_string())
+}
+
+/// Opens the state machine and the log of a data folder and starts this node's Raft.
+///
+/// A fresh node (nothing applied yet: a new data folder, or one from before replication)
+/// that is listed in its own peers initializes the group with them; every voter of a new
+/// group may do so with the same list (openraft allows it). A node restarted on its data
+/// folder, or one waiting to be added as a learner, does not.
+///
+/// `transport` carries this node's RPCs to its peers (see [`network::Transport`]).
+pub async fn open(
+    data_dir: &Path,
+    cluster: ClusterConfig,
+    transport: Arc<dyn network::Transport>,
+) -> Result<Arc<Metadata>, MetaError> {
+    let store = Arc::new(MetaStore::open(&data_dir.join("meta.redb"))?);
+    let log = LogStore::open(&data_dir.join("raft.redb"))?;
+    let (pairs_tx, pairs_rx) = watch::channel(0u64);
+    let (applied_tx, applied_rx) = watch::channel(0u64);
+    let fresh = machine::applied_state(&store.db())?.0.is_none();
+    let has_data = fresh && !store.pairs()?.is_empty();
+    let sm = StateMachine::open(
+        store.clone(),
+        SnapshotDir::new(data_dir.join("snapshots")),
+        pairs_tx,
+        applied_tx,
+    )?;
+    let config = Config {
+        cluster_name: "dedup-gateway".into(),
+        heartbeat_interval: (cluster.election_timeout_ms / 5).max(1),
+        election_timeout_min: cluster.election_timeout_ms,
+        election_timeout_max: cluster.election_timeout_ms * 2,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(cluster.snapshot_logs.max(1)),
+        snapshot_max_chunk_size: 1 << 20,
+        max_payload_entries: 256,
+        // Entries kept behind a snapshot, for followers a little behind to catch up
+        // without a snapshot install: at most one snapshot interval, so that a small
+        // `--snapshot-logs` (tests) really purges the log at every snapshot.
+        max_in_snapshot_log_to_keep: cluster.snapshot_logs.clamp(1, 1000),
+        // Elections are called by the pre-vote elector (see `elector.rs`), never by
+        // openraft's own timer: a node cut off by a partition must not raise its term.
+        enable_elect: false,
+        ..Default::default()
+    };
+    let config = Arc::new(
+        config
+            .validate()
+            .map_err(|e| MetaError::Storage(e.to_string()))?,
+    );
+    let rpc = Rpc::new(transport);
+    let network = Network { rpc: rpc.clone() };
+    let lease = Duration::from_millis(config.election_timeout_max);
+    let election_timeout_min = Duration::from_millis(config.election_timeout_min);
+    let log_reader = log.clone();
+    let raft = Raft::new(cluster.node_id, config, network, log, sm)
+        .await
+        .map_err(|e| MetaError::Storage(e.to_string()))?;
+    // A fresh node whose peers already hold committed state is not forming a new group:
+    // its own data folder was emptied. It must not initialize (a second initial
+    // membership) nor vote before it has caught up.
+    let rejoining = fresh && group_is_running(&rpc, &cluster).await;
+    if rejoining {
+        tracing::warn!(
+            "this node has no metadata but its peers run a group: waiting to be caught up from the leader"
+        );
+    }
+    if fresh && !rejoining && cluster.peers.contains_key(&cluster.node_id) {
+        let members: BTreeMap<NodeId, Node> = cluster
+            .peers
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr)))
+            .collect();
+        match raft.initialize(members).await {
+            Ok(()) => tracing::info!(peers = ?cluster.peers, "initialized the metadata group"),
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+            Err(e) => return Err(MetaError::Storage(e.to_string())),
+        }
+    }
+    let contact = Arc::new(LeaderContact::new());
+    let elector = tokio::spawn(
+        Elector {
+            raft: raft.clone(),
+            rpc: rpc.clone(),
+            log: log_reader.clone(),
+            me: cluster.node_id,
+            contact: contact.clone(),
+            election_timeout_min,
+            lease,
+        }
+        .run(),
+    );
+    let metadata = Arc::new(Metadata {
+        node_id: cluster.node_id,
+        proposer: Proposer::start(raft.clone(), rpc.clone(), cluster.node_id),
+        barrier: ReadBarrier::new(raft.clone(), rpc.clone(), cluster.node_id),
+        raft,
+        store,
+        rpc,
+        applied: applied_rx,
+        pairs_changed: pairs_rx,
+        rejoining,
+        contact,
+        log: log_reader,
+        lease,
+        tasks: std::sync::Mutex::new(vec![elector]),
+    });
+    let raiser = tokio::spawn(raise_cluster_version(Arc::downgrade(&metadata)));
+    if let Ok(mut tasks) = metadata.tasks.lock() {
+        tasks.push(raiser);
+    }
+    if has_data {
+        // Tables written before replication are not in the log: a snapshot holds them,
+        // and the log before it is purged, so that a node added later starts from the
+        // snapshot rather than from an empty log that lacks them.
+        metadata.snapshot_now().await?;
+    }
+    Ok(metadata)
+}
+
+/// How often the leader checks whether the group's format version can be raised.
+const RAISE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// On the leader: raises the group's format version to the newest every member knows
+/// (see `cluster_version.rs`). Ends when the metadata is dropped.
+async fn raise_cluster_version(meta: std::sync::Weak<Metadata>) {
+    loop {
+        tokio::time::sleep(RAISE_INTERVAL).await;
+        let Some(meta) = meta.upgrade() else { return };
+        if !meta.raft.metrics().borrow().state.is_leader() {
+            continue;
+        }
+        let have = match meta.read_local(|m| m.cluster_version()).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the cluster's format version");
+                continue;
+            }
+        };
+        if have >= cluster_version::FORMAT_VERSION {
+            continue;
+        }
+        let Some(known) = meta.members_format_version().await else {
+            continue;
+        };
+        if known <= have {
+            continue;
+        }
+        // The raise is the gate itself: proposed as is, past `execute`'s check.
+        match meta
+            .proposer
+            .submit(Command::SetClusterVersion { version: known })
+            .await
+        {
+            Ok(_) => tracing::info!(
+                from = have,
+                to = known,
+                "raised the cluster's format version"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot raise the cluster's format version"),
+        }
+    }
+}
+
+/// Whether any other peer has applied committed entries (a leader was elected there).
+async fn group_is_running(rpc: &Rpc, cluster: &ClusterConfig) -> bool {
+    for (id, addr) in &cluster.peers {
+        if *id == cluster.node_id {
+            continue;
+        }
+        let state: Result<PeerState, _> = rpc.call(addr, "state", &(), PEER_PROBE_TIMEOUT).await;
+        if let Ok(PeerState {
+            last_applied: Some(index),
+        }) = state
+            && index >= 1
+        {
+            return true;
+        }
+    }
+    false
+}
+
+impl Metadata {
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// What this node tells a fresh peer.
+    pub fn peer_state(&self) -> PeerState {
+        PeerState {
+            last_applied: self.raft.metrics().borrow().last_applied.map(|l| l.index),
+        }
+    }
+
+    /// Whether this node may grant votes now: not while it rejoins with an emptied data
+    /// folder and has not received the group's state yet.
+    pub fn may_vote(&self) -> bool {
+        !self.rejoining || *self.applied.borrow() > 0
+    }
+
+    pub fn store(&self) -> &Arc<MetaStore> {
+        &self.store
+    }
+
+    /// openraft's append (entries or a heartbeat) from a leader; an accepted one is
+    /// contact with a leader, which holds back this node's elector.
+    pub async fn append_entries(
+        &self,
+        req: openraft::raft::AppendEntriesRequest<TypeConfig>,
+    ) -> Result<openraft::raft::AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
+        let resp = self.raft.append_entries(req).await;
+        if matches!(&resp, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
+        {
+            self.contact.touch();
+        }
+        resp
+    }
+
+    /// openraft's snapshot chunk from a leader; an accepted one is contact too.
+    pub async fn install_snapshot(
+        &self,
+        req: openraft::raft::InstallSnapshotRequest<TypeConfig>,
+    ) -> Result<
+        openraft::raft::InstallSnapshotResponse<NodeId>,
+        RaftError<NodeId, openraft::error::InstallSnapshotError>,
+    > {
+        let vote = req.vote;
+        let resp = self.raft.install_snapshot(req).await;
+        if matches!(&resp, Ok(r) if r.vote <= vote) {
+            self.contact.touch();
+        }
+        resp
+    }
+
+    /// Answers a candidate's pre-vote (see [`elector`]).
+    pub async fn pre_vote(&self, req: PreVoteRequest) -> PreVoteResponse {
+        let last_log_id = match self.log.last_log_id().await {
+            Ok(l) => l,
+            Err(e) => {
+                return PreVoteResponse {
+                    granted: false,
+                    refused: Some(format!("cannot read the log: {e}")),
+                };
+            }
+        };
+        let m = self.raft.metrics().borrow().clone();
+        let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+        elector::answer(
+            &elector::Voter {
+                state: m.state,
+                current_term: m.current_term,
+                last_log_id,
+                silence: self.contact.silence(),
+                lease: self.lease,
+                may_vote: self.may_vote(),
+                voters: &voters,
+            },
+            &req,
+        )
+    }
+
+    pub fn raft(&self) -> &MetaRaft {
+        &self.raft
+    }
+
+    pub fn rpc(&self) -> &Rpc {
+        &self.rpc
+    }
+
+    /// Commits one command through the log and answers its result once it is applied.
+    /// A command of a format the group has not reached yet (a rolling upgrade in
+    /// progress) is refused before it is proposed: some member could not read it.
+    pub async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
+        let need = cmd.format_version();
+        if need > cluster_version::FORMAT_VERSION_INITIAL {
+            let have = self.read_local(|m| m.cluster_version()).await?;
+            if need > have {
+                return Err(unavailable(format!(
+                    "this command needs format version {need} and the cluster runs {have}: \
+                     a node of an older release is still a member (finish the upgrade)"
+                )));
+            }
+        }
+        self.proposer.submit(cmd).await
+    }
+
+    /// The newest format every member knows now: this binary's, lowered by each other
+    /// member's answer to `/_cluster/version`. A member that answers with an HTTP error
+    /// is a release from before the question (its router takes the path for an S3
+    /// request and answers 403): version 1. `None` while a member cannot be reached.
+    async fn members_format_version(&self) -> Option<u32> {
+        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let mut lowest = cluster_version::FORMAT_VERSION;
+        for (id, node) in membership.membership().nodes() {
+            if *id == self.node_id {
+                continue;
+            }
+            let answer: Result<u32, _> = self
+                .rpc
+                .call(&node.addr, "version", &(), PEER_PROBE_TIMEOUT)
+                .await;
+            let version = match answer {
+                Ok(v) => v,
+                Err(network::RpcError::Status(..)) => cluster_version::FORMAT_VERSION_INITIAL,
+                Err(e) => {
+                    tracing::debug!(node = id, error = %e, "format version not known");
+                    return None;
+                }
+            };
+            lowest = lowest.min(version);
+        }
+        Some(lowest)
+    }
+
+    /// Waits until this node's state machine holds every write acknowledged before the
+    /// call (read index confirmed by the leader).
+    pub async fn linearize(&self) -> Result<(), MetaError> {
+        let index = self.barrier.read_index().await?;
+        self.wait_applied(index).await
+    }
+
+    /// Waits until the local state machine has applied `index`.
+    pub async fn wait_applied(&self, index: u64) -> Result<(), MetaError> {
+        let mut applied = self.applied.clone();
+        let wait = applied.wait_for(|a| *a >= index);
+        match tokio::time::timeout(READ_TIMEOUT, wait).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(unavailable("metadata is shutting down")),
+            Err(_) => Err(unavailable(format!(
+                "this node has not applied index {index} within {READ_TIMEOUT:?}"
+            ))),
+        }
+    }
+
+    /// A read as of now: linearizable, then on the local state machine.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
+    ) -> Result<T, MetaError> {
+        self.linearize().await?;
+        self.read_local(f).await
+    }
+
+    /// A read that settles on the local state machine when `settled` accepts its answer,
+    /// and is otherwise run again as of now (linearizable): for answers a lagging node can
+    /// only get wrong in one direction (a bucket it has applied exists until a command says
+    /// otherwise; one it lacks may just have been created elsewhere), so the common case
+    /// costs no read-index round.
+    pub async fn read_unless_settled<T: Send + 'static>(
+        &self,
+        f: impl Fn(&MetaStore) -> Result<T, MetaError> + Clone + Send + 'static,
+        settled: impl FnOnce(&T) -> bool,
+    ) -> Result<T, MetaError> {
+        let local = self.read_local(f.clone()).await?;
+        if settled(&local) {
+            return Ok(local);
+        }
+        self.read(f).await
+    }
+
+    /// A read of the local state machine, which may lag the leader: only where a stale
+    /// answer is checked again by a command (the dedup pre-check), or right after a
+    /// linearizable read in the same request.
+    pub async fn read_local<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
+    ) -> Result<T, MetaError> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&store))
+            .await
+            .map_err(|e| MetaError::Storage(e.to_string()))?
+    }
+
+    /// The leader's read index, answered only by the leader (a follower's barrier asks
+    /// it over `/_cluster/read-index`).
+    pub async fn leader_read_index(&self) -> Result<u64, MetaError> {
+        barrier::local_read_index(&self.raft).await
+    }
+
+    /// Runs a batch forwarded by a follower (this node leads): its commands join this
+    /// node's own in the proposer, and each keeps its own result. Should leadership move
+    /// meanwhile, the proposer takes them to the new leader like any local command.
+    pub async fn forwarded_write(&self, batch: Batch) -> proposer::WriteReply {
+        if batch.0.is_empty() {
+            // A fence (see `proposer::fence`): an entry of its own, appended now.
+            return proposer::leader_write(&self.raft, batch).await;
+        }
+        proposer::WriteReply::Done(BatchResult(self.proposer.submit_all(batch.0).await))
+    }
+
+    /// A read as of now that no command submitted before it can still change later: a
+    /// fence through the log, then a linearizable read. For deletion decisions: a file
+    /// older than [`proposer::APPEND_BOUND`] whose record this finds missing will never
+    /// get one from a command already in flight (a plain linearizable read can miss a
+    /// command appended to the leader's log but not yet committed).
+    pub async fn read_fenced<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&MetaStore) -> Result<T, MetaError> + Send + 'static,
+    ) -> Result<T, MetaError> {
+        proposer::fence(&self.raft, &self.rpc, self.node_id).await?;
+        self.read(f).await
+    }
+
+    /// Changes after which PairDB must be reloaded.
+    pub fn pairs_changed(&self) -> watch::Receiver<u64> {
+        self.pairs_changed.clone()
+    }
+
+    /// Whether this node leads now, and every change of it.
+    pub fn leadership(&self) -> watch::Receiver<bool> {
+        let (tx, rx) = watch::channel(false);
+        let mut metrics = self.raft.metrics();
+        let me = self.node_id;
+        tokio::spawn(async move {
+            loop {
+                let leading = {
+                    let m = metrics.borrow_and_update();
+                    m.state == ServerState::Leader && m.current_leader == Some(me)
+                };
+                tx.send_if_modified(|v| std::mem::replace(v, leading) != leading);
+                if metrics.changed().await.is_err() || tx.is_closed() {
+                    return;
+                }
+            }
+        });
+        rx
+    }
+
+    /// Waits (bounded) until some node leads.
+    pub async fn wait_leader(&self, limit: Duration) -> Result<NodeId, MetaError> {
+        let mut metrics = self.raft.metrics();
+        let wait = metrics.wait_for(|m| m.current_leader.is_some());
+        match tokio::time::timeout(limit, wait).await {
+            Ok(Ok(m)) => m.current_leader.ok_or_else(|| unavailable("no leader")),
+            Ok(Err(_)) => Err(unavailable("metadata is shutting down")),
+            Err(_) => Err(unavailable(format!("no leader elected within {limit:?}"))),
+        }
+    }
+
+    pub fn status(&self) -> ClusterStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let membership = m.membership_config.membership();
+        ClusterStatus {
+            node_id: self.node_id,
+            leader: m.current_leader,
+            members: membership.voter_ids().collect(),
+            learners: membership.learner_ids().collect(),
+            nodes: membership
+                .nodes()
+                .map(|(id, n)| (*id, n.addr.clone()))
+                .collect(),
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            last_applied: m.last_applied.map(|l| l.index),
+            snapshot: m.snapshot.map(|l| l.index),
+            purged: m.purged.map(|l| l.index),
+            state: format!("{:?}", m.state),
+            cluster_version: self.store.cluster_version().ok(),
+            format_version: cluster_version::FORMAT_VERSION,
+        }
+    }
+
+    /// Runs a membership change on the leader (forwarded there from a follower).
+    pub async fn change_membership(&self, op: MembershipOp) -> Result<ClusterStatus, MetaError> {
+        let leader = self.wait_leader(LEADER_WAIT).await?;
+        if leader != self.node_id {
+            let addr = self.node_addr(leader)?;
+            let reply: Result<(), MetaError> = self
+                .rpc
+                .call(&addr, "membership", &op, WRITE_TIMEOUT * 3)
+                .await
+                .map_err(unavailable)?;
+            reply?;
+            return Ok(self.status());
+        }
+        self.leader_change_membership(op).await?;
+        Ok(self.status())
+    }
+
+    /// A membership change on this node, which must lead.
+    pub async fn leader_change_membership(&self, op: MembershipOp) -> Result<(), MetaError> {
+        let map = |e: RaftError<NodeId, ClientWriteError<NodeId, Node>>| match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                unavailable(format!("not the leader (leader: {:?})", f.leader_id))
+            }
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
+                MetaError::InvalidPart(c.to_string())
+            }
+            other => unavailable(other),
+        };
+        let voters: BTreeSet<NodeId> = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect();
+        match op {
+            MembershipOp::AddLearner { id, addr } => {
+                // Blocking: answers once the learner has caught up with the log.
+                self.raft
+                    .add_learner(id, BasicNode::new(addr), true)
+                    .await
+                    .map_err(map)?;
+            }
+            MembershipOp::Promote { id } => {
+                self.raft
+                    .change_membership(ChangeMembers::AddVoterIds(BTreeSet::from([id])), true)
+                    .await
+                    .map_err(map)?;
+            }
+            MembershipOp::Remove { id } => {
+                let change = if voters.contains(&id) {
+                    ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+                } else {
+                    ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+                };
+                // retain=false: a removed voter is not kept as a learner.
+                self.raft
+                    .change_membership(change, false)
+                    .await
+                    .map_err(map)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The S3 address of a member.
+    pub fn node_addr(&self, id: NodeId) -> Result<String, MetaError> {
+        member_addr(&self.raft, id)
+    }
+
+    /// Builds a snapshot now and purges the log behind it.
+    pub async fn snapshot_now(&self) -> Result<(), MetaError> {
+        self.wait_leader(LEADER_WAIT * 10).await?;
+        self.raft.trigger().snapshot().await.map_err(unavailable)?;
+        let applied = *self.applied.borrow();
+        let mut metrics = self.raft.metrics();
+        let built = metrics.wait_for(|m| m.snapshot.is_some_and(|s| s.index >= applied));
+        let snap = match tokio::time::timeout(WRITE_TIMEOUT * 6, built).await {
+            Ok(Ok(m)) => m.snapshot,
+            _ => return Err(unavailable("snapshot not built in time")),
+        };
+        if let Some(s) = snap {
+            self.raft
+                .trigger()
+                .purge_log(s.index)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    /// Writes a consistent snapshot of the state machine (every acknowledged write) to
+    /// `path`, while serving.
+    pub async fn backup(&self, path: PathBuf) -> Result<u64, MetaError> {
+        self.linearize().await?;
+        let db = self.store.db();
+        tokio::task::spawn_blocking(move || {
+            machine::build_snapshot_file(&db, &path)
+                .map(|m| m.last_log_id.map_or(0, |l| l.index))
+                .map_err(MetaError::Storage)
+        })
+        .await
+        .map_err(|e| MetaError::Storage(e.to_string()))?
+    }
+
+    /// Stops Raft and makes the applied state durable (a clean restart replays nothing).
+    pub async fn shutdown(&self) {
+        let tasks = match self.tasks.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        for task in tasks {
+            task.abort();
+            let _ = task.await;
+        }
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+        let db = self.store.db();
+        match tokio::task::spawn_blocking(move || StateMachine::checkpoint(&db)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "final checkpoint"),
+            Err(e) => tracing::warn!(error = %e, "final checkpoint"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use placement::{DiskRef, Magic, PairId, PairRecord, Sha1};
+
+    use super::*;
+    use crate::raft::{RestoreError, restore};
+    use crate::{ContentSource, ObjectRecord};
+
+    fn pair(dir: &Path) -> Command {
+        Command::PutPair {
+            id: PairId(0),
+            record: PairRecord::new([
+                DiskRef::local(dir.join("d0")),
+                DiskRef::local(dir.join("d1")),
+            ]),
+        }
+    }
+
+    fn object(n: u8) -> ObjectRecord {
+        ObjectRecord {
+            sha1: Sha1([n; 20]),
+            magic: Magic::random(),
+            size_bytes: 3,
+            crc32: 7,
+            md5: [n; 16],
+            content_type: None,
+            user_meta: vec![],
+            created_ms: 1,
+            seq: 0,
+            headers: vec![],
+            part_sizes: vec![],
+            checksum: None,
+        }
+    }
+
+    fn put(bucket: &str, key: &str, n: u8) -> Command {
+        Command::PutObject {
+            bucket: bucket.into(),
+            key: key.into(),
+            object: object(n),
+            source: ContentSource::Stored(PairId(0)),
+            now_secs: 1,
+            precondition: None,
+        }
+    }
+
+    async fn single(dir: &Path) -> Arc<Metadata> {
+        open(
+            dir,
+            ClusterConfig::single("127.0.0.1:1".into()),
+            Arc::new(network::NoPeers),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// openraft's own storage suite (log state, purge, truncate, vote, membership from log
+    /// and state machine, applied state, snapshots) against our log store and state
+    /// machine, each on fresh files.
+    struct Stores;
+
+    impl openraft::testing::StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir>
+        for Stores
+    {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, LogStore, StateMachine), openraft::StorageError<NodeId>>
+        {
+            let io = |e: MetaError| {
+                openraft::StorageError::from(openraft::StorageIOError::read(
+                    &std::io::Error::other(e.to_string()),
+                ))
+            };
+            let dir = tempfile::tempdir().map_err(|e| io(MetaError::Storage(e.to_string())))?;
+            let store = Arc::new(MetaStore::open(&dir.path().join("meta.redb")).map_err(io)?);
+            let log = LogStore::open(&dir.path().join("raft.redb"))
+                .map_err(|e| io(MetaError::Storage(e.to_string())))?;
+            let sm = StateMachine::open(
+                store,
+                SnapshotDir::new(dir.path().join("snapshots")),
+                watch::channel(0).0,
+                watch::channel(0).0,
+            )
+            .map_err(io)?;
+            Ok((dir, log, sm))
+        }
+    }
+
+    #[test]
+    fn openraft_storage_suite_passes() {
+        openraft::testing::Suite::test_all(Stores).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_database_from_before_replication_is_upgraded_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // The layout of a gateway from before replication: tables, no Raft state.
+            let old = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+            old.execute(&pair(dir.path())).unwrap();
+            old.execute(&Command::CreateBucket {
+                bucket: "mail".into(),
+                created_ms: 1,
+            })
+            .unwrap();
+            old.execute(&put("mail", "inbox/1", 1)).unwrap();
+        }
+        let meta = single(dir.path()).await;
+        let found = meta.read(|m| m.object("mail", "inbox/1")).await.unwrap();
+        assert_eq!(found.map(|o| o.sha1), Some(Sha1([1; 20])));
+        // The old tables are in a snapshot and the log before it is purged: a node added
+        // later starts from the snapshot, not from a log that lacks them.
+        let m = meta.raft().metrics().borrow().clone();
+        assert!(m.snapshot.is_some(), "{m:?}");
+        assert!(m.purged.is_some(), "{m:?}");
+        meta.execute(put("mail", "inbox/2", 2)).await.unwrap();
+        meta.shutdown().await;
+        drop(meta);
+        // Restarted: nothing initialized twice, both objects there.
+        let meta = single(dir.path()).await;
+        meta.wait_leader(Duration::from_secs(10)).await.unwrap();
+        for key in ["inbox/1", "inbox/2"] {
+            let k = key.to_string();
+            let found = meta.read(move |m| m.object("mail", &k)).await.unwrap();
+            assert!(found.is_some(), "{key} lost");
+        }
+        meta.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn concurrent_commands_share_log_entries_and_a_failure_stays_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = single(dir.path()).await;
+        meta.wait_leader(Duration::from_secs(10)).await.unwrap();
+        let before = meta.status().last_log_index.unwrap_or(0);
+        let n = 200;
+        let mut tasks = Vec::new();
+        for i in 0..n {
+            let meta = meta.clone();
+            // Bucket "b0" is created twice: exactly one of the two fails, alone.
+            let name = format!("b{}", i % (n - 1));
+            tasks.push(tokio::spawn(async move {
+                meta.execute(Command::CreateBucket {
+                    bucket: name,
+                    created_ms: 1,
+                })
+                .await
+            }));
+        }
+        let mut exists = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(_) => {}
+                Err(MetaError::BucketExists) => exists += 1,
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+        assert_eq!(exists, 1);
+        let buckets = meta.read(|m| m.buckets()).await.unwrap();
+        assert_eq!(buckets.len(), n - 1);
+        let entries = meta.status().last_log_index.unwrap_or(0) - before;
+        assert!(
+            entries < n as u64 / 2,
+            "{n} concurrent commands took {entries} log entries: no group commit"
+        );
+        meta.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_round_trips_every_table_and_damage_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = single(dir.path()).await;
+        meta.wait_leader(Duration::from_secs(10)).await.unwrap();
+        meta.execute(pair(dir.path())).await.unwrap();
+        meta.execute(Command::CreateBucket {
+            bucket: "mail".into(),
+            created_ms: 1,
+        })
+        .await
+        .unwrap();
+        for i in 0..50u8 {
+            meta.execute(put("mail", &format!("k{i}"), i % 7))
+                .await
+                .unwrap();
+        }
+        let file = dir.path().join("backup.snap");
+        meta.backup(file.clone()).await.unwrap();
+        let want = meta.store().digest().unwrap();
+        meta.shutdown().await;
+
+        let restored = tempfile::tempdir().unwrap();
+        restore(&file, restored.path()).unwrap();
+        let got = MetaStore::open(&restored.path().join("meta.redb"))
+            .unwrap()
+            .digest()
+            .unwrap();
+        assert_eq!(got.tables, want.tables);
+        assert_eq!(got.last_applied, want.last_applied);
+        assert!(matches!(
+            restore(&file, restored.path()),
+            Err(RestoreError::Exists(_))
+        ));
+
+        // One flipped byte in the middle: refused before anything is built.
+        let mut bytes = std::fs::read(&file).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 0x40;
+        let damaged = dir.path().join("damaged.snap");
+        std::fs::write(&damaged, &bytes).unwrap();
+        let target = tempfile::tempdir().unwrap();
+        assert!(restore(&damaged, target.path()).is_err());
+        assert!(!target.path().join("meta.redb").exists());
+    }
+}
