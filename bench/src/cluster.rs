@@ -265,7 +265,7 @@ mod tests {
 
     #[test]
     fn parses_the_cluster_status() {
-        // The shape of `GET /_admin/cluster` (gateway::meta::raft::ClusterStatus).
+        // The shape of `GET /_admin/cluster` (meta::raft::ClusterStatus).
         let text = r#"{"node_id": 2, "leader": 3, "members": [1, 2, 3], "learners": [],
             "nodes": {"1": "127.0.0.1:1"}, "term": 4, "last_log_index": 9,
             "last_applied": 9, "snapshot": null, "state": "Follower"}"#;

@@ -1,10 +1,10 @@
-//! Metadata written offline through the gateway's own code (`gateway::meta`): the data
+//! Metadata written offline through the gateway's metadata crate (`meta`): the data
 //! folders of the `load-objects` and `raft-files` binaries. Only with `--features filedb`.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use gateway::meta::{Command, ContentSource, MetaStore, ObjectRecord};
+use meta::{Command, ContentSource, MetaStore, ObjectRecord};
 use placement::{DiskRef, Magic, PairId, PairRecord, Sha1};
 
 use crate::filedb_report::record_key;

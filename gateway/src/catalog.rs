@@ -116,3 +116,14 @@ impl Catalog for LocalCatalog {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// A Valkyrie worker waits out its grace before it takes a file for an orphan; a
+    /// metadata command must reach the log well within it (see `proposer::APPEND_BOUND`).
+    #[test]
+    fn the_append_bound_fits_well_within_the_shortest_grace() {
+        let bound = crate::meta::raft::proposer::APPEND_BOUND.as_secs();
+        assert!(2 * bound <= valkyrie::GRACE_SECS_MIN);
+    }
+}

@@ -264,7 +264,8 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         snapshot_logs: config.snapshot_logs,
         ..ClusterConfig::single(addr.to_string())
     });
-    let metadata = raft::open(&data_dir, cluster).await?;
+    let peers = Arc::new(crate::peers::HttpPeers::new(cluster.secret.clone()));
+    let metadata = raft::open(&data_dir, cluster, peers).await?;
     let pairs = Arc::new(PairTable::new());
     let state = Arc::new(AppState {
         store: Arc::new(ObjectStore::new(

@@ -1255,7 +1255,13 @@ mod tests {
         }
         drop(meta);
         let cluster = crate::meta::raft::ClusterConfig::single("127.0.0.1:1".into());
-        let meta = crate::meta::raft::open(&meta_dir, cluster).await.unwrap();
+        let meta = crate::meta::raft::open(
+            &meta_dir,
+            cluster,
+            Arc::new(crate::meta::raft::network::NoPeers),
+        )
+        .await
+        .unwrap();
         (dir, ObjectStore::new(meta, pairs, limits, 2))
     }
 

@@ -1,7 +1,7 @@
 //! `filedb`: FileDB's size per file and `inc` latency at 1 M and 10 M records, through the
-//! gateway's own metadata code (`gateway::meta`).
+//! gateway's own metadata crate (`meta`).
 //!
-//! Loading: `Command::InsertOrInc` applied by `gateway::meta::apply::apply`, many commands
+//! Loading: `Command::InsertOrInc` applied by `meta::apply::apply`, many commands
 //! per redb write transaction (one durable commit per batch): the same code path as the
 //! gateway, batched, because 10 M durable transactions of one command each would take
 //! hours. Measuring, at every size in the same alternating rounds (so that a shared
@@ -10,7 +10,7 @@
 //! inside one uncommitted transaction, which isolates the B-tree cost from the fsync. The
 //! smaller sizes are measured on copies of the file taken when the loader passed them.
 //!
-//! Built only with `--features filedb` (it links the gateway library); the main harness runs
+//! Built only with `--features filedb` (it links the metadata crate); the main harness runs
 //! it and reads the `FILEDB_JSON` line it prints.
 
 use std::os::unix::fs::MetadataExt;
@@ -22,7 +22,7 @@ use bench::filedb_report::{FiledbReport, JSON_PREFIX, Point, record_key};
 use bench::rng::Rng;
 use bench::stats::Latency;
 use clap::Parser;
-use gateway::meta::{Command, MetaStore, apply::apply};
+use meta::{Command, MetaStore, apply::apply};
 use placement::{Magic, PairId, Sha1};
 
 #[derive(Parser, Debug)]

@@ -1,11 +1,11 @@
 //! `load-objects`: a gateway data folder holding N S3 objects, written offline through the
-//! gateway's own metadata code (`gateway::meta`), for the restart-after-`kill -9` figure.
+//! gateway's own metadata crate (`meta`), for the restart-after-`kill -9` figure.
 //!
 //! The folder is what a gateway from before replication leaves: `meta.redb` with PairDB
 //! (pair 0 = the folder's own `disk0`/`disk1`), one bucket and N objects referencing N/2
 //! distinct contents (two objects per FileDB record), and no Raft state. Every command is
 //! `Command::PutObject` with `ContentSource::Stored`, applied by
-//! `gateway::meta::apply::apply`, many per durable redb write transaction: N HTTP PUTs (or
+//! `meta::apply::apply`, many per durable redb write transaction: N HTTP PUTs (or
 //! N durable transactions) would take hours at 10 M. The content files are not written:
 //! the restart measurement reads only what the write load before the kill stored.
 //!
@@ -21,7 +21,7 @@ use bench::objects_report::{JSON_PREFIX, LoadReport};
 use bench::offline;
 use bench::rng::Rng;
 use clap::Parser;
-use gateway::meta::apply::apply;
+use meta::apply::apply;
 
 #[derive(Parser, Debug)]
 #[command(

@@ -4,7 +4,7 @@
 //! Both layouts run the gateway's storage pattern with its real metadata code: an appender
 //! thread commits each log entry (a postcard `Vec<Command>` of `--batch` S3 PUTs) durably,
 //! at most three entries ahead of an applier thread (the proposer's bound), which applies
-//! every command with `gateway::meta::apply::apply` in its own non-durable transaction,
+//! every command with `meta::apply::apply` in its own non-durable transaction,
 //! records the applied index without fsync, and makes the state machine durable once a
 //! second (with quick-repair state), as `meta/raft/machine.rs` does. With one file, the
 //! log's fsync also writes the state machine's dirty pages, and appends and applies share
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use bench::offline;
 use bench::raft::median;
 use clap::Parser;
-use gateway::meta::{Command, apply::apply};
+use meta::{Command, apply::apply};
 use redb::{Database, Durability, TableDefinition};
 
 /// The log table (named apart from every metadata table, so one file can hold both).

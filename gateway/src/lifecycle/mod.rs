@@ -2,7 +2,8 @@
 //! uploads (by an `AbortIncompleteMultipartUpload` rule or the gateway-wide
 //! `--upload-max-age-secs`).
 //!
-//! - [`rules`]: what a rule matches and when it acts (pure functions).
+//! - [`rules`]: what a rule matches and when it acts (pure functions, kept with the
+//!   metadata that stores them).
 //! - [`pacing`]: bounded batches, yields and a rate limit, for any background sweep.
 //! - [`worker`]: the sweep itself, run by the Raft leader only.
 //! - [`cache`]: each bucket's rules as last read, for the `x-amz-expiration` header.
@@ -15,9 +16,9 @@
 
 pub mod cache;
 pub mod pacing;
-pub mod rules;
 pub mod worker;
 
+pub use meta::lifecycle::rules;
 pub use rules::{Expiration, LifecycleRule, RuleFilter};
 
 /// Default length of a lifecycle day.

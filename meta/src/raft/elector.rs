@@ -41,8 +41,9 @@ use rand::RngExt;
 use serde::{Deserialize, Serialize};
 
 use super::log::LogStore;
+use super::members::member_addr;
 use super::network::{Rpc, RpcError};
-use super::{MetaRaft, NodeId};
+use super::types::{MetaRaft, NodeId};
 
 /// How often the elector looks at the time since the last contact.
 const TICK: Duration = Duration::from_millis(50);
@@ -259,7 +260,7 @@ impl Elector {
         let timeout = self.election_timeout_min;
         let mut asks = futures_util::stream::FuturesUnordered::new();
         for &id in voters.iter().filter(|&&id| id != self.me) {
-            let Ok(addr) = super::member_addr(&self.raft, id) else {
+            let Ok(addr) = member_addr(&self.raft, id) else {
                 continue;
             };
             let rpc = self.rpc.clone();

@@ -27,9 +27,9 @@ use redb::{Database, Durability, ReadableDatabase, WriteTransaction};
 use tokio::sync::watch;
 
 use super::snapshot;
-use super::{BatchResult, Node, NodeId, TypeConfig};
-use crate::meta::tables::RAFT_STATE;
-use crate::meta::{Command, MetaError, MetaStore, apply::apply, cluster_version};
+use super::types::{BatchResult, Node, NodeId, TypeConfig};
+use crate::tables::RAFT_STATE;
+use crate::{Command, MetaError, MetaStore, apply::apply, cluster_version};
 
 /// How often applied state is made durable (an fsync of `meta.redb`).
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
@@ -91,7 +91,7 @@ fn put_raft_state(
 }
 
 /// Applies one command in its own non-durable transaction; an error changes nothing.
-fn apply_one(db: &Database, cmd: &Command) -> Result<crate::meta::Response, MetaError> {
+fn apply_one(db: &Database, cmd: &Command) -> Result<crate::Response, MetaError> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::None)?;
     match apply(&txn, cmd) {

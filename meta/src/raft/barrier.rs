@@ -13,9 +13,11 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+use super::members::{leader_gone, member_addr};
 use super::network::Rpc;
-use super::{LEADER_WAIT, MetaRaft, NodeId, READ_TIMEOUT};
-use crate::meta::MetaError;
+use super::timeouts::{LEADER_WAIT, READ_TIMEOUT};
+use super::types::{MetaRaft, NodeId};
+use crate::MetaError;
 
 #[derive(Default)]
 struct Rounds {
@@ -121,7 +123,7 @@ async fn one_round(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaEr
     if leader == me {
         return local_read_index(raft).await;
     }
-    let addr = super::member_addr(raft, leader)?;
+    let addr = member_addr(raft, leader)?;
     // As for forwarded writes: a leader replaced while it is asked holds the round (and
     // every read waiting on it) no longer than it takes this node to learn of it.
     tokio::select! {
@@ -129,7 +131,7 @@ async fn one_round(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaEr
             Ok(r) => r,
             Err(e) => Err(MetaError::Unavailable(e.to_string())),
         },
-        () = super::leader_gone(raft, leader) => Err(MetaError::Unavailable(format!(
+        () = leader_gone(raft, leader) => Err(MetaError::Unavailable(format!(
             "node {leader} stopped leading while asked for a read index"
         ))),
     }

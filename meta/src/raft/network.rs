@@ -1,18 +1,17 @@
-//! Node-to-node RPCs: HTTP/1.1 POSTs to a peer's S3 port under [`RPC_PREFIX`], each
-//! carrying the shared cluster secret, with postcard bodies.
+//! Node-to-node RPCs: postcard requests to a peer under [`RPC_PREFIX`], each answered with
+//! a postcard body, over a [`Transport`] that the embedding server provides (the gateway
+//! posts them over HTTP to the peer's S3 port, with the cluster secret; this crate carries
+//! no HTTP stack).
 //!
 //! The same client carries openraft's three RPCs (append, vote, snapshot chunks) and the
-//! gateway's own two: a follower's batch of commands forwarded to the leader, and a
-//! follower's read-index request.
+//! gateway's own: a follower's batch of commands forwarded to the leader, a follower's
+//! read-index request, pre-votes and the format-version question.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt as _, Full, Limited};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
 };
@@ -24,17 +23,15 @@ use openraft::raft::{
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{Node, NodeId, TypeConfig};
+use super::types::{Node, NodeId, TypeConfig};
 
 /// Every node-to-node path starts with this.
 pub const RPC_PREFIX: &str = "/_cluster/";
 /// The header that carries the cluster secret.
 pub const SECRET_HEADER: &str = "x-cluster-secret";
 /// Bound on an RPC answer's body (a snapshot chunk answer or a batch's results are small;
-/// append answers tiny).
-const RESPONSE_BYTES_MAX: usize = 64 << 20;
-/// Bound on connecting to a peer: a dead peer must not hold a replication stream.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// append answers tiny): a transport refuses a longer one.
+pub const RESPONSE_BYTES_MAX: usize = 64 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
@@ -42,31 +39,47 @@ pub enum RpcError {
     Unreachable(String, String),
     #[error("{0}: no answer within {1:?}")]
     Timeout(String, Duration),
+    /// The peer answered with a status other than success (an HTTP status code).
     #[error("{0} answered {1}: {2}")]
-    Status(String, StatusCode, String),
+    Status(String, u16, String),
     #[error("{0}: bad answer: {1}")]
     Decode(String, String),
 }
 
-/// A client shared by every peer connection (it pools connections per address).
+/// What [`Transport::post`] returns.
+pub type TransportFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<u8>, RpcError>> + Send + 'a>>;
+
+/// One request-answer exchange with a peer. The caller bounds it in time; the transport
+/// bounds the answer to [`RESPONSE_BYTES_MAX`] and says [`RpcError::Unreachable`] when the
+/// peer cannot be reached, [`RpcError::Status`] when it refused the request.
+pub trait Transport: Send + Sync + 'static {
+    /// Sends `payload` to the node at `addr` under [`RPC_PREFIX`] + `path`, and returns the
+    /// body of its successful answer.
+    fn post<'a>(&'a self, addr: &'a str, path: &'a str, payload: Vec<u8>) -> TransportFuture<'a>;
+}
+
+/// The transport of a node that has no peers (an offline tool, a test): every peer is
+/// unreachable.
+pub struct NoPeers;
+
+impl Transport for NoPeers {
+    fn post<'a>(&'a self, addr: &'a str, _: &'a str, _: Vec<u8>) -> TransportFuture<'a> {
+        Box::pin(async move { Err(RpcError::Unreachable(addr.to_string(), "no peers".into())) })
+    }
+}
+
+/// The RPC client every peer connection shares.
 #[derive(Clone)]
 pub struct Rpc {
-    client: Client<HttpConnector, Full<Bytes>>,
-    secret: String,
+    transport: Arc<dyn Transport>,
 }
 
 impl Rpc {
-    pub fn new(secret: String) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector);
-        Rpc { client, secret }
+    pub fn new(transport: Arc<dyn Transport>) -> Self {
+        Rpc { transport }
     }
 
-    /// POSTs `body` (postcard) to `addr` + `path` and decodes the postcard answer, all
+    /// Sends `body` (postcard) to `addr` + `path` and decodes the postcard answer, all
     /// within `timeout`.
     pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &self,
@@ -77,29 +90,8 @@ impl Rpc {
     ) -> Result<Resp, RpcError> {
         let payload = postcard::to_stdvec(body)
             .map_err(|e| RpcError::Decode(addr.to_string(), e.to_string()))?;
-        let req = Request::builder()
-            .method(Method::POST)
-            .uri(format!("http://{addr}{RPC_PREFIX}{path}"))
-            .header(SECRET_HEADER, &self.secret)
-            .header(http::header::CONTENT_TYPE, "application/octet-stream")
-            .body(Full::new(Bytes::from(payload)))
-            .map_err(|e| RpcError::Decode(addr.to_string(), e.to_string()))?;
         let work = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| RpcError::Unreachable(addr.to_string(), e.to_string()))?;
-            let status = resp.status();
-            let bytes = Limited::new(resp.into_body(), RESPONSE_BYTES_MAX)
-                .collect()
-                .await
-                .map_err(|e| RpcError::Unreachable(addr.to_string(), e.to_string()))?
-                .to_bytes();
-            if !status.is_success() {
-                let text = String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).into_owned();
-                return Err(RpcError::Status(addr.to_string(), status, text));
-            }
+            let bytes = self.transport.post(addr, path, payload).await?;
             postcard::from_bytes(&bytes)
                 .map_err(|e| RpcError::Decode(addr.to_string(), e.to_string()))
         };

@@ -3,8 +3,8 @@
 //!
 //! Pure functions of a rule, an object's key, size and creation time, and the length of a
 //! lifecycle "day" (`--lifecycle-day-secs`, 86 400 s unless a test or staging system
-//! shortens it). The S3 XML lives in `s3/lifecycle.rs`; the background work in
-//! [`super::worker`].
+//! shortens it). The S3 XML lives in the gateway's `s3/lifecycle.rs`; the background work
+//! in its `lifecycle::worker`.
 
 use serde::{Deserialize, Serialize};
 

@@ -10,13 +10,11 @@
 //! carries a sequence number above the job's fence and survives it, whatever the order in
 //! which the worker meets it.
 
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use super::MetaError;
-use super::tables::{
-    self, BUCKETS, COUNTERS, OBJECT_SEQ, OBJECTS, ObjectRecord, UPLOADS, UploadRecord,
-};
+use super::tables::{self, COUNTERS, OBJECT_SEQ, OBJECTS, ObjectRecord, UPLOADS, UploadRecord};
 
 /// Job id -> postcard [`JobRecord`].
 pub const JOBS: TableDefinition<u64, &[u8]> = TableDefinition::new("jobs");
@@ -129,9 +127,7 @@ fn write(txn: &WriteTransaction, id: u64, job: &JobRecord) -> Result<(), MetaErr
 /// bucket's size; one pass in the creating transaction).
 pub fn create(txn: &WriteTransaction, op: &JobOp, now_ms: u64) -> Result<u64, MetaError> {
     let (bucket, prefix) = op.scope();
-    if txn.open_table(BUCKETS)?.get(bucket)?.is_none() {
-        return Err(MetaError::NoSuchBucket);
-    }
+    tables::check_bucket(txn, bucket)?;
     let mut counters = txn.open_table(COUNTERS)?;
     let fence_seq = counters.get(OBJECT_SEQ)?.map(|v| v.value()).unwrap_or(0);
     let id = counters.get(JOB_SEQ)?.map(|v| v.value()).unwrap_or(0) + 1;
@@ -393,28 +389,6 @@ pub fn end(
         write(txn, id, &job)?;
     }
     Ok(job)
-}
-
-impl super::MetaStore {
-    /// Up to `limit` uploads in progress in `bucket` (the uploads table is keyed by id,
-    /// so this is one pass over it: uploads in progress are few, abandoned ones are
-    /// bounded by `--upload-max-age-secs`).
-    pub fn uploads_in(&self, bucket: &str, limit: usize) -> Result<Vec<String>, MetaError> {
-        let txn = self.db().begin_read()?;
-        let table = txn.open_table(UPLOADS)?;
-        let mut out = Vec::new();
-        for entry in table.iter()? {
-            if out.len() >= limit {
-                break;
-            }
-            let (k, v) = entry?;
-            let upload: UploadRecord = tables::decode_versioned("uploads", v.value())?;
-            if upload.bucket == bucket {
-                out.push(k.value().to_string());
-            }
-        }
-        Ok(out)
-    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@
 use placement::{Magic, PairId, Sha1};
 use serde::{Deserialize, Serialize};
 
-use crate::meta::{DecOutcome, MetaError};
+use crate::MetaError;
 
 /// A file's reference arithmetic went wrong: never delete it automatically. Sticky: no
 /// later `inc` or `dec` clears it, even one that brings the sums back to zero.
@@ -36,6 +36,21 @@ pub const FLAG_DO_NOT_DELETE: u32 = 1;
 
 /// Every flag bit a record may carry; any other bit set means the record is corrupt.
 const FLAGS_KNOWN: u32 = FLAG_DO_NOT_DELETE;
+
+/// What a `dec` did to the content's record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DecOutcome {
+    /// References remain.
+    Live { refs: u32 },
+    /// refs and magic both reached zero: the record moved to `deleting`.
+    Deleting,
+    /// refs is zero (or went below it) but the magic is not: DO_NOT_DELETE is set and the
+    /// record stays; the content is never deleted automatically.
+    DoNotDelete { refs: u32, magic: u32 },
+    /// The record was not found (only reported for the replaced/deleted object's content,
+    /// where it means an inconsistency surfaced to the operator, not a client error).
+    Missing,
+}
 
 /// One FileDB record. On disk: refs, magic, flags, pair as little-endian u32s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

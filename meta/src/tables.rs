@@ -248,6 +248,15 @@ pub fn encode_pair(record: &PairRecord) -> Result<Vec<u8>, MetaError> {
     encode_versioned(record)
 }
 
+/// Fails with [`MetaError::NoSuchBucket`] unless `bucket` exists.
+pub fn check_bucket(txn: &redb::WriteTransaction, bucket: &str) -> Result<(), MetaError> {
+    use redb::ReadableTable as _;
+    match txn.open_table(BUCKETS)?.get(bucket)? {
+        Some(_) => Ok(()),
+        None => Err(MetaError::NoSuchBucket),
+    }
+}
+
 /// The first key of `bucket`, if it holds any object.
 pub fn first_key_of(
     txn: &redb::WriteTransaction,

@@ -1,29 +1,5 @@
-//! Replicated metadata: every [`Command`] goes through a Raft log (openraft 0.9) and every
-//! node's state machine applies it with the one `apply` function.
-//!
-//! - One write path for one node or many: a gateway with no peers is a one-voter group.
-//! - Group commit: concurrent commands are packed by the [`proposer`] into one log entry,
-//!   so one durable append (one fsync of `raft.redb`, on each voter) serves them all.
-//! - Followers do the data path themselves and forward only the commands (a batch) to the
-//!   leader over `/_cluster/write`.
-//! - Linearizable reads: a read waits for a read index confirmed by the leader with a
-//!   heartbeat round to a quorum (see [`barrier`]), then reads the local state machine.
-//!   Concurrent reads share one round.
-//!
-//! Files in the data folder: `meta.redb` (the state machine: the tables, `last_applied`,
-//! membership), `raft.redb` (log, vote, committed), `snapshots/current.snap`.
-
-pub mod barrier;
-pub mod elector;
-// openraft's storage and RPC error types are large, and fixed by its traits.
-#[allow(clippy::result_large_err)]
-pub mod log;
-#[allow(clippy::result_large_err)]
-pub mod machine;
-#[allow(clippy::result_large_err)]
-pub mod network;
-pub mod proposer;
-pub mod snapshot;
+//! [`Metadata`]: the replicated metadata as the rest of the gateway sees it, and [`open`],
+//! which starts this node's Raft on a data folder.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -35,84 +11,20 @@ use openraft::{BasicNode, ChangeMembers, Config, Raft, ServerState, SnapshotPoli
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use super::{Command, MetaError, MetaStore, Response, cluster_version};
-use barrier::ReadBarrier;
-use elector::{Elector, LeaderContact, PreVoteRequest, PreVoteResponse};
-use log::LogStore;
-use machine::{SnapshotDir, StateMachine};
-use network::{Network, Rpc};
-use proposer::Proposer;
-
-pub type NodeId = u64;
-pub type Node = BasicNode;
-
-/// Commands that travel in one log entry and are applied in order.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Batch(pub Vec<Command>);
-
-/// One result per command of a [`Batch`].
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BatchResult(pub Vec<Result<Response, MetaError>>);
-
-openraft::declare_raft_types!(
-    /// The metadata's Raft types: batches of commands, nodes named by their S3 address,
-    /// snapshots as files.
-    pub TypeConfig:
-        D = Batch,
-        R = BatchResult,
-        NodeId = NodeId,
-        Node = Node,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = tokio::fs::File,
-        AsyncRuntime = openraft::TokioRuntime,
-);
-
-pub type MetaRaft = Raft<TypeConfig>;
+use super::barrier::{self, ReadBarrier};
+use super::config::ClusterConfig;
+use super::elector::{self, Elector, LeaderContact, PreVoteRequest, PreVoteResponse};
+use super::log::LogStore;
+use super::machine::{self, SnapshotDir, StateMachine};
+use super::members::member_addr;
+use super::network::{self, Network, Rpc};
+use super::proposer::{self, Proposer};
+use super::timeouts::{LEADER_WAIT, READ_TIMEOUT, WRITE_TIMEOUT};
+use super::types::{Batch, BatchResult, MetaRaft, Node, NodeId, TypeConfig};
+use crate::{Command, MetaError, MetaStore, Response, cluster_version};
 
 /// Bound on asking a peer, at the start of a fresh node, whether the group already runs.
 const PEER_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Bound on waiting for a leader to be known before a request fails with 503.
-pub const LEADER_WAIT: Duration = Duration::from_secs(3);
-/// Bound on a command's commit (append on a quorum, apply on the leader).
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Bound on a read-index round.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// Default of `--snapshot-logs`: entries applied between two snapshots.
-pub const SNAPSHOT_LOGS_DEFAULT: u64 = 20_000;
-
-/// The shortest election timeout, in milliseconds. The longest is twice it, the leader's
-/// heartbeat a fifth of it, and openraft's leader lease (during which a follower refuses to
-/// vote) equals the longest: a follower that stops hearing from the leader starts an
-/// election after lease + timeout, 1.5-2 s with this value. Five heartbeats fit in the
-/// shortest timeout, so a heartbeat delayed by a busy machine does not depose a leader.
-pub const ELECTION_TIMEOUT_MS_DEFAULT: u64 = 500;
-
-/// How this node takes part in a group.
-#[derive(Clone, Debug)]
-pub struct ClusterConfig {
-    pub node_id: NodeId,
-    /// Every voter of a fresh group, by S3 listen address (this node included). Empty for
-    /// a node that joins an existing group (added with `admin cluster add-learner`).
-    pub peers: BTreeMap<NodeId, String>,
-    pub secret: String,
-    pub snapshot_logs: u64,
-    /// The shortest election timeout in milliseconds (see [`ELECTION_TIMEOUT_MS_DEFAULT`]).
-    pub election_timeout_ms: u64,
-}
-
-impl ClusterConfig {
-    /// The embedded single node: a one-voter group of node 1 at `addr`.
-    pub fn single(addr: String) -> Self {
-        ClusterConfig {
-            node_id: 1,
-            peers: BTreeMap::from([(1, addr)]),
-            secret: String::new(),
-            snapshot_logs: SNAPSHOT_LOGS_DEFAULT,
-            election_timeout_ms: ELECTION_TIMEOUT_MS_DEFAULT,
-        }
-    }
-}
 
 /// A membership change asked through the admin API (run on the leader).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -174,24 +86,6 @@ pub struct PeerState {
     pub last_applied: Option<u64>,
 }
 
-/// The S3 address (which also carries the `/_cluster/` RPCs) of a member.
-pub(crate) fn member_addr(raft: &MetaRaft, id: NodeId) -> Result<String, MetaError> {
-    raft.metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .get_node(&id)
-        .map(|n| n.addr.clone())
-        .ok_or_else(|| unavailable(format!("node {id} is not a member")))
-}
-
-/// Resolves once this node no longer names `leader` as the group's leader (an election
-/// began, another node won, or Raft shut down).
-pub(crate) async fn leader_gone(raft: &MetaRaft, leader: NodeId) {
-    let mut metrics = raft.metrics();
-    let _ = metrics.wait_for(|m| m.current_leader != Some(leader)).await;
-}
-
 fn unavailable(e: impl std::fmt::Display) -> MetaError {
     MetaError::Unavailable(e.to_string())
 }
@@ -202,7 +96,13 @@ fn unavailable(e: impl std::fmt::Display) -> MetaError {
 /// that is listed in its own peers initializes the group with them; every voter of a new
 /// group may do so with the same list (openraft allows it). A node restarted on its data
 /// folder, or one waiting to be added as a learner, does not.
-pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadata>, MetaError> {
+///
+/// `transport` carries this node's RPCs to its peers (see [`network::Transport`]).
+pub async fn open(
+    data_dir: &Path,
+    cluster: ClusterConfig,
+    transport: Arc<dyn network::Transport>,
+) -> Result<Arc<Metadata>, MetaError> {
     let store = Arc::new(MetaStore::open(&data_dir.join("meta.redb"))?);
     let log = LogStore::open(&data_dir.join("raft.redb"))?;
     let (pairs_tx, pairs_rx) = watch::channel(0u64);
@@ -237,7 +137,7 @@ pub async fn open(data_dir: &Path, cluster: ClusterConfig) -> Result<Arc<Metadat
             .validate()
             .map_err(|e| MetaError::Storage(e.to_string()))?,
     );
-    let rpc = Rpc::new(cluster.secret.clone());
+    let rpc = Rpc::new(transport);
     let network = Network { rpc: rpc.clone() };
     let lease = Duration::from_millis(config.election_timeout_max);
     let election_timeout_min = Duration::from_millis(config.election_timeout_min);
@@ -777,128 +677,13 @@ impl Metadata {
     }
 }
 
-/// Applies the committed log entries the state machine of a stopped node lacks (what a
-/// restart would do first), so that offline tools (`gateway fsck`) see every
-/// acknowledged write. A data folder without `raft.redb` is left as it is.
-///
-/// Which entries are committed: in a one-voter group every entry in the log is (it was
-/// acknowledged once durable here); in a larger group, those up to the committed index the
-/// log last saved, which may lag the leader's by the last few entries (it is saved without
-/// fsync): a node stopped gracefully has applied everything it knew.
-pub fn replay_offline(data_dir: &Path) -> Result<u64, MetaError> {
-    use std::ops::Bound;
-    let log_path = data_dir.join("raft.redb");
-    if !log_path.exists() {
-        return Ok(0);
-    }
-    let store = MetaStore::open(&data_dir.join("meta.redb"))?;
-    let log = LogStore::open(&log_path)?;
-    let db = store.db();
-    let storage = |e: openraft::StorageError<NodeId>| MetaError::Storage(e.to_string());
-    let (mut applied, mut membership) = machine::applied_state(&db)?;
-    let last = LogStore::last_index(log.database()).map_err(storage)?;
-    // The group's size as of the end of the log: its newest membership entry, else the
-    // state machine's.
-    let mut voters = membership.membership().voter_ids().count();
-    let mut scan = applied.map_or(0, |a| a.index + 1);
-    while let Some(last) = last
-        && scan <= last
-    {
-        let entries = LogStore::entries(
-            log.database(),
-            (Bound::Included(scan), Bound::Included(last)),
-        )
-        .map_err(storage)?;
-        let Some(end) = entries.last() else { break };
-        scan = end.log_id.index + 1;
-        for e in &entries {
-            if let openraft::EntryPayload::Membership(m) = &e.payload {
-                voters = m.voter_ids().count();
-            }
-        }
-    }
-    let upto = if voters == 1 {
-        last
-    } else {
-        LogStore::committed(log.database())
-            .map_err(storage)?
-            .map(|c| c.index)
-    };
-    let Some(upto) = upto else {
-        return Ok(0);
-    };
-    let mut replayed = 0u64;
-    // Bounded by the log's length: each round applies at least one entry or stops.
-    loop {
-        let from = applied.map_or(0, |a| a.index + 1);
-        if from > upto {
-            break;
-        }
-        let entries = LogStore::entries(
-            log.database(),
-            (Bound::Included(from), Bound::Included(upto)),
-        )
-        .map_err(storage)?;
-        let Some(last) = entries.last() else { break };
-        let last = last.log_id;
-        replayed += entries.len() as u64;
-        membership = machine::StateMachine::replay_blocking(&db, entries, applied, membership)?;
-        applied = Some(last);
-    }
-    StateMachine::checkpoint(&db)?;
-    Ok(replayed)
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum RestoreError {
-    #[error("{0} already holds metadata; restore into a new data folder")]
-    Exists(PathBuf),
-    #[error("data folder {0}: {1}")]
-    DataDir(PathBuf, std::io::Error),
-    #[error("backup {0}: {1}")]
-    Snapshot(PathBuf, snapshot::SnapshotError),
-}
-
-/// Builds a data folder's state machine from a backup (`gateway restore`). The node keeps
-/// the backup's membership and applied index: started on this folder, it purges its log
-/// up to that index and goes on as the node it was (a single node at once; a cluster
-/// member once a majority of the group is back).
-pub fn restore(from: &Path, data_dir: &Path) -> Result<String, RestoreError> {
-    let io = |e| RestoreError::DataDir(data_dir.to_path_buf(), e);
-    std::fs::create_dir_all(data_dir).map_err(io)?;
-    let meta = data_dir.join("meta.redb");
-    if meta.exists() || data_dir.join("raft.redb").exists() {
-        return Err(RestoreError::Exists(data_dir.to_path_buf()));
-    }
-    let building = data_dir.join("meta.redb.restore");
-    let _ = std::fs::remove_file(&building);
-    let head = snapshot::load(from, &building)
-        .map_err(|e| RestoreError::Snapshot(from.to_path_buf(), e))?;
-    std::fs::rename(&building, &meta).map_err(io)?;
-    std::fs::File::open(data_dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io)?;
-    let applied = applied_index_of(&meta);
-    Ok(format!(
-        "restored {} records into {} (state at log index {})\n",
-        head.records,
-        meta.display(),
-        applied.map_or_else(|| "none".to_string(), |i| i.to_string())
-    ))
-}
-
-/// The applied index of a state machine file, for reports.
-fn applied_index_of(path: &Path) -> Option<u64> {
-    let store = MetaStore::open(path).ok()?;
-    machine::applied_state(&store.db()).ok()?.0.map(|l| l.index)
-}
-
 #[cfg(test)]
 mod tests {
     use placement::{DiskRef, Magic, PairId, PairRecord, Sha1};
 
     use super::*;
-    use crate::meta::{ContentSource, ObjectRecord};
+    use crate::raft::{RestoreError, restore};
+    use crate::{ContentSource, ObjectRecord};
 
     fn pair(dir: &Path) -> Command {
         Command::PutPair {
@@ -939,9 +724,13 @@ mod tests {
     }
 
     async fn single(dir: &Path) -> Arc<Metadata> {
-        open(dir, ClusterConfig::single("127.0.0.1:1".into()))
-            .await
-            .unwrap()
+        open(
+            dir,
+            ClusterConfig::single("127.0.0.1:1".into()),
+            Arc::new(network::NoPeers),
+        )
+        .await
+        .unwrap()
     }
 
     /// openraft's own storage suite (log state, purge, truncate, vote, membership from log
@@ -974,13 +763,6 @@ mod tests {
             .map_err(io)?;
             Ok((dir, log, sm))
         }
-    }
-
-    /// A Valkyrie worker waits out its grace before it takes a file for an orphan; a
-    /// command must reach the log well within it (see `proposer::APPEND_BOUND`).
-    #[test]
-    fn the_append_bound_fits_well_within_the_shortest_grace() {
-        assert!(2 * proposer::APPEND_BOUND.as_secs() <= valkyrie::GRACE_SECS_MIN);
     }
 
     #[test]

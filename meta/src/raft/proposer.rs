@@ -27,9 +27,11 @@ use openraft::error::{ClientWriteError, RaftError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use super::members::{leader_gone, member_addr};
 use super::network::Rpc;
-use super::{Batch, BatchResult, LEADER_WAIT, MetaRaft, NodeId, WRITE_TIMEOUT};
-use crate::meta::{Command, MetaError, Response};
+use super::timeouts::{LEADER_WAIT, WRITE_TIMEOUT};
+use super::types::{Batch, BatchResult, MetaRaft, NodeId};
+use crate::{Command, MetaError, Response};
 
 /// Batches being committed at once. One: openraft 0.9's core appends each client write
 /// as its own entry with its own fsync, one after the other, so a second batch in flight
@@ -230,7 +232,7 @@ async fn send(
         let reply = if leader == me {
             leader_write(raft, batch.clone()).await
         } else {
-            let addr = super::member_addr(raft, leader)?;
+            let addr = member_addr(raft, leader)?;
             // A leader that stops answering (killed, paused, cut off) would hold this batch,
             // and the forwarding permit it took, for the whole timeout while the group
             // elects another: the batch is given up as soon as this node knows of another
@@ -242,7 +244,7 @@ async fn send(
                     Ok(r) => r,
                     Err(e) => WriteReply::Unavailable(e.to_string()),
                 },
-                () = super::leader_gone(raft, leader) => WriteReply::Unavailable(format!(
+                () = leader_gone(raft, leader) => WriteReply::Unavailable(format!(
                     "node {leader} stopped leading while a batch was forwarded to it; its outcome is unknown"
                 )),
             }
@@ -293,7 +295,7 @@ pub(crate) async fn leader_write(raft: &MetaRaft, batch: Batch) -> WriteReply {
         }
         tokio::select! {
             r = raft.client_write(batch) => Some(r),
-            () = super::leader_gone(raft, me) => None,
+            () = leader_gone(raft, me) => None,
         }
     };
     match tokio::time::timeout(WRITE_TIMEOUT, write).await {

@@ -14,6 +14,10 @@ use super::jobs::{JobOp, JobRecord, JobState};
 use super::keys::{KeyRecord, Rights};
 use super::tables::{CorsRule, FileRecord, ObjectRecord, PartRecord, UploadRecord};
 
+// Defined beside the rules that give it (`FileRecord::dec`); named here too, beside the
+// responses that carry it.
+pub use crate::filedb::DecOutcome;
+
 /// Where the content of a new reference is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ContentSource {
@@ -259,21 +263,6 @@ impl Command {
                 | Command::JobDeleteBucket { .. }
         )
     }
-}
-
-/// What a `dec` did to the content's record.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum DecOutcome {
-    /// References remain.
-    Live { refs: u32 },
-    /// refs and magic both reached zero: the record moved to `deleting`.
-    Deleting,
-    /// refs is zero (or went below it) but the magic is not: DO_NOT_DELETE is set and the
-    /// record stays; the content is never deleted automatically.
-    DoNotDelete { refs: u32, magic: u32 },
-    /// The record was not found (only reported for the replaced/deleted object's content,
-    /// where it means an inconsistency surfaced to the operator, not a client error).
-    Missing,
 }
 
 /// The result of a successfully applied command.

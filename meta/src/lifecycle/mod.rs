@@ -4,12 +4,15 @@
 //! The cursor lives beside the rules so that a restart (or a new Raft leader) resumes the
 //! pass where the last committed batch left it; replacing the rules restarts the pass.
 
-use redb::{ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
-use super::tables::{self, BUCKETS, OBJECTS, ObjectRecord, UPLOADS, UploadRecord};
-use super::{MetaError, MetaStore};
-use crate::lifecycle::rules::{self, LifecycleRule};
+use super::MetaError;
+use super::tables::{self, OBJECTS, ObjectRecord, UPLOADS, UploadRecord};
+
+pub mod rules;
+
+pub use rules::{Expiration, LifecycleRule, RuleFilter};
 
 /// Bucket name -> postcard [`LifecycleRecord`].
 pub const LIFECYCLE: TableDefinition<&str, &[u8]> = TableDefinition::new("lifecycle");
@@ -29,9 +32,7 @@ pub(super) fn set(
     bucket: &str,
     rules: &Option<Vec<LifecycleRule>>,
 ) -> Result<(), MetaError> {
-    if txn.open_table(BUCKETS)?.get(bucket)?.is_none() {
-        return Err(MetaError::NoSuchBucket);
-    }
+    tables::check_bucket(txn, bucket)?;
     let mut table = txn.open_table(LIFECYCLE)?;
     match rules {
         Some(rules) => {
@@ -117,86 +118,4 @@ pub(super) fn uploads_of(txn: &WriteTransaction, bucket: &str) -> Result<Vec<Str
         }
     }
     Ok(out)
-}
-
-impl MetaStore {
-    pub fn lifecycle(&self, bucket: &str) -> Result<Option<LifecycleRecord>, MetaError> {
-        let txn = self.db().begin_read()?;
-        let table = txn.open_table(LIFECYCLE)?;
-        match table.get(bucket)? {
-            Some(v) => Ok(Some(tables::decode_versioned("lifecycle", v.value())?)),
-            None => Ok(None),
-        }
-    }
-
-    /// Every bucket's lifecycle configuration (one record per bucket that has rules).
-    pub fn lifecycles(&self) -> Result<Vec<(String, LifecycleRecord)>, MetaError> {
-        let txn = self.db().begin_read()?;
-        let table = txn.open_table(LIFECYCLE)?;
-        let mut out = Vec::new();
-        for entry in table.iter()? {
-            let (k, v) = entry?;
-            out.push((
-                k.value().to_string(),
-                tables::decode_versioned("lifecycle", v.value())?,
-            ));
-        }
-        Ok(out)
-    }
-
-    /// Up to `limit` objects of `bucket` after key `after`, in key order.
-    pub fn objects_after(
-        &self,
-        bucket: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, ObjectRecord)>, MetaError> {
-        use std::ops::Bound;
-        let txn = self.db().begin_read()?;
-        let table = txn.open_table(OBJECTS)?;
-        let start = match after {
-            Some(a) => Bound::Excluded((bucket, a.as_bytes())),
-            None => Bound::Included((bucket, &[][..])),
-        };
-        let mut out = Vec::new();
-        for entry in table.range::<(&str, &[u8])>((start, Bound::Unbounded))? {
-            let (k, v) = entry?;
-            let (b, key) = k.value();
-            if b != bucket || out.len() >= limit {
-                break;
-            }
-            out.push((
-                String::from_utf8_lossy(key).into_owned(),
-                tables::decode_versioned("objects", v.value())?,
-            ));
-        }
-        Ok(out)
-    }
-
-    /// Up to `limit` uploads in progress (any bucket) after upload id `after`.
-    pub fn uploads_after(
-        &self,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, UploadRecord)>, MetaError> {
-        use std::ops::Bound;
-        let txn = self.db().begin_read()?;
-        let table = txn.open_table(UPLOADS)?;
-        let start = match after {
-            Some(a) => Bound::Excluded(a),
-            None => Bound::Unbounded,
-        };
-        let mut out = Vec::new();
-        for entry in table.range::<&str>((start, Bound::Unbounded))? {
-            if out.len() >= limit {
-                break;
-            }
-            let (k, v) = entry?;
-            out.push((
-                k.value().to_string(),
-                tables::decode_versioned("uploads", v.value())?,
-            ));
-        }
-        Ok(out)
-    }
 }

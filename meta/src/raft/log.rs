@@ -23,7 +23,7 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{Entry, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::{NodeId, TypeConfig};
+use super::types::{NodeId, TypeConfig};
 
 /// Log index -> postcard [`Entry`].
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
@@ -336,7 +336,7 @@ mod tests {
     use openraft::{CommittedLeaderId, EntryPayload, Membership};
 
     use super::*;
-    use crate::meta::Command;
+    use crate::Command;
 
     fn log_id(term: u64, index: u64) -> LogId<NodeId> {
         LogId::new(CommittedLeaderId::new(term, 2), index)

@@ -19,11 +19,11 @@
 //! Version 2 adds nothing but the raise itself; the next format changes (versions, groups,
 //! TLS settings) each take the next number.
 
-use redb::{ReadableDatabase, WriteTransaction};
+use redb::WriteTransaction;
 
+use super::MetaError;
 use super::command::Command;
 use super::tables::RAFT_STATE;
-use super::{MetaError, MetaStore};
 
 /// The newest format this binary reads and writes.
 pub const FORMAT_VERSION: u32 = 2;
@@ -63,7 +63,7 @@ pub fn check_known(cmd: &Command) -> Result<(), TooNew> {
 }
 
 /// The group's version as `txn` sees it.
-fn read_in(
+pub(crate) fn read_in(
     table: &impl redb::ReadableTable<&'static str, &'static [u8]>,
 ) -> Result<u32, MetaError> {
     match table.get(KEY)? {
@@ -82,19 +82,10 @@ pub fn apply_raise(txn: &WriteTransaction, version: u32) -> Result<u32, MetaErro
     Ok(now)
 }
 
-impl MetaStore {
-    /// The group's format version as this node's state machine has applied it.
-    pub fn cluster_version(&self) -> Result<u32, MetaError> {
-        let db = self.db();
-        let txn = db.begin_read()?;
-        read_in(&txn.open_table(RAFT_STATE)?)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::Response;
+    use crate::{MetaStore, Response};
 
     #[test]
     fn the_version_starts_at_one_moves_forward_only_and_round_trips() {

@@ -1,0 +1,92 @@
+//! Bucket commands: a bucket created (with its owner) or deleted, and its CORS and
+//! lifecycle rules.
+
+use redb::{ReadableTable, WriteTransaction};
+
+use super::uploads::drop_upload;
+use crate::lifecycle::{self, LifecycleRule};
+use crate::tables::{self, BUCKETS, BucketRecord, CorsRule, check_bucket};
+use crate::{MetaError, Response, keys};
+
+/// A new bucket owned by `owner`; an existing one is the caller's (BucketExists) or
+/// another key's (BucketOwnedByAnother), as S3 tells the two apart.
+pub(super) fn create(
+    txn: &WriteTransaction,
+    bucket: &str,
+    created_ms: u64,
+    owner: &Option<String>,
+) -> Result<Response, MetaError> {
+    let mut buckets = txn.open_table(BUCKETS)?;
+    if let Some(v) = buckets.get(bucket)? {
+        let existing = BucketRecord::decode(v.value())?;
+        return Err(if existing.owner == *owner {
+            MetaError::BucketExists
+        } else {
+            MetaError::BucketOwnedByAnother
+        });
+    }
+    let record = BucketRecord {
+        created_ms,
+        cors: None,
+        owner: owner.clone(),
+    };
+    buckets.insert(bucket, record.encode()?.as_slice())?;
+    drop(buckets);
+    // Uploads left by a bucket deleted before DeleteBucket refused them: a new bucket of
+    // the same name must not inherit them.
+    for upload_id in lifecycle::uploads_of(txn, bucket)? {
+        drop_upload(txn, &upload_id, created_ms / 1000)?;
+    }
+    lifecycle::forget(txn, bucket)?;
+    Ok(Response::Done)
+}
+
+/// `SetBucketCors`: sets (or with `None` removes) a bucket's CORS rules.
+pub(super) fn set_cors(
+    txn: &WriteTransaction,
+    bucket: &str,
+    rules: &Option<Vec<CorsRule>>,
+) -> Result<Response, MetaError> {
+    let mut buckets = txn.open_table(BUCKETS)?;
+    let mut record = match buckets.get(bucket)? {
+        Some(v) => BucketRecord::decode(v.value())?,
+        None => return Err(MetaError::NoSuchBucket),
+    };
+    record.cors = rules.clone();
+    buckets.insert(bucket, record.encode()?.as_slice())?;
+    Ok(Response::Done)
+}
+
+/// `SetBucketLifecycle`: sets (or with `None` removes) a bucket's lifecycle rules.
+pub(super) fn set_lifecycle(
+    txn: &WriteTransaction,
+    bucket: &str,
+    rules: &Option<Vec<LifecycleRule>>,
+) -> Result<Response, MetaError> {
+    lifecycle::set(txn, bucket, rules)?;
+    Ok(Response::Done)
+}
+
+/// `DeleteBucket`: refused while the bucket holds objects or uploads in progress.
+pub(super) fn delete(txn: &WriteTransaction, bucket: &str) -> Result<Response, MetaError> {
+    check_bucket(txn, bucket)?;
+    if tables::first_key_of(txn, bucket)?.is_some() {
+        return Err(MetaError::BucketNotEmpty);
+    }
+    // As S3: uploads in progress keep the bucket from being deleted, so that no
+    // upload or part outlives its bucket.
+    if !lifecycle::uploads_of(txn, bucket)?.is_empty() {
+        return Err(MetaError::BucketNotEmpty);
+    }
+    forget_bucket(txn, bucket)?;
+    Ok(Response::Done)
+}
+
+/// Removes an empty bucket's record and what hangs on it: its lifecycle rules and the
+/// keys' grants (a later bucket of the same name, perhaps another key's, starts with none).
+pub(super) fn forget_bucket(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
+    txn.open_table(BUCKETS)?.remove(bucket)?;
+    lifecycle::forget(txn, bucket)?;
+    keys::drop_grants(txn, bucket)?;
+    Ok(())
+}

@@ -1,0 +1,216 @@
+//! Object commands: puts (with their preconditions), server-side copies, deletes, and the
+//! expiry of what a bucket's lifecycle rules say is due.
+
+use redb::{ReadableTable, WriteTransaction};
+
+use super::refs::{reference, release};
+use crate::command::{ContentSource, NewObject, WritePrecondition};
+use crate::tables::{self, COUNTERS, OBJECT_SEQ, OBJECTS, ObjectRecord, check_bucket};
+use crate::{MetaError, Response, lifecycle};
+
+/// Bound on the keys of one `ExpireObjects` (as DeleteObjects): one transaction stays short.
+pub const EXPIRE_KEYS_MAX: usize = 1000;
+
+/// The object a `CopyObject` copies, as the caller read it.
+pub(super) struct CopySource<'a> {
+    pub bucket: &'a str,
+    pub key: &'a str,
+    pub seq: u64,
+}
+
+/// `PutObject`: checks the bucket and the precondition, references the content (unless
+/// an `Existing` one has gone) and stores the object.
+pub(super) fn put(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    object: &NewObject,
+    source: ContentSource,
+    now_secs: u64,
+    precondition: &Option<WritePrecondition>,
+) -> Result<Response, MetaError> {
+    check_bucket(txn, bucket)?;
+    check_precondition(txn, bucket, key, precondition)?;
+    if !reference(txn, &object.sha1, object.magic, source)? {
+        return Ok(Response::ContentGone);
+    }
+    store_object(txn, bucket, key, object, now_secs)
+}
+
+/// `CopyObject`: stores `object` (the source's content under a new reference) if the
+/// source is still the version the caller read.
+pub(super) fn copy(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    object: &NewObject,
+    from: CopySource<'_>,
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    let CopySource {
+        bucket: from_bucket,
+        key: from_key,
+        seq: from_seq,
+    } = from;
+    check_bucket(txn, bucket)?;
+    match read_object(txn, from_bucket, from_key)? {
+        Some(src) if src.seq == from_seq && src.sha1 == object.sha1 => {}
+        Some(_) => return Err(MetaError::PreconditionFailed),
+        None => return Err(MetaError::NoSuchKey),
+    }
+    // The source holds a reference, so its content is live: Existing cannot fail.
+    if !reference(txn, &object.sha1, object.magic, ContentSource::Existing)? {
+        return Err(MetaError::Corrupt(format!(
+            "{from_bucket}/{from_key}: content {} missing",
+            object.sha1
+        )));
+    }
+    store_object(txn, bucket, key, object, now_secs)
+}
+
+/// `DeleteObject`: removes one object and releases its content.
+pub(super) fn delete(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    check_bucket(txn, bucket)?;
+    let removed = remove_object(txn, bucket, key)?;
+    let released = match &removed {
+        Some(old) => Some(release(txn, &old.sha1, old.magic, now_secs)?),
+        None => None,
+    };
+    Ok(Response::ObjectDeleted { removed, released })
+}
+
+/// `DeleteObjects`: removes each key and releases its content; for each, whether it
+/// existed.
+pub(super) fn delete_many(
+    txn: &WriteTransaction,
+    bucket: &str,
+    keys: &[String],
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    check_bucket(txn, bucket)?;
+    let mut existed = Vec::with_capacity(keys.len());
+    for key in keys {
+        let removed = remove_object(txn, bucket, key)?;
+        if let Some(old) = &removed {
+            release(txn, &old.sha1, old.magic, now_secs)?;
+        }
+        existed.push(removed.is_some());
+    }
+    Ok(Response::ObjectsDeleted(existed))
+}
+
+/// `ExpireObjects`: removes the objects the bucket's rules say are due, each only if it
+/// is still the version the caller read (see [`lifecycle::expirable`]).
+pub(super) fn expire(
+    txn: &WriteTransaction,
+    bucket: &str,
+    objects: &[(String, u64)],
+    resume_after: &Option<String>,
+    day_secs: u64,
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    check_bucket(txn, bucket)?;
+    if objects.len() > EXPIRE_KEYS_MAX {
+        return Err(MetaError::Unexpected(format!(
+            "ExpireObjects of {} keys",
+            objects.len()
+        )));
+    }
+    let due = lifecycle::expirable(txn, bucket, objects, resume_after, day_secs, now_secs)?;
+    for ((key, _), due) in objects.iter().zip(&due) {
+        if !due {
+            continue;
+        }
+        if let Some(old) = remove_object(txn, bucket, key)? {
+            release(txn, &old.sha1, old.magic, now_secs)?;
+        }
+    }
+    Ok(Response::ObjectsDeleted(due))
+}
+
+/// Stores `object` under bucket/key with the next sequence number and releases the
+/// content of the object it replaces. The new content must already be referenced.
+pub(super) fn store_object(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    object: &NewObject,
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    let seq = {
+        let mut counters = txn.open_table(COUNTERS)?;
+        let next = counters.get(OBJECT_SEQ)?.map(|v| v.value()).unwrap_or(0) + 1;
+        counters.insert(OBJECT_SEQ, next)?;
+        next
+    };
+    let record = object.clone().into_record(seq);
+    let bytes = tables::encode_versioned(&record)?;
+    let replaced = match txn
+        .open_table(OBJECTS)?
+        .insert((bucket, key.as_bytes()), bytes.as_slice())?
+    {
+        Some(v) => Some(tables::decode_versioned::<ObjectRecord>(
+            "objects",
+            v.value(),
+        )?),
+        None => None,
+    };
+    let released = match &replaced {
+        Some(old) => Some(release(txn, &old.sha1, old.magic, now_secs)?),
+        None => None,
+    };
+    Ok(Response::ObjectPut {
+        seq,
+        replaced,
+        released,
+    })
+}
+
+fn check_precondition(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    precondition: &Option<WritePrecondition>,
+) -> Result<(), MetaError> {
+    match precondition {
+        None => Ok(()),
+        Some(WritePrecondition::NoneMatchAny) => match read_object(txn, bucket, key)? {
+            Some(_) => Err(MetaError::PreconditionFailed),
+            None => Ok(()),
+        },
+        Some(WritePrecondition::Match(etag)) => match read_object(txn, bucket, key)? {
+            Some(o) if o.etag() == *etag => Ok(()),
+            Some(_) => Err(MetaError::PreconditionFailed),
+            None => Err(MetaError::NoSuchKey),
+        },
+    }
+}
+
+fn read_object(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<ObjectRecord>, MetaError> {
+    match txn.open_table(OBJECTS)?.get((bucket, key.as_bytes()))? {
+        Some(v) => Ok(Some(tables::decode_versioned("objects", v.value())?)),
+        None => Ok(None),
+    }
+}
+
+/// Removes bucket/key from the S3 index; the object it held, if any. Its content is
+/// still referenced: the caller releases it.
+fn remove_object(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<ObjectRecord>, MetaError> {
+    txn.open_table(OBJECTS)?
+        .remove((bucket, key.as_bytes()))?
+        .map(|v| tables::decode_versioned::<ObjectRecord>("objects", v.value()))
+        .transpose()
+}

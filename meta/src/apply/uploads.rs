@@ -1,0 +1,125 @@
+//! Multipart upload commands: an upload begun, its parts put, and its end (completed into
+//! an object, or aborted). Each part is content in its own right, referenced in FileDB
+//! until the upload ends.
+
+use placement::Sha1;
+use redb::{ReadableTable, WriteTransaction};
+
+use super::objects::store_object;
+use super::refs::{reference, release};
+use crate::command::{ContentSource, NewObject};
+use crate::tables::{self, PARTS, PartRecord, UPLOADS, UploadRecord, check_bucket};
+use crate::{MetaError, Response};
+
+/// `CreateUpload`: records a new upload in an existing bucket.
+pub(super) fn create(
+    txn: &WriteTransaction,
+    upload_id: &str,
+    upload: &UploadRecord,
+) -> Result<Response, MetaError> {
+    check_bucket(txn, &upload.bucket)?;
+    let mut uploads = txn.open_table(UPLOADS)?;
+    if uploads.get(upload_id)?.is_some() {
+        return Err(MetaError::Corrupt(format!("upload id {upload_id} reused")));
+    }
+    uploads.insert(upload_id, tables::encode_versioned(upload)?.as_slice())?;
+    Ok(Response::Done)
+}
+
+/// `PutPart`: references the part's content (unless an `Existing` one has gone) and
+/// stores the part, releasing the content of the part it replaces.
+pub(super) fn put_part(
+    txn: &WriteTransaction,
+    upload_id: &str,
+    part_number: u32,
+    part: &PartRecord,
+    source: ContentSource,
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    read_upload(txn, upload_id)?;
+    if !reference(txn, &part.sha1, part.magic, source)? {
+        return Ok(Response::ContentGone);
+    }
+    let bytes = tables::encode_versioned(part)?;
+    let replaced = txn
+        .open_table(PARTS)?
+        .insert((upload_id, part_number), bytes.as_slice())?
+        .map(|v| tables::decode_versioned::<PartRecord>("parts", v.value()))
+        .transpose()?;
+    if let Some(old) = replaced {
+        release(txn, &old.sha1, old.magic, now_secs)?;
+    }
+    Ok(Response::PartPut)
+}
+
+/// `CompleteUpload`: if the parts are still those the caller read, the object becomes
+/// bucket/key and the upload with its parts is dropped.
+pub(super) fn complete(
+    txn: &WriteTransaction,
+    upload_id: &str,
+    object: &NewObject,
+    parts: &[(u32, Sha1)],
+    source: ContentSource,
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    let upload = read_upload(txn, upload_id)?;
+    check_bucket(txn, &upload.bucket)?;
+    {
+        let table = txn.open_table(PARTS)?;
+        for (number, sha1) in parts {
+            let current = table
+                .get((upload_id, *number))?
+                .map(|v| tables::decode_versioned::<PartRecord>("parts", v.value()))
+                .transpose()?;
+            if current.is_none_or(|p| p.sha1 != *sha1) {
+                return Err(MetaError::InvalidPart(format!(
+                    "part {number} changed or vanished"
+                )));
+            }
+        }
+    }
+    if !reference(txn, &object.sha1, object.magic, source)? {
+        return Ok(Response::ContentGone);
+    }
+    drop_upload(txn, upload_id, now_secs)?;
+    store_object(txn, &upload.bucket, &upload.key, object, now_secs)
+}
+
+/// `AbortUpload`: drops an upload and dereferences its parts.
+pub(super) fn abort(
+    txn: &WriteTransaction,
+    upload_id: &str,
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    read_upload(txn, upload_id)?;
+    drop_upload(txn, upload_id, now_secs)?;
+    Ok(Response::Done)
+}
+
+/// Removes an upload and its parts, dereferencing every part's content.
+pub(super) fn drop_upload(
+    txn: &WriteTransaction,
+    upload_id: &str,
+    now_secs: u64,
+) -> Result<(), MetaError> {
+    let mut parts_gone = Vec::new();
+    {
+        let mut parts = txn.open_table(PARTS)?;
+        for entry in parts.extract_from_if((upload_id, 0)..=(upload_id, u32::MAX), |_, _| true)? {
+            let (_, v) = entry?;
+            parts_gone.push(tables::decode_versioned::<PartRecord>("parts", v.value())?);
+        }
+    }
+    for part in parts_gone {
+        release(txn, &part.sha1, part.magic, now_secs)?;
+    }
+    txn.open_table(UPLOADS)?.remove(upload_id)?;
+    Ok(())
+}
+
+fn read_upload(txn: &WriteTransaction, upload_id: &str) -> Result<UploadRecord, MetaError> {
+    match txn.open_table(UPLOADS)?.get(upload_id)? {
+        Some(v) => tables::decode_versioned("uploads", v.value()),
+        None => Err(MetaError::NoSuchUpload),
+    }
+}

@@ -1,0 +1,71 @@
+//! The metadata's one error type, and the conversions from redb's errors.
+
+/// Serializable: a command's error travels back from the leader to the node that
+/// forwarded it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+pub enum MetaError {
+    #[error("no such bucket")]
+    NoSuchBucket,
+    #[error("bucket already exists")]
+    BucketExists,
+    #[error("bucket is not empty")]
+    BucketNotEmpty,
+    #[error("no such disk pair")]
+    NoPair,
+    #[error("no such key")]
+    NoSuchKey,
+    #[error("no such upload")]
+    NoSuchUpload,
+    #[error("precondition failed")]
+    PreconditionFailed,
+    #[error("invalid part: {0}")]
+    InvalidPart(String),
+    #[error("content not found")]
+    NotFound,
+    #[error("reference count would overflow")]
+    RefsOverflow,
+    #[error("corrupt metadata record: {0}")]
+    Corrupt(String),
+    #[error("metadata storage: {0}")]
+    Storage(String),
+    /// The cluster cannot decide now (no leader, no quorum, leader unreachable): retry
+    /// later. The command may or may not be applied later; it was not acknowledged.
+    #[error("metadata unavailable: {0}")]
+    Unavailable(String),
+    /// A command was answered with the response of another command: a bug, found by the
+    /// typed calls ([`crate::calls`]).
+    #[error("unexpected {0}")]
+    Unexpected(String),
+    /// `CreateOwnedBucket` of a name another key owns.
+    #[error("bucket is owned by another key")]
+    BucketOwnedByAnother,
+    #[error("no such access key")]
+    NoSuchAccessKey,
+    #[error("access key already exists")]
+    AccessKeyExists,
+    /// A bound of the keys table ([`crate::keys::KEYS_MAX`], [`crate::keys::GRANTS_PER_KEY_MAX`]).
+    #[error("{0}")]
+    KeyLimit(String),
+    /// A command that no caller of this version builds (a key outside a job's chunk).
+    #[error("invalid command: {0}")]
+    InvalidCommand(String),
+}
+
+macro_rules! storage_error {
+    ($($t:ty),*) => {$(
+        impl From<$t> for MetaError {
+            fn from(e: $t) -> Self {
+                MetaError::Storage(e.to_string())
+            }
+        }
+    )*};
+}
+storage_error!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);

@@ -1,0 +1,41 @@
+//! The metadata store: FileDB, PairDB and the S3 index in one embedded redb file.
+//!
+//! A serving node changes it only through the Raft log ([`raft::Metadata::execute`]): a
+//! [`Command`] is made durable in the log on a majority, then every node's state machine
+//! applies it with [`apply::apply`]; [`calls`] gives each command its typed answer.
+//! [`MetaStore::execute`] applies a command directly and durably, for offline tools only
+//! (the benchmark's FileDB loader). Reads use read transactions and never block writers.
+//! All calls block; async callers go through `tokio::task::spawn_blocking`.
+//!
+//! The files, lowest first (none imports one above it; `scripts/layers.toml`): the error
+//! type (`error.rs`); one file per table family with its records (`tables.rs`, `filedb.rs`,
+//! `keys.rs`, `jobs.rs`, `lifecycle/`, `list.rs`, `native_refs.rs`); the commands
+//! (`command.rs`, `cluster_version.rs`); [`apply`]; [`MetaStore`] (`store/`); the Raft
+//! group ([`raft`]); the typed [`calls`].
+
+pub mod apply;
+pub mod calls;
+pub mod cluster_version;
+pub mod command;
+pub mod filedb;
+pub mod jobs;
+pub mod keys;
+pub mod lifecycle;
+pub mod list;
+pub mod native_refs;
+pub mod raft;
+pub mod tables;
+
+mod error;
+mod store;
+
+pub use calls::{Answer, ObjectPut, PartPut, Referenced};
+pub use command::{Command, ContentSource, NewObject, Response, WritePrecondition};
+pub use error::MetaError;
+pub use filedb::DecOutcome;
+pub use list::{ListPage, ListQuery};
+pub use store::MetaStore;
+pub use tables::{
+    BucketRecord, Checksum, CorsRule, DeletingRecord, FileRecord, ObjectRecord, PartRecord,
+    UploadRecord,
+};

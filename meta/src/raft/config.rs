@@ -1,0 +1,41 @@
+//! How a node takes part in a group ([`ClusterConfig`]) and the defaults of its settings.
+
+use std::collections::BTreeMap;
+
+use super::types::NodeId;
+
+/// Default of `--snapshot-logs`: entries applied between two snapshots.
+pub const SNAPSHOT_LOGS_DEFAULT: u64 = 20_000;
+
+/// The shortest election timeout, in milliseconds. The longest is twice it, the leader's
+/// heartbeat a fifth of it, and openraft's leader lease (during which a follower refuses to
+/// vote) equals the longest: a follower that stops hearing from the leader starts an
+/// election after lease + timeout, 1.5-2 s with this value. Five heartbeats fit in the
+/// shortest timeout, so a heartbeat delayed by a busy machine does not depose a leader.
+pub const ELECTION_TIMEOUT_MS_DEFAULT: u64 = 500;
+
+/// How this node takes part in a group.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    pub node_id: NodeId,
+    /// Every voter of a fresh group, by S3 listen address (this node included). Empty for
+    /// a node that joins an existing group (added with `admin cluster add-learner`).
+    pub peers: BTreeMap<NodeId, String>,
+    pub secret: String,
+    pub snapshot_logs: u64,
+    /// The shortest election timeout in milliseconds (see [`ELECTION_TIMEOUT_MS_DEFAULT`]).
+    pub election_timeout_ms: u64,
+}
+
+impl ClusterConfig {
+    /// The embedded single node: a one-voter group of node 1 at `addr`.
+    pub fn single(addr: String) -> Self {
+        ClusterConfig {
+            node_id: 1,
+            peers: BTreeMap::from([(1, addr)]),
+            secret: String::new(),
+            snapshot_logs: SNAPSHOT_LOGS_DEFAULT,
+            election_timeout_ms: ELECTION_TIMEOUT_MS_DEFAULT,
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! The group's members as this node's Raft metrics show them: a member's address, and
+//! the moment a leader stops being one.
+
+use super::types::{MetaRaft, NodeId};
+use crate::MetaError;
+
+/// The S3 address (which also carries the `/_cluster/` RPCs) of a member.
+pub(crate) fn member_addr(raft: &MetaRaft, id: NodeId) -> Result<String, MetaError> {
+    raft.metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .get_node(&id)
+        .map(|n| n.addr.clone())
+        .ok_or_else(|| MetaError::Unavailable(format!("node {id} is not a member")))
+}
+
+/// Resolves once this node no longer names `leader` as the group's leader (an election
+/// began, another node won, or Raft shut down).
+pub(crate) async fn leader_gone(raft: &MetaRaft, leader: NodeId) {
+    let mut metrics = raft.metrics();
+    let _ = metrics.wait_for(|m| m.current_leader != Some(leader)).await;
+}

@@ -1,0 +1,44 @@
+//! Replicated metadata: every [`Command`](crate::Command) goes through a Raft log
+//! (openraft 0.9) and every node's state machine applies it with the one `apply` function.
+//!
+//! - One write path for one node or many: a gateway with no peers is a one-voter group.
+//! - Group commit: concurrent commands are packed by the [`proposer`] into one log entry,
+//!   so one durable append (one fsync of `raft.redb`, on each voter) serves them all.
+//! - Followers do the data path themselves and forward only the commands (a batch) to the
+//!   leader over `/_cluster/write`.
+//! - Linearizable reads: a read waits for a read index confirmed by the leader with a
+//!   heartbeat round to a quorum (see [`barrier`]), then reads the local state machine.
+//!   Concurrent reads share one round.
+//!
+//! Files in the data folder: `meta.redb` (the state machine: the tables, `last_applied`,
+//! membership), `raft.redb` (log, vote, committed), `snapshots/current.snap`.
+//!
+//! Beside the pieces above: `types.rs` (what an entry carries, openraft's type
+//! configuration), `timeouts.rs`, `members.rs` (a member's address, a leader's departure),
+//! `config.rs` ([`ClusterConfig`]), `metadata.rs` ([`Metadata`] and [`open`]) and
+//! `offline.rs` (the data folder of a stopped node: [`replay_offline`], [`restore`]).
+
+pub mod barrier;
+pub mod elector;
+// openraft's storage and RPC error types are large, and fixed by its traits.
+#[allow(clippy::result_large_err)]
+pub mod log;
+#[allow(clippy::result_large_err)]
+pub mod machine;
+#[allow(clippy::result_large_err)]
+pub mod network;
+pub mod proposer;
+pub mod snapshot;
+
+mod config;
+mod members;
+mod metadata;
+mod offline;
+mod timeouts;
+mod types;
+
+pub use config::{ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, SNAPSHOT_LOGS_DEFAULT};
+pub use metadata::{ClusterStatus, MembershipOp, Metadata, PeerState, open};
+pub use offline::{RestoreError, replay_offline, restore};
+pub use timeouts::{LEADER_WAIT, READ_TIMEOUT, WRITE_TIMEOUT};
+pub use types::{Batch, BatchResult, MetaRaft, Node, NodeId, TypeConfig};

@@ -1,0 +1,11 @@
+//! The time bounds of a request that needs the group: finding a leader, committing a
+//! command, confirming a read index.
+
+use std::time::Duration;
+
+/// Bound on waiting for a leader to be known before a request fails with 503.
+pub const LEADER_WAIT: Duration = Duration::from_secs(3);
+/// Bound on a command's commit (append on a quorum, apply on the leader).
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on a read-index round.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);

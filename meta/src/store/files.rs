@@ -1,0 +1,85 @@
+//! Reads of FileDB (`files`), of the content waiting for deletion (`deleting`) and of
+//! the native references.
+
+use placement::{PairId, Sha1};
+use redb::{ReadableDatabase, ReadableTable};
+
+use super::MetaStore;
+use crate::MetaError;
+use crate::native_refs;
+use crate::tables::{DELETING, DeletingRecord, FILES, FileRecord};
+
+impl MetaStore {
+    pub fn file(&self, sha1: &Sha1) -> Result<Option<FileRecord>, MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(FILES)?;
+        table
+            .get(sha1.0)?
+            .map(|v| FileRecord::decode_checked(sha1, &v.value()))
+            .transpose()
+    }
+
+    pub fn deleting(&self, sha1: &Sha1) -> Result<Option<DeletingRecord>, MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(DELETING)?;
+        Ok(table
+            .get(sha1.0)?
+            .map(|v| DeletingRecord::decode(&v.value())))
+    }
+
+    /// `deleting` entries of `pair` with sha1 after `after`, at most `limit`, in sha1
+    /// order. Entries of other pairs are skipped over; the table only holds content
+    /// waiting for its Valkyrie, so it stays small.
+    pub fn deleting_of_pair(
+        &self,
+        pair: PairId,
+        after: Option<Sha1>,
+        limit: usize,
+    ) -> Result<Vec<(Sha1, DeletingRecord)>, MetaError> {
+        use std::ops::Bound;
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(DELETING)?;
+        let start = match after {
+            Some(a) => Bound::Excluded(a.0),
+            None => Bound::Unbounded,
+        };
+        let mut out = Vec::new();
+        for entry in table.range::<[u8; 20]>((start, Bound::Unbounded))? {
+            let (k, v) = entry?;
+            let rec = DeletingRecord::decode(&v.value());
+            if rec.pair == pair {
+                out.push((Sha1(k.value()), rec));
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Calls `f` with the native references of every content that has some.
+    pub fn for_each_native(
+        &self,
+        mut f: impl FnMut(Sha1, native_refs::NativeRefs),
+    ) -> Result<(), MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(native_refs::NATIVE_REFS)?;
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            f(Sha1(k.value()), native_refs::NativeRefs::decode(&v.value()));
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with every FileDB record.
+    pub fn for_each_file(&self, mut f: impl FnMut(Sha1, FileRecord)) -> Result<(), MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(FILES)?;
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            let sha1 = Sha1(k.value());
+            f(sha1, FileRecord::decode_checked(&sha1, &v.value())?);
+        }
+        Ok(())
+    }
+}

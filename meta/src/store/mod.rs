@@ -1,0 +1,149 @@
+//! [`MetaStore`]: the embedded redb file that holds every table, and the handle on it.
+//!
+//! This file opens the database, swaps it whole (a snapshot installed from the leader) and
+//! applies a command outside the Raft log (offline tools); the reads of each table family
+//! are beside it: [`files`] (FileDB, `deleting`, native references), [`pairs`] (PairDB),
+//! [`objects`] (buckets and the S3 index), [`uploads`] (multipart uploads and their
+//! parts), [`jobs`] and [`lifecycle`].
+
+mod files;
+mod jobs;
+mod lifecycle;
+mod objects;
+mod pairs;
+mod uploads;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use redb::{Database, ReadableDatabase};
+
+use crate::jobs::JOBS;
+use crate::lifecycle::LIFECYCLE;
+use crate::tables::{
+    BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
+};
+use crate::{Command, MetaError, Response, apply, cluster_version, keys, native_refs, raft};
+
+/// The embedded metadata database.
+///
+/// The handle can be swapped whole (a Raft snapshot installed from the leader replaces the
+/// file): every call takes the current handle once and works on it.
+pub struct MetaStore {
+    path: PathBuf,
+    db: RwLock<Arc<Database>>,
+    /// The `keys` table in memory, reloaded by [`MetaStore::reload_keys`] whenever a
+    /// command changed it or the database was replaced.
+    keys: keys::KeyCache,
+}
+
+impl MetaStore {
+    /// Opens (or creates) the database and makes sure every table exists, so that read
+    /// transactions never meet a missing table.
+    pub fn open(path: &Path) -> Result<Self, MetaError> {
+        let db = Self::open_db(path)?;
+        let store = MetaStore {
+            path: path.to_path_buf(),
+            db: RwLock::new(Arc::new(db)),
+            keys: keys::KeyCache::default(),
+        };
+        store.reload_keys()?;
+        Ok(store)
+    }
+
+    /// Every access key as of the last applied command: no redb read.
+    pub fn keys(&self) -> Arc<keys::KeyMap> {
+        self.keys.get()
+    }
+
+    /// Reads the `keys` table into memory again.
+    pub fn reload_keys(&self) -> Result<(), MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(keys::KEYS)?;
+        self.keys.set(keys::load(&table)?);
+        Ok(())
+    }
+
+    fn open_db(path: &Path) -> Result<Database, MetaError> {
+        let db = Database::create(path)?;
+        let txn = db.begin_write()?;
+        txn.open_table(FILES)?;
+        txn.open_table(DELETING)?;
+        txn.open_table(PAIRS)?;
+        txn.open_table(BUCKETS)?;
+        txn.open_table(OBJECTS)?;
+        txn.open_table(COUNTERS)?;
+        txn.open_table(UPLOADS)?;
+        txn.open_table(PARTS)?;
+        txn.open_table(RAFT_STATE)?;
+        txn.open_table(keys::KEYS)?;
+        txn.open_table(JOBS)?;
+        native_refs::build(&txn)?;
+        txn.open_table(LIFECYCLE)?;
+        txn.commit()?;
+        Ok(db)
+    }
+
+    /// The current database handle, for read transactions over many tables (the stored-bytes
+    /// scan); every change goes through a [`Command`].
+    pub fn db(&self) -> Arc<Database> {
+        match self.db.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Replaces the database with the complete file at `new` (renamed over this store's
+    /// path). Calls in progress finish on the old handle; the old file is gone once they
+    /// have.
+    pub(crate) fn replace_with(&self, new: &Path) -> Result<(), MetaError> {
+        let mut guard = match self.db.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        std::fs::rename(new, &self.path).map_err(|e| MetaError::Storage(e.to_string()))?;
+        if let Some(dir) = self.path.parent() {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| MetaError::Storage(e.to_string()))?;
+        }
+        *guard = Arc::new(Self::open_db(&self.path)?);
+        drop(guard);
+        self.reload_keys()
+    }
+
+    /// Applies one command in its own durable transaction, outside any Raft log: for
+    /// offline tools only (a serving node goes through [`raft::Metadata::execute`]).
+    pub fn execute(&self, cmd: &Command) -> Result<Response, MetaError> {
+        let txn = self.db().begin_write()?;
+        match apply::apply(&txn, cmd) {
+            Ok(resp) => {
+                txn.commit()?;
+                if cmd.touches_keys() {
+                    self.reload_keys()?;
+                }
+                Ok(resp)
+            }
+            Err(e) => {
+                txn.abort()?;
+                Err(e)
+            }
+        }
+    }
+
+    /// A digest of every table (see [`raft::snapshot::digest`]).
+    pub fn digest(&self) -> Result<raft::snapshot::Digest, MetaError> {
+        raft::snapshot::digest(&self.db()).map_err(|e| MetaError::Storage(e.to_string()))
+    }
+
+    /// The group's format version as this node's state machine has applied it.
+    pub fn cluster_version(&self) -> Result<u32, MetaError> {
+        let db = self.db();
+        let txn = db.begin_read()?;
+        cluster_version::read_in(&txn.open_table(RAFT_STATE)?)
+    }
+}
