@@ -10,8 +10,8 @@ use std::sync::Arc;
 use placement::{PairFlags, PairId, PairRecord, Sha1};
 use valkyrie::{Catalog, CatalogError, DeletingEntry, FileState};
 
-use crate::meta::Command;
 use crate::store::ObjectStore;
+use meta::Command;
 
 /// Bound on one page of `deleting` entries.
 pub const DELETING_PAGE_MAX: usize = 1000;
@@ -32,7 +32,7 @@ fn store_error(e: impl std::fmt::Display) -> CatalogError {
     CatalogError::Store(e.to_string())
 }
 
-pub(crate) fn file_state(r: crate::meta::FileRecord) -> FileState {
+pub(crate) fn file_state(r: meta::FileRecord) -> FileState {
     FileState {
         refs: r.refs,
         pair: r.pair,
@@ -123,7 +123,7 @@ mod tests {
     /// metadata command must reach the log well within it (see `proposer::APPEND_BOUND`).
     #[test]
     fn the_append_bound_fits_well_within_the_shortest_grace() {
-        let bound = crate::meta::raft::proposer::APPEND_BOUND.as_secs();
+        let bound = meta::raft::proposer::APPEND_BOUND.as_secs();
         assert!(2 * bound <= valkyrie::GRACE_SECS_MIN);
     }
 }

@@ -21,8 +21,8 @@ use placement::{Disk, PairId, Sha1};
 use valkyrie::layout::FileName;
 use valkyrie::walk::{Entry, Walk};
 
-use crate::meta::native_refs::NativeRefs;
-use crate::meta::{MetaError, MetaStore};
+use meta::native_refs::NativeRefs;
+use meta::{MetaError, MetaStore};
 
 /// Problems listed in full up to this many; beyond, only counted.
 const LISTED_MAX: usize = 100;
@@ -147,7 +147,7 @@ fn read_copy(rt: &tokio::runtime::Runtime, disk: &Disk, sha1: &Sha1) -> Result<S
 pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
     let db_path = data_dir.join("meta.redb");
     // What a restart would apply first: committed log entries past the last checkpoint.
-    crate::meta::raft::replay_offline(data_dir)
+    meta::raft::replay_offline(data_dir)
         .map_err(|e| FsckError::Open(db_path.display().to_string(), e))?;
     let meta =
         MetaStore::open(&db_path).map_err(|e| FsckError::Open(db_path.display().to_string(), e))?;
@@ -273,7 +273,7 @@ async fn walk_disk(
     meta: &MetaStore,
     root: &Path,
     pair: PairId,
-    files: &HashMap<Sha1, crate::meta::FileRecord>,
+    files: &HashMap<Sha1, meta::FileRecord>,
     now: SystemTime,
     grace: Duration,
     report: &mut Report,

@@ -13,12 +13,12 @@ use bytes::Bytes;
 use futures_util::Stream;
 use http::{HeaderMap, HeaderValue, Method, Uri};
 
-use crate::meta::{
-    BucketRecord, Command, DeletingRecord, FileRecord, ObjectRecord, PartRecord, UploadRecord,
-};
 use crate::s3::chunked::{self, ChunkMode};
 use crate::s3::sigv4::{self, SigningContext};
 use crate::s3::{cors, sigv2};
+use meta::{
+    BucketRecord, Command, DeletingRecord, FileRecord, ObjectRecord, PartRecord, UploadRecord,
+};
 
 /// One fuzz target: arbitrary bytes in, a panic on a bug.
 pub type Target = fn(&[u8]);
@@ -256,7 +256,7 @@ pub fn command(data: &[u8]) {
 /// The records of the metadata tables, as read back from redb: a corrupt record is an
 /// error, never a panic.
 pub fn records(data: &[u8]) {
-    use crate::meta::tables::decode_versioned;
+    use meta::tables::decode_versioned;
     let _ = decode_versioned::<ObjectRecord>("objects", data);
     let _ = decode_versioned::<UploadRecord>("uploads", data);
     let _ = decode_versioned::<PartRecord>("parts", data);

@@ -9,9 +9,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::meta::jobs::{CHUNK_UPLOADS_MAX, JobOp, JobRecord, JobState};
-use crate::meta::raft::Metadata;
-use crate::meta::{Command, MetaError, Response};
+use meta::jobs::{CHUNK_UPLOADS_MAX, JobOp, JobRecord, JobState};
+use meta::raft::Metadata;
+use meta::{Command, MetaError, Response};
 
 /// Poll interval when there is no running job (or this node does not lead).
 const IDLE_POLL: Duration = Duration::from_millis(500);
@@ -21,7 +21,7 @@ const ERROR_BACKOFF: Duration = Duration::from_secs(1);
 /// How fast jobs go.
 #[derive(Clone, Copy, Debug)]
 pub struct JobPace {
-    /// Keys per chunk command (at most [`crate::meta::jobs::CHUNK_KEYS_MAX`]).
+    /// Keys per chunk command (at most [`meta::jobs::CHUNK_KEYS_MAX`]).
     pub chunk_keys: usize,
     /// Pause after each chunk.
     pub pause: Duration,
@@ -45,7 +45,7 @@ fn now_ms() -> u64 {
 /// Runs the worker for as long as the process lives.
 pub fn spawn(meta: Arc<Metadata>, pace: JobPace) {
     let pace = JobPace {
-        chunk_keys: pace.chunk_keys.clamp(1, crate::meta::jobs::CHUNK_KEYS_MAX),
+        chunk_keys: pace.chunk_keys.clamp(1, meta::jobs::CHUNK_KEYS_MAX),
         pause: pace.pause,
     };
     tokio::spawn(async move {

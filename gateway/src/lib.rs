@@ -3,20 +3,16 @@
 //! It hashes every body with SHA-1 and keeps one physical file per distinct content on a
 //! pair of disks (see the `placement` crate), counts references to it in FileDB with the
 //! article's magic-sum check, and serves the S3 API over it. This crate holds the HTTP
-//! front end ([`s3`], [`admin`]), the metadata store ([`meta`]: redb tables changed only
+//! front end ([`s3`], [`api`]), the metadata store ([`meta`]: redb tables changed only
 //! through one `Command` enum), the object operations that join the two ([`store`]), and
 //! the process wiring ([`server`], [`credentials`]).
 //!
 //! What it is not: it does not delete files from disk or repair them; the Valkyrie workers
 //! do, through the catalog seam.
 
-pub mod admin;
-pub mod admin_keys;
 pub mod api;
 pub mod bearer;
 pub mod catalog;
-pub mod catalog_http;
-pub mod cluster;
 pub mod config;
 pub mod credentials;
 pub mod fsck;
@@ -24,9 +20,9 @@ pub mod fsck;
 pub mod fuzzing;
 pub mod jobs;
 pub mod lifecycle;
+// The metadata crate, re-exported for the tests and fuzz targets that name `gateway::meta`.
 pub use meta;
 pub mod multipart;
-pub mod native;
 pub mod peers;
 pub mod s3;
 pub mod server;

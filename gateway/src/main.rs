@@ -52,14 +52,14 @@ fn run(command: Cmd, runtime: &tokio::runtime::Runtime) -> Result<ExitCode, Stri
                 .map_err(|e| e.to_string())?;
         }
         Cmd::Admin { endpoint, command } => {
-            let token = gateway::config::token(env(gateway::admin::ADMIN_TOKEN_ENV), None);
+            let token = gateway::config::token(env(gateway::api::admin::ADMIN_TOKEN_ENV), None);
             print!("{}", runtime.block_on(command.run(&endpoint, token))?);
         }
         Cmd::Config {
             command: ConfigCmd::Example,
         } => print!("{}", cli::config_example::text()),
         Cmd::Restore { from, data } => {
-            let report = gateway::meta::raft::restore(&from, &data).map_err(|e| e.to_string())?;
+            let report = meta::raft::restore(&from, &data).map_err(|e| e.to_string())?;
             print!("{report}");
         }
         Cmd::Fsck { data, grace_secs } => {

@@ -16,12 +16,12 @@ use md5::Digest as _;
 use placement::read::Expect;
 use placement::{Magic, Sha1};
 
-use crate::meta::{
-    Command, MetaError, NewObject, ObjectPut, ObjectRecord, PartPut, PartRecord, Referenced,
-    UploadRecord,
-};
 use crate::store::{
     ContentReadError, ObjectAttrs, ObjectStore, ReadBody, StoreError, UploadError, now_ms,
+};
+use meta::{
+    Command, MetaError, NewObject, ObjectPut, ObjectRecord, PartPut, PartRecord, Referenced,
+    UploadRecord,
 };
 
 pub use crate::store::{PART_BYTES_MIN, PART_NUMBER_MAX};
@@ -183,7 +183,7 @@ impl ObjectStore {
                 upload_id: upload_id.to_string(),
                 part_number: number,
                 part: part.clone(),
-                source: crate::meta::ContentSource::Existing,
+                source: meta::ContentSource::Existing,
                 now_secs: now_secs(),
             };
             return match self.metadata().referencing::<PartPut>(cmd).await {

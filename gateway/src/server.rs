@@ -14,13 +14,14 @@ use placement::{DiskRef, PairId, PairRecord};
 
 pub use self::connections::ConnectionLimits;
 use crate::api::{self, Access};
+use crate::api::{admin, catalog, cluster, keys, native};
 use crate::credentials::{Credentials, CredentialsError, Origin};
-use crate::meta::raft::{self, ClusterConfig, Metadata};
-use crate::meta::{Command, MetaError};
+use crate::s3;
 use crate::state::AppState;
 use crate::store::{Limits, ObjectStore};
 use crate::workers::Workers;
-use crate::{admin, admin_keys, catalog_http, cluster, native, s3};
+use meta::raft::{self, ClusterConfig, Metadata};
+use meta::{Command, MetaError};
 
 /// How often disk fill is measured for the pair choice.
 const SPACE_REFRESH_SECS: u64 = 30;
@@ -195,7 +196,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let guard =
         |access| axum::middleware::from_fn_with_state((state.clone(), access), api::auth::require);
     let admin = admin::routes()
-        .merge(admin_keys::routes())
+        .merge(keys::routes())
         .merge(cluster::admin_routes());
     let metrics = Router::new()
         .route("/_metrics", get(admin::metrics))
@@ -205,7 +206,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(admin.route_layer(guard(Access::Admin)))
         .merge(metrics.route_layer(guard(Access::Metrics)))
         .merge(native::routes().route_layer(guard(Access::Native)))
-        .merge(catalog_http::routes().route_layer(guard(Access::Catalog)))
+        .merge(catalog::routes().route_layer(guard(Access::Catalog)))
         .merge(cluster::rpc_routes().route_layer(guard(Access::Cluster)))
         .with_state(state)
         .fallback_service(s3_api)

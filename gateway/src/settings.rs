@@ -28,10 +28,10 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{FileConfig, Switch, parse_peers, token};
 use crate::jobs::JobPace;
-use crate::meta::raft::{ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, SNAPSHOT_LOGS_DEFAULT};
 use crate::server::{Config, ConnectionLimits};
 use crate::state::{PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT, RequestLogLevel, SignaturePolicy};
 use crate::store::Limits;
+use meta::raft::{ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, SNAPSHOT_LOGS_DEFAULT};
 
 /// The data folder when none is given (also `gateway fsck` and `gateway restore`'s).
 pub const DATA_DIR_DEFAULT: &str = "./data";
@@ -263,8 +263,8 @@ impl Settings {
                 ..Limits::default()
             },
             choice_root: self.choice_root,
-            admin_token: secret(crate::admin::ADMIN_TOKEN_ENV, &file.admin_token),
-            native_token: secret(crate::native::NATIVE_TOKEN_ENV, &file.native_token),
+            admin_token: secret(crate::api::admin::ADMIN_TOKEN_ENV, &file.admin_token),
+            native_token: secret(crate::api::native::NATIVE_TOKEN_ENV, &file.native_token),
             internal: crate::bearer::InternalAccess {
                 metrics_token: secret(crate::bearer::METRICS_TOKEN_ENV, &file.metrics_token),
                 metrics_open: self.metrics_open,
@@ -321,7 +321,7 @@ impl Settings {
         let node_id = self
             .node_id
             .ok_or("--peers needs --node-id (this node's id)")?;
-        let secret_env = crate::cluster::CLUSTER_SECRET_ENV;
+        let secret_env = crate::api::cluster::CLUSTER_SECRET_ENV;
         let section = file.cluster.as_ref().and_then(|c| c.cluster_secret.clone());
         let secret = env(secret_env)
             .filter(|s| !s.is_empty())
@@ -352,7 +352,7 @@ impl Settings {
     }
 
     fn job_pace(&self) -> Result<JobPace, String> {
-        let chunk_keys_max = crate::meta::jobs::CHUNK_KEYS_MAX;
+        let chunk_keys_max = meta::jobs::CHUNK_KEYS_MAX;
         if !(1..=chunk_keys_max).contains(&self.job_chunk_keys) {
             return Err(format!("--job-chunk-keys must be 1 to {chunk_keys_max}"));
         }
@@ -478,7 +478,8 @@ mod tests {
              [cluster]\npeers = \"1=a:1\"\nnode_id = 1",
         );
         let env = |name: &str| {
-            (name == crate::native::NATIVE_TOKEN_ENV || name == crate::cluster::CLUSTER_SECRET_ENV)
+            (name == crate::api::native::NATIVE_TOKEN_ENV
+                || name == crate::api::cluster::CLUSTER_SECRET_ENV)
                 .then(|| "env".to_owned())
         };
         let c = Settings::resolve(&Flags::default(), &f)

@@ -25,8 +25,8 @@ use placement::write::{self, StagedUpload, WriteError};
 use placement::{ContentHasher, Digests, Disk, Magic, PairId, PairRecord, Sha1};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::meta::raft::Metadata;
-use crate::meta::{
+use meta::raft::Metadata;
+use meta::{
     Answer, BucketRecord, Checksum, Command, ContentSource, FileRecord, ListPage, ListQuery,
     MetaError, MetaStore, NewObject, ObjectPut, ObjectRecord, Referenced, Response,
     WritePrecondition,
@@ -1254,14 +1254,10 @@ mod tests {
             pairs.upsert(PairId(id), record).unwrap();
         }
         drop(meta);
-        let cluster = crate::meta::raft::ClusterConfig::single("127.0.0.1:1".into());
-        let meta = crate::meta::raft::open(
-            &meta_dir,
-            cluster,
-            Arc::new(crate::meta::raft::network::NoPeers),
-        )
-        .await
-        .unwrap();
+        let cluster = meta::raft::ClusterConfig::single("127.0.0.1:1".into());
+        let meta = meta::raft::open(&meta_dir, cluster, Arc::new(meta::raft::network::NoPeers))
+            .await
+            .unwrap();
         (dir, ObjectStore::new(meta, pairs, limits, 2))
     }
 

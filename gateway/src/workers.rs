@@ -15,8 +15,8 @@ use valkyrie::{
 };
 
 use crate::catalog::LocalCatalog;
-use crate::meta::Command;
 use crate::store::ObjectStore;
+use meta::Command;
 
 /// Left on the surviving disk by [`Workers::fail_disk`] before the pair is marked DRAINING:
 /// UNMOVE saves its first progress only after counting every file of the survivor, and a

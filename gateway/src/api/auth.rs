@@ -24,8 +24,8 @@ use http::{HeaderMap, StatusCode};
 
 use super::ApiError;
 use crate::bearer::{bearer_ok, constant_time_eq};
-use crate::meta::raft::network::SECRET_HEADER;
 use crate::state::AppState;
+use meta::raft::network::SECRET_HEADER;
 
 /// The credential a group of internal routes asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The one error of the internal APIs, `{"error": MESSAGE}` with a status, and the one way
 //! they answer JSON.
 //!
-//! Every client reads the same field: `gateway admin` (`admin_client`, `admin_keys_client`)
+//! Every client reads the same field: `gateway admin` (`cli/admin.rs`, `cli/admin_keys.rs`)
 //! prints `error`, Valkyrie's `HttpCatalog` goes by the status alone. The mapping of the
 //! store's and the metadata's errors to statuses is here, once; a handler maps only what
 //! it knows better (an unknown pair id named in its message, a bucket not empty).
@@ -11,8 +11,8 @@ use http::{StatusCode, header};
 use serde::Serialize;
 use valkyrie::CatalogError;
 
-use crate::meta::MetaError;
 use crate::store::StoreError;
+use meta::MetaError;
 
 /// What an internal API handler answers.
 pub type ApiResult = Result<Response, ApiError>;

@@ -449,7 +449,7 @@ impl AdminClient {
 
 /// A downloaded backup is checked end to end (CRC32) before it takes its name.
 fn gateway_snapshot_check(path: &std::path::Path) -> Result<(), String> {
-    gateway::meta::raft::snapshot::verify(path)
+    meta::raft::snapshot::verify(path)
         .map(drop)
         .map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -1,4 +1,4 @@
-//! `gateway admin keys ...`: the client of [`gateway::admin_keys`].
+//! `gateway admin keys ...`: the client of [`gateway::api::keys`].
 
 use http::Method;
 use serde_json::Value;

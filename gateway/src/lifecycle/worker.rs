@@ -19,8 +19,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::Settings;
 use super::pacing::Pacer;
 use super::rules;
-use crate::meta::{Command, MetaError, Response};
 use crate::store::ObjectStore;
+use meta::{Command, MetaError, Response};
 
 /// Index entries read per batch of the object pass (also the command's key bound).
 const SCAN_BATCH: usize = 1000;

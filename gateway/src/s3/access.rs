@@ -20,9 +20,9 @@ use http::{HeaderMap, Method};
 
 use super::error::{ErrorCode, S3Error};
 use super::request::Target;
-use crate::meta::BucketRecord;
-use crate::meta::keys::Rights;
 use crate::state::AppState;
+use meta::BucketRecord;
+use meta::keys::Rights;
 
 /// The access key that signed a request, as the authentication layer found it.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -9,8 +9,8 @@ use super::dates::iso8601;
 use super::error::{ErrorCode, S3Error};
 use super::request::{Query, check_bucket_name};
 use super::xml::XmlWriter;
-use crate::meta::ListQuery;
 use crate::state::AppState;
+use meta::ListQuery;
 
 /// The one owner every bucket and object reports.
 const OWNER_ID: &str = "dedup-gateway";

@@ -14,8 +14,8 @@ use sha2::Digest as _;
 use super::body_check::{EndCheck, check_at_end};
 use super::chunked::TrailerSlot;
 use super::error::{ErrorCode, S3Error};
-use crate::meta::Checksum;
 use crate::store::ChecksumSlot;
+use meta::Checksum;
 
 const CRC32C: crc::Crc<u32, crc::Table<16>> =
     crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);

@@ -16,9 +16,9 @@ use serde::Deserialize;
 use super::error::{ErrorCode, S3Error};
 use super::request::Target;
 use super::xml::XmlWriter;
-use crate::meta::{Command, CorsRule};
 use crate::state::AppState;
 use crate::store::StoreError;
+use meta::{Command, CorsRule};
 
 const CORS_BODY_BYTES_MAX: usize = 64 * 1024;
 const CORS_RULES_MAX: usize = 100;

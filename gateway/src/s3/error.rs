@@ -419,7 +419,7 @@ mod tests {
                 None,
             ),
             (
-                StoreError::Meta(crate::meta::MetaError::Storage("disk gone".into())),
+                StoreError::Meta(meta::MetaError::Storage("disk gone".into())),
                 ErrorCode::InternalError,
                 500,
                 "We encountered an internal error. Please try again.",

@@ -20,9 +20,9 @@ use super::error::{ErrorCode, S3Error};
 use super::xml::XmlWriter;
 use crate::lifecycle::rules::{self, RULE_ID_CHARS_MAX, RULES_MAX};
 use crate::lifecycle::{Expiration, LifecycleRule, RuleFilter};
-use crate::meta::{Command, ObjectRecord};
 use crate::state::AppState;
 use crate::store::{ObjectStore, StoreError};
+use meta::{Command, ObjectRecord};
 
 const LIFECYCLE_BODY_BYTES_MAX: usize = 1024 * 1024;
 

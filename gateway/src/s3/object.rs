@@ -12,9 +12,9 @@ use super::dates::{http_date, iso8601};
 use super::error::{ErrorCode, S3Error};
 use super::request::{Query, copy_source, header_str};
 use super::xml::XmlWriter;
-use crate::meta::{ObjectRecord, WritePrecondition};
 use crate::state::AppState;
 use crate::store::{ChecksumSlot, ObjectAttrs, PutRequest, RangeSpec, ReadBody, StoreError};
+use meta::{ObjectRecord, WritePrecondition};
 
 /// Bound on reading a key again when what a GET or copy read changed under it (an
 /// overwrite or delete committed between reading the record and reading its content, or

@@ -9,7 +9,7 @@
 use placement::write::WriteError;
 use placement::{PairId, Sha1, read};
 
-use crate::meta::MetaError;
+use meta::MetaError;
 
 /// S3's bounds on parts (the errors below name them).
 pub const PART_NUMBER_MAX: u32 = 10_000;

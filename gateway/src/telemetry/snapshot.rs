@@ -13,9 +13,9 @@ use valkyrie::{MetricsSnapshot, UnmoveProgress};
 use super::Telemetry;
 use super::recent_errors::RecentError;
 use super::stored::StoredStats;
-use crate::meta::raft::NodeId;
 use crate::store::ObjectStore;
 use crate::workers::Workers;
+use meta::raft::NodeId;
 
 /// One in-process Valkyrie worker.
 pub struct WorkerView {

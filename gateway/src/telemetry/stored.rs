@@ -27,8 +27,8 @@ use placement::Sha1;
 use placement::pairdb::PairTable;
 use redb::ReadableDatabase;
 
-use crate::meta::tables::{self, DELETING, FILES, OBJECTS, ObjectRecord, PARTS, PartRecord};
-use crate::meta::{FileRecord, MetaError, MetaStore};
+use meta::tables::{self, DELETING, FILES, OBJECTS, ObjectRecord, PARTS, PartRecord};
+use meta::{FileRecord, MetaError, MetaStore};
 
 /// Records read per read transaction.
 pub const SCAN_BATCH: usize = 4096;
@@ -302,7 +302,7 @@ fn scan_meta(meta: &MetaStore, batch: usize) -> Result<(StoredStats, Unsized), M
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::{Command, ContentSource, NewObject};
+    use meta::{Command, ContentSource, NewObject};
     use placement::{Magic, PairId};
 
     #[tokio::test]

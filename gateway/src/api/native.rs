@@ -30,9 +30,9 @@ use placement::read::Expect;
 use placement::{Magic, Sha1};
 
 use crate::api::{ApiError, ApiResult, json};
-use crate::meta::{Command, ContentSource, DecOutcome, FileRecord, MetaError};
 use crate::state::AppState;
 use crate::store::{CommitError, ContentReadError, ReadBody, StoreError, UploadError, now_ms};
+use meta::{Command, ContentSource, DecOutcome, FileRecord, MetaError};
 
 pub const NATIVE_TOKEN_ENV: &str = "GATEWAY_NATIVE_TOKEN";
 

@@ -23,8 +23,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::{ApiError, ApiResult, json_pretty};
-use crate::meta::raft::{Batch, MembershipOp, proposer::WriteReply};
 use crate::state::AppState;
+use meta::raft::{Batch, MembershipOp, proposer::WriteReply};
 
 /// The env variable holding the cluster secret (also `cluster_secret` in the config file).
 pub const CLUSTER_SECRET_ENV: &str = "GATEWAY_CLUSTER_SECRET";
@@ -101,7 +101,7 @@ async fn vote(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
 
 /// The newest metadata format this binary knows (see `meta::cluster_version`).
 async fn format_version() -> Response {
-    encode(&crate::meta::cluster_version::FORMAT_VERSION)
+    encode(&meta::cluster_version::FORMAT_VERSION)
 }
 
 async fn pre_vote(State(app): State<Arc<AppState>>, body: Bytes) -> Response {

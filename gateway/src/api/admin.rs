@@ -15,14 +15,14 @@ use http::{StatusCode, header};
 use placement::{Disk, DiskRef, PairFlags, PairId, PairRecord, Sha1};
 
 use crate::api::{ApiError, ApiResult, json};
-use crate::meta::Command;
 use crate::state::AppState;
 use crate::store::StoreError;
+use meta::Command;
 
 pub const ADMIN_TOKEN_ENV: &str = "GATEWAY_ADMIN_TOKEN";
 
 /// The routes of this module under `/_admin/`: files, pairs, Valkyrie's scrub and
-/// UNMOVE, jobs and buckets (the keys' are `admin_keys::routes`, the cluster's
+/// UNMOVE, jobs and buckets (the keys' are `keys::routes`, the cluster's
 /// `cluster::admin_routes`).
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
@@ -65,7 +65,7 @@ pub async fn file(State(app): State<Arc<AppState>>, Path(sha1): Path<String>) ->
         .map_err(|_| ApiError::bad_request("not a sha1"))?;
     let meta = app.store.meta_store().clone();
     let found = tokio::task::spawn_blocking(move || {
-        Ok::<_, crate::meta::MetaError>((meta.file(&sha1)?, meta.deleting(&sha1)?))
+        Ok::<_, meta::MetaError>((meta.file(&sha1)?, meta.deleting(&sha1)?))
     })
     .await
     .map_err(ApiError::internal)?
@@ -279,8 +279,8 @@ pub async fn fail_disk(State(app): State<Arc<AppState>>, body: axum::body::Bytes
 }
 
 /// A job as the admin API shows it.
-fn job_json(id: u64, job: &crate::meta::jobs::JobRecord) -> serde_json::Value {
-    use crate::meta::jobs::JobState;
+fn job_json(id: u64, job: &meta::jobs::JobRecord) -> serde_json::Value {
+    use meta::jobs::JobState;
     let (bucket, prefix) = job.op.scope();
     let iso = |ms: u64| {
         time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
@@ -326,13 +326,13 @@ pub async fn create_job(State(app): State<Arc<AppState>>, body: axum::body::Byte
     let req =
         serde_json::from_slice::<NewJob>(&body).map_err(|_| ApiError::bad_request(EXPECTED))?;
     let op = match req.op.as_str() {
-        "delete-prefix" => crate::meta::jobs::JobOp::DeletePrefix {
+        "delete-prefix" => meta::jobs::JobOp::DeletePrefix {
             bucket: req.bucket,
             prefix: req.prefix,
         },
         // A prefix here would read as "delete only these", which this op does not do.
         "delete-bucket" if req.prefix.is_empty() => {
-            crate::meta::jobs::JobOp::DeleteBucket { bucket: req.bucket }
+            meta::jobs::JobOp::DeleteBucket { bucket: req.bucket }
         }
         "delete-bucket" => {
             return Err(ApiError::bad_request(
@@ -352,7 +352,7 @@ pub async fn create_job(State(app): State<Arc<AppState>>, body: axum::body::Byte
             now_ms: now_ms(),
         })
         .await?;
-    let crate::meta::Response::JobCreated(id) = created else {
+    let meta::Response::JobCreated(id) = created else {
         return Err(ApiError::internal(format!("{created:?}")));
     };
     match meta.read(move |m| m.job(id)).await? {
@@ -383,12 +383,12 @@ pub async fn cancel_job(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -
         .metadata()
         .execute(Command::EndJob {
             id,
-            state: crate::meta::jobs::JobState::Cancelled,
+            state: meta::jobs::JobState::Cancelled,
             now_ms: now_ms(),
         })
         .await?;
     match ended {
-        crate::meta::Response::Job(job) => Ok(json(StatusCode::OK, &job_json(id, &job))),
+        meta::Response::Job(job) => Ok(json(StatusCode::OK, &job_json(id, &job))),
         other => Err(ApiError::internal(format!("{other:?}"))),
     }
 }

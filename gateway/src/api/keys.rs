@@ -20,9 +20,9 @@ use http::StatusCode;
 
 use crate::api::{ApiError, ApiResult, json};
 use crate::credentials::random_string;
-use crate::meta::keys::{KeyRecord, Rights, Secret};
-use crate::meta::{Command, MetaError};
 use crate::state::AppState;
+use meta::keys::{KeyRecord, Rights, Secret};
+use meta::{Command, MetaError};
 
 /// The routes of the table above.
 pub fn routes() -> Router<Arc<AppState>> {

@@ -133,7 +133,7 @@ async fn http_pairs(State(catalog): State<LocalCatalog>) -> ApiResult {
     let pairs = catalog.pairs().await?;
     let list: Vec<_> = pairs
         .iter()
-        .map(|(id, r)| crate::admin::pair_json(*id, r))
+        .map(|(id, r)| crate::api::admin::pair_json(*id, r))
         .collect();
     Ok(json(StatusCode::OK, &serde_json::json!({ "pairs": list })))
 }
