@@ -51,21 +51,28 @@ pub enum MetaError {
     InvalidCommand(String),
 }
 
-macro_rules! storage_error {
-    ($($t:ty),*) => {$(
-        impl From<$t> for MetaError {
+/// `From` every redb error type into `$target::$variant(String)`: the metadata's and the
+/// snapshot file's errors keep redb's message, never its types.
+macro_rules! from_redb_errors {
+    ($target:ident :: $variant:ident) => {
+        $crate::error::from_redb_errors!(@each $target $variant:
+            redb::Error,
+            redb::DatabaseError,
+            redb::TransactionError,
+            redb::TableError,
+            redb::StorageError,
+            redb::CommitError,
+            redb::SetDurabilityError
+        );
+    };
+    (@each $target:ident $variant:ident: $($t:ty),*) => {$(
+        impl From<$t> for $target {
             fn from(e: $t) -> Self {
-                MetaError::Storage(e.to_string())
+                $target::$variant(e.to_string())
             }
         }
     )*};
 }
-storage_error!(
-    redb::Error,
-    redb::DatabaseError,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError,
-    redb::SetDurabilityError
-);
+pub(crate) use from_redb_errors;
+
+from_redb_errors!(MetaError::Storage);

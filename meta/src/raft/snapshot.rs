@@ -55,24 +55,7 @@ pub enum SnapshotError {
     Damaged(String),
 }
 
-macro_rules! db_error {
-    ($($t:ty),*) => {$(
-        impl From<$t> for SnapshotError {
-            fn from(e: $t) -> Self {
-                SnapshotError::Db(e.to_string())
-            }
-        }
-    )*};
-}
-db_error!(
-    redb::Error,
-    redb::DatabaseError,
-    redb::TransactionError,
-    redb::TableError,
-    redb::StorageError,
-    redb::CommitError,
-    redb::SetDurabilityError
-);
+crate::error::from_redb_errors!(SnapshotError::Db);
 
 /// What a snapshot holds, written before its records. `meta` is the postcard of openraft's
 /// `SnapshotMeta` (kept opaque here so that the format does not depend on openraft).
