@@ -1054,3 +1054,67 @@ async fn unkept_settings_answer_as_never_configured() {
     let (status, code) = s3_error(r);
     assert_eq!((status, code.as_str()), (404, "NoSuchKey"));
 }
+
+/// Object tags are not kept: a write that asks for some is refused with NotImplemented and
+/// stores nothing, never accepted with its tags dropped.
+#[tokio::test]
+async fn writes_with_tags_are_refused_not_stored_without_them() {
+    let gw = Gateway::start();
+    let s3 = gw.client();
+    create_bucket(&s3, "tags").await;
+    put_bytes(&s3, "tags", "source", b"source body").await;
+    let files_before = stored_files(&gw).len();
+
+    let r = s3
+        .put_object()
+        .bucket("tags")
+        .key("tagged")
+        .tagging("project=alpha")
+        .body(aws_sdk_s3::primitives::ByteStream::from_static(b"a tagged body"))
+        .send()
+        .await;
+    let (status, code) = s3_error(r);
+    assert_eq!((status, code.as_str()), (501, "NotImplemented"));
+    assert!(!exists(&s3, "tags", "tagged").await);
+
+    let r = s3
+        .create_multipart_upload()
+        .bucket("tags")
+        .key("tagged-upload")
+        .tagging("project=alpha")
+        .send()
+        .await;
+    let (status, code) = s3_error(r);
+    assert_eq!((status, code.as_str()), (501, "NotImplemented"));
+    let uploads = s3
+        .list_multipart_uploads()
+        .bucket("tags")
+        .send()
+        .await
+        .unwrap();
+    assert!(uploads.uploads().is_empty(), "{uploads:?}");
+
+    let r = s3
+        .copy_object()
+        .bucket("tags")
+        .key("tagged-copy")
+        .copy_source("tags/source")
+        .tagging_directive(aws_sdk_s3::types::TaggingDirective::Replace)
+        .tagging("project=alpha")
+        .send()
+        .await;
+    let (status, code) = s3_error(r);
+    assert_eq!((status, code.as_str()), (501, "NotImplemented"));
+    assert!(!exists(&s3, "tags", "tagged-copy").await);
+
+    // A copy that keeps the source's (empty) tags is a copy like any other.
+    s3.copy_object()
+        .bucket("tags")
+        .key("plain-copy")
+        .copy_source("tags/source")
+        .send()
+        .await
+        .unwrap();
+    assert!(exists(&s3, "tags", "plain-copy").await);
+    assert_eq!(stored_files(&gw).len(), files_before, "nothing new on disk");
+}

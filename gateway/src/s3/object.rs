@@ -31,10 +31,26 @@ const STORED_HEADERS: [&str; 5] = [
     "expires",
 ];
 
+/// Object tags are not kept yet: a write that asks for some is refused before anything is
+/// stored, never accepted with its tags dropped. An empty `x-amz-tagging` asks for none.
+fn refuse_tags(headers: &HeaderMap) -> Result<(), S3Error> {
+    let tagged = header_str(headers, "x-amz-tagging")?.is_some_and(|v| !v.trim().is_empty());
+    let replaced = header_str(headers, "x-amz-tagging-directive")?
+        .is_some_and(|v| v.eq_ignore_ascii_case("REPLACE"));
+    if tagged || replaced {
+        return Err(S3Error::new(
+            ErrorCode::NotImplemented,
+            "Object tags are not kept by this gateway (x-amz-tagging)",
+        ));
+    }
+    Ok(())
+}
+
 /// Content-Type, `x-amz-meta-*` and the stored standard headers of a request, whose
 /// header section must be within S3's bound (the store checks the user metadata's).
 pub fn attrs_from(headers: &HeaderMap) -> Result<ObjectAttrs, S3Error> {
     super::request::check_header_section(headers)?;
+    refuse_tags(headers)?;
     let mut user_meta = Vec::new();
     for (name, value) in headers {
         if let Some(n) = name.as_str().strip_prefix(META_PREFIX) {
@@ -202,6 +218,7 @@ pub async fn copy(
     headers: &HeaderMap,
 ) -> Result<Response, S3Error> {
     let (src_bucket, src_key) = copy_source(headers)?;
+    refuse_tags(headers)?;
     let replace = match header_str(headers, "x-amz-metadata-directive")? {
         None | Some("COPY") => false,
         Some("REPLACE") => true,
