@@ -1070,7 +1070,9 @@ async fn writes_with_tags_are_refused_not_stored_without_them() {
         .bucket("tags")
         .key("tagged")
         .tagging("project=alpha")
-        .body(aws_sdk_s3::primitives::ByteStream::from_static(b"a tagged body"))
+        .body(aws_sdk_s3::primitives::ByteStream::from_static(
+            b"a tagged body",
+        ))
         .send()
         .await;
     let (status, code) = s3_error(r);
