@@ -733,6 +733,60 @@ mod tests {
         .unwrap()
     }
 
+    /// A command of a format the group has not reached is refused before it is proposed:
+    /// here a two-voter group whose other member cannot be reached, so the leader's raise
+    /// can never happen and the group stays at format 1.
+    #[tokio::test]
+    async fn a_command_of_a_newer_format_is_refused_before_the_raise() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = ClusterConfig {
+            node_id: 1,
+            peers: std::collections::BTreeMap::from([
+                (1, "127.0.0.1:1".to_string()),
+                (2, "127.0.0.1:2".to_string()),
+            ]),
+            ..ClusterConfig::single("127.0.0.1:1".into())
+        };
+        let meta = open(dir.path(), cluster, Arc::new(network::NoPeers))
+            .await
+            .unwrap();
+        let version = || meta.read_local(|m| m.cluster_version());
+        assert_eq!(version().await.unwrap(), 1);
+        let cmd = Command::SetClusterVersion { version: 2 };
+        assert_eq!(cmd.format_version(), 2);
+        let refused = meta.execute(cmd).await;
+        assert!(
+            matches!(&refused, Err(MetaError::Unavailable(why)) if why.contains("needs format version 2")),
+            "{refused:?}"
+        );
+        assert_eq!(version().await.unwrap(), 1, "nothing was applied");
+        meta.shutdown().await;
+    }
+
+    /// Once every member knows the new format, the leader raises the group's version and
+    /// the same command goes through.
+    #[tokio::test]
+    async fn a_command_of_a_newer_format_passes_after_the_raise() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = single(dir.path()).await;
+        meta.wait_leader(Duration::from_secs(10)).await.unwrap();
+        let mut raised = false;
+        for _ in 0..100 {
+            if meta.read_local(|m| m.cluster_version()).await.unwrap() == 2 {
+                raised = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(raised, "the leader did not raise the format within 10 s");
+        let answer = meta
+            .execute(Command::SetClusterVersion { version: 2 })
+            .await
+            .unwrap();
+        assert!(matches!(answer, Response::ClusterVersion(2)), "{answer:?}");
+        meta.shutdown().await;
+    }
+
     /// openraft's own storage suite (log state, purge, truncate, vote, membership from log
     /// and state machine, applied state, snapshots) against our log store and state
     /// machine, each on fresh files.
