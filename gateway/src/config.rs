@@ -51,6 +51,9 @@ pub struct FileConfig {
     pub body_idle_timeout_secs: Option<u64>,
     pub send_timeout_secs: Option<u64>,
     pub max_connections: Option<usize>,
+    /// HTTPS: the certificate chain and its key (PEM files), both or neither.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
     pub choice_root: Option<u32>,
     /// Tokens: `GATEWAY_*_TOKEN` in the environment wins; empty means off (see [`token`]).
     pub admin_token: Option<String>,
@@ -89,6 +92,22 @@ pub struct FileConfig {
     /// `scrub_interval_secs`, `grace_secs`, `scrub_bytes_per_sec`, ...).
     #[serde(default)]
     pub valkyrie: Option<valkyrie::Settings>,
+    /// `[storage_tls]`: the CA of `https://` storage nodes and the client certificate
+    /// presented to them (`--storage-ca`, `--storage-cert`, `--storage-key`).
+    pub storage_tls: Option<StorageTlsSection>,
+}
+
+/// The `[storage_tls]` section: `ca`, `cert`, `key` (PEM files), as the flags
+/// `--storage-ca`, `--storage-cert`, `--storage-key`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageTlsSection {
+    #[serde(rename = "ca")]
+    pub storage_ca: Option<PathBuf>,
+    #[serde(rename = "cert")]
+    pub storage_cert: Option<PathBuf>,
+    #[serde(rename = "key")]
+    pub storage_key: Option<PathBuf>,
 }
 
 /// A setting that is on or off (`"on"`/`"off"` in the file, `on|off` on the command line).

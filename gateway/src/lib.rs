@@ -28,6 +28,7 @@ pub mod s3;
 pub mod server;
 pub mod settings;
 pub mod state;
+pub mod storage_nodes;
 pub mod store;
 pub mod telemetry;
 pub mod workers;

@@ -47,6 +47,7 @@ fn run(command: Cmd, runtime: &tokio::runtime::Runtime) -> Result<ExitCode, Stri
             let mut config =
                 gateway::settings::serve_config(args.config.as_deref(), &args.flags, &env)?;
             fit_open_files_limit(&mut config.connections);
+            runtime.block_on(gateway::storage_nodes::check_https(&config.pairs))?;
             runtime
                 .block_on(gateway::server::serve(config))
                 .map_err(|e| e.to_string())?;

@@ -1,6 +1,7 @@
 //! Process wiring: open the data folder, load PairDB, build the router, serve.
 
 pub mod connections;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -55,6 +56,9 @@ pub struct Config {
     pub snapshot_logs: u64,
     /// Timeouts and the bound on connections in flight.
     pub connections: ConnectionLimits,
+    /// `--tls-cert`/`--tls-key`: HTTPS on the listener, the certificate reloaded from
+    /// these files. None: plain HTTP.
+    pub tls: Option<tls::TlsFiles>,
     /// `--request-log-level`: the level of the per-request log line, or off.
     pub request_log: crate::state::RequestLogLevel,
     /// `--lifecycle-day-secs`, `--upload-max-age-secs`.
@@ -83,6 +87,8 @@ pub enum ServeError {
         stored0 = .1[0], stored1 = .1[1], conf0 = .2[0], conf1 = .2[1]
     )]
     PairMismatch(PairId, [DiskRef; 2], [DiskRef; 2]),
+    #[error("TLS certificate: {0}")]
+    Tls(#[from] tls::TlsError),
     #[error("listen on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
     #[error("server: {0}")]
@@ -253,6 +259,15 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         check_reachable(&config.pairs).await?;
     }
     let (credentials, origin) = Credentials::load_or_create(&data_dir)?;
+    // Before the port opens: a certificate that does not load stops the start.
+    let tls = match &config.tls {
+        Some(files) => {
+            let certificate = tls::Certificate::load(files)?;
+            let acceptor = tls::acceptor(certificate.clone())?;
+            Some((files, certificate, acceptor))
+        }
+        None => None,
+    };
     // Bound first: a single node names itself by the address it really listens on.
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -295,6 +310,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     // on this port.
     let server = tokio::spawn(connections::serve(
         listener,
+        tls.as_ref().map(|(_, _, acceptor)| acceptor.clone()),
         router(state.clone()),
         config.connections.clone(),
         shutdown_signal(),
@@ -354,6 +370,16 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             credentials_of(&state).0,
             credentials_of(&state).1,
         );
+    }
+    if let Some((files, certificate, _)) = tls {
+        tls::watch(certificate.clone(), files.clone());
+        println!(
+            "TLS on (1.2 and 1.3, HTTP/2 and HTTP/1.1): certificate {}, key {}, sha256 {}",
+            files.cert.display(),
+            files.key.display(),
+            certificate.fingerprint()
+        );
+        tracing::info!(cert = %files.cert.display(), sha256 = %certificate.fingerprint(), "TLS on");
     }
     // Tests and scripts wait for exactly this line to learn the port.
     println!("listening on {addr}");

@@ -28,10 +28,12 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{FileConfig, Switch, parse_peers, token};
 use crate::jobs::JobPace;
+use crate::server::tls::TlsFiles;
 use crate::server::{Config, ConnectionLimits};
 use crate::state::{PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT, RequestLogLevel, SignaturePolicy};
 use crate::store::Limits;
 use meta::raft::{ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, SNAPSHOT_LOGS_DEFAULT};
+use placement::disk::{StorageTls, WebDavConfig};
 
 /// The data folder when none is given (also `gateway fsck` and `gateway restore`'s).
 pub const DATA_DIR_DEFAULT: &str = "./data";
@@ -51,6 +53,9 @@ macro_rules! file_value {
     // A `[valkyrie]` section has every key: the ones it does not name take their default.
     ($file:expr, $key:ident, valkyrie) => {
         $file.valkyrie.as_ref().map(|v| v.$key)
+    };
+    ($file:expr, $key:ident, storage_tls) => {
+        $file.storage_tls.as_ref().and_then(|s| s.$key.clone())
     };
 }
 
@@ -173,8 +178,21 @@ settings! {
     /// Connections in flight; one more is answered 503 SlowDown and closed (lowered to fit
     /// the open files limit) [default: 4096]
     max_connections: usize = ConnectionLimits::default().max_connections;
+    /// HTTPS: the certificate chain (PEM, leaf first), with --tls-key; reloaded on SIGHUP
+    /// and when the file changes. Without it: plain HTTP
+    tls_cert: PathBuf;
+    /// HTTPS: the private key of --tls-cert (PEM: PKCS#8, PKCS#1 or SEC1)
+    tls_key: PathBuf;
     /// n of the n-th root of free space that weights the pair choice [default: 2]
     choice_root: u32 = 2;
+    /// https:// disks: the CA bundle (PEM) storage nodes' certificates must chain to;
+    /// required for an https:// disk, the system roots are never used (`ca` in [storage_tls])
+    [storage_tls] storage_ca: PathBuf;
+    /// https:// disks: the client certificate chain (PEM) presented to storage nodes, with
+    /// --storage-key (`cert` in [storage_tls])
+    [storage_tls] storage_cert: PathBuf;
+    /// https:// disks: the private key of --storage-cert (PEM) (`key` in [storage_tls])
+    [storage_tls] storage_key: PathBuf;
     /// Valkyrie: how long a quarantined file is kept before it is deleted [default: 7 days]
     [valkyrie] quarantine_secs: u64 = valkyrie::Settings::default().quarantine_secs;
     /// Valkyrie: how long after the master disk the slave acts on a deletion [default: 1 hour]
@@ -224,6 +242,8 @@ settings! {
 
 /// The server's configuration for `gateway serve`: the file at `config_file` if any, the
 /// flags over it, the environment (`env`: a variable's value by name) for the secrets.
+/// The storage TLS is set for the whole process here ([`WebDavConfig::set_process`]): every
+/// disk the gateway opens from now on uses it.
 pub fn serve_config(
     config_file: Option<&Path>,
     flags: &Flags,
@@ -233,7 +253,14 @@ pub fn serve_config(
         Some(path) => FileConfig::load(path).map_err(|e| e.to_string())?,
         None => FileConfig::default(),
     };
-    Settings::resolve(flags, &file).server_config(&file, env)
+    let settings = Settings::resolve(flags, &file);
+    let storage_tls = settings.storage_tls()?;
+    let config = settings.server_config(&file, env)?;
+    WebDavConfig::set_process(WebDavConfig {
+        tls: storage_tls,
+        ..WebDavConfig::default()
+    });
+    Ok(config)
 }
 
 impl Settings {
@@ -247,6 +274,7 @@ impl Settings {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, String> {
         let cluster = self.cluster(file, env)?;
+        let tls = self.tls()?;
         let job_pace = self.job_pace()?;
         let lifecycle = self.lifecycle()?;
         let secret =
@@ -294,6 +322,7 @@ impl Settings {
                 send_timeout_secs: self.send_timeout_secs,
                 max_connections: self.max_connections,
             },
+            tls,
             request_log: self.request_log_level,
             lifecycle,
             stats: crate::telemetry::stored::Settings {
@@ -349,6 +378,40 @@ impl Settings {
             snapshot_logs: self.snapshot_logs,
             election_timeout_ms,
         }))
+    }
+
+    /// HTTPS with both `tls_cert` and `tls_key`, plain HTTP with neither. Not in a cluster
+    /// yet: the peers reach each other over plain HTTP on this same port.
+    fn tls(&self) -> Result<Option<TlsFiles>, String> {
+        let (cert, key) = match (&self.tls_cert, &self.tls_key) {
+            (None, None) => return Ok(None),
+            (Some(cert), Some(key)) => (cert.clone(), key.clone()),
+            (Some(_), None) => {
+                return Err("--tls-cert needs --tls-key (the certificate's private key)".into());
+            }
+            (None, Some(_)) => {
+                return Err("--tls-key needs --tls-cert (the certificate chain)".into());
+            }
+        };
+        if self.peers.is_some() {
+            return Err(
+                "--tls-cert with --peers: TLS for a cluster is not available yet (the nodes \
+                 reach each other on this port over plain HTTP; it comes with --cluster-ca, \
+                 --cluster-cert and --cluster-key); run the cluster without --tls-cert"
+                    .into(),
+            );
+        }
+        Ok(Some(TlsFiles { cert, key }))
+    }
+
+    /// The TLS client of `https://` disks: `--storage-ca`, with `--storage-cert` and
+    /// `--storage-key` both or neither; none without a CA.
+    pub fn storage_tls(&self) -> Result<Option<StorageTls>, String> {
+        StorageTls::from_settings(
+            self.storage_ca.as_deref(),
+            self.storage_cert.as_deref(),
+            self.storage_key.as_deref(),
+        )
     }
 
     fn job_pace(&self) -> Result<JobPace, String> {
@@ -537,6 +600,21 @@ mod tests {
             "--lifecycle-day-secs must be at least 1"
         );
         assert!(error(&["--grace-secs", "1"], "").contains("grace_secs = 1"));
+        assert_eq!(
+            error(&["--tls-cert", "c.pem"], ""),
+            "--tls-cert needs --tls-key (the certificate's private key)"
+        );
+        assert_eq!(
+            error(&[], "tls_key = \"k.pem\""),
+            "--tls-key needs --tls-cert (the certificate chain)"
+        );
+        assert!(
+            error(
+                &["--tls-cert", "c.pem", "--peers", "1=a:1", "--node-id", "1"],
+                "tls_key = \"k.pem\""
+            )
+            .starts_with("--tls-cert with --peers: TLS for a cluster is not available yet")
+        );
         let f = file("[cluster]\npeers = \"1=a:1\"\nnode_id = 1");
         let e = Settings::resolve(&Flags::default(), &f)
             .server_config(&f, &no_env)

@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt as _;
-use placement::disk::{ByteStream, WebDavConfig, WebDavDisk};
+use placement::disk::{ByteStream, StorageTls, WebDavConfig, WebDavDisk};
 use placement::pairdb::{PairRecord, PairTable};
 use placement::read::{BadCopies, Expect, read_verified, stream_verified};
 use placement::write::begin_upload;
 use placement::{ContentHasher, Disk, DiskError, DiskRef, PairId, Sha1};
-use support::nginx::Nginx;
+use support::nginx::{Nginx, NodeTls};
+use support::pki::{Identity, StoragePki};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -493,4 +494,148 @@ async fn a_silent_node_times_out() {
         started.elapsed()
     );
     hole.abort();
+}
+
+/// An HTTPS node with `server`'s certificate requiring client certificates of the storage CA.
+fn tls_node(pki: &StoragePki, server: &Identity) -> Nginx {
+    Nginx::start_tls(
+        &["d0"],
+        NodeTls {
+            cert: server.cert.clone(),
+            key: server.key.clone(),
+            client_ca: pki.ca.clone(),
+        },
+    )
+}
+
+/// A disk of `nginx` trusting the storage CA and presenting `client`.
+fn tls_disk(nginx: &Nginx, pki: &StoragePki, client: Option<&Identity>) -> WebDavDisk {
+    let tls = StorageTls::from_files(&pki.ca, client.map(|c| (c.cert.as_path(), c.key.as_path())))
+        .unwrap();
+    let cfg = WebDavConfig {
+        tls: Some(tls),
+        ..WebDavConfig::default()
+    };
+    WebDavDisk::new(nginx.url("d0").parse().unwrap(), cfg).unwrap()
+}
+
+#[tokio::test]
+async fn over_https_a_trusted_node_stores_and_serves_every_operation() {
+    let pki = StoragePki::new();
+    let nginx = tls_node(&pki, &pki.node);
+    assert!(nginx.url("d0").starts_with("https://"));
+    let d = tls_disk(&nginx, &pki, Some(&pki.client));
+    let body = body(200_000, 7);
+    let sha1 = sha1_of(&body);
+    upload(&d, &body, 32 * 1024)
+        .await
+        .commit(&sha1)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(stored_path(&nginx, "d0", &sha1)).unwrap(),
+        body
+    );
+    assert_eq!(d.size_of(&sha1).await.unwrap(), Some(body.len() as u64));
+    assert_eq!(d.read_all(&sha1).await.unwrap(), body);
+    let part = collect(d.read_range(&sha1, 1000, 5000).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(part, &body[1000..6000]);
+    upload(&d, b"discarded", 4).await.discard().await.unwrap();
+    assert!(temps(&nginx, "d0").is_empty());
+    // Keep-alive over TLS: further requests reuse the pool.
+    for _ in 0..3 {
+        assert_eq!(d.size_of(&sha1).await.unwrap(), Some(body.len() as u64));
+    }
+}
+
+#[tokio::test]
+async fn over_https_a_node_with_a_certificate_of_another_ca_is_refused() {
+    let pki = StoragePki::new();
+    let nginx = tls_node(&pki, &pki.rogue_node);
+    let d = tls_disk(&nginx, &pki, Some(&pki.client));
+    let e = expect_err(d.begin_temp().await);
+    let text = e.to_string();
+    assert!(matches!(e, DiskError::Remote { .. }), "{text}");
+    assert!(
+        text.contains("certificate") && text.contains("UnknownIssuer"),
+        "{text}"
+    );
+    assert!(d.size_of(&sha1_of(b"x")).await.is_err());
+    assert!(
+        files_under(&nginx.disk_dir("d0")).is_empty(),
+        "nothing reached the node"
+    );
+}
+
+#[tokio::test]
+async fn over_https_a_client_without_an_accepted_certificate_is_told_why() {
+    let pki = StoragePki::new();
+    let nginx = tls_node(&pki, &pki.node);
+    let sha1 = sha1_of(b"x");
+    let none = tls_disk(&nginx, &pki, None);
+    // The PUT's head goes out (the probe of begin_temp passes); nginx's refusal ends it.
+    let e = expect_err(none.begin_temp().await.unwrap().finish().await);
+    let text = e.to_string();
+    assert!(matches!(e, DiskError::Remote { .. }), "{text}");
+    assert!(text.contains("refused this client"), "{text}");
+    assert!(
+        text.contains("requires a client certificate and none is configured"),
+        "{text}"
+    );
+    assert!(
+        text.contains("No required SSL certificate was sent"),
+        "{text}"
+    );
+    // A HEAD has no page: the cause is named as likely.
+    let e = none.size_of(&sha1).await.unwrap_err();
+    assert!(matches!(e, DiskError::Remote { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("likely it requires a client certificate"),
+        "{e}"
+    );
+    assert!(
+        none.read_all(&sha1)
+            .await
+            .unwrap_err()
+            .to_string()
+            .contains("refused this client")
+    );
+
+    let rogue = tls_disk(&nginx, &pki, Some(&pki.rogue_client));
+    let e = rogue.read_all(&sha1).await.unwrap_err();
+    assert!(e.to_string().contains("not one it trusts"), "{e}");
+    assert!(
+        files_under(&nginx.disk_dir("d0")).is_empty(),
+        "nothing reached the node"
+    );
+}
+
+#[tokio::test]
+async fn https_is_never_sent_in_the_clear_nor_http_over_tls() {
+    let pki = StoragePki::new();
+    // An https:// disk without a CA is refused when opened.
+    let e = WebDavDisk::new(
+        "https://127.0.0.1:1/d0".parse().unwrap(),
+        WebDavConfig::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("CA of the storage nodes"), "{e}");
+    // A plain node named https:// fails the handshake; a TLS node named http:// gets a
+    // plain request nginx refuses: neither stores anything.
+    let plain = Nginx::start(&["d0"]);
+    let as_https = plain.url("d0").replacen("http://", "https://", 1);
+    let tls = StorageTls::from_files(&pki.ca, None).unwrap();
+    let cfg = WebDavConfig {
+        tls: Some(tls),
+        ..WebDavConfig::default()
+    };
+    let d = WebDavDisk::new(as_https.parse().unwrap(), cfg).unwrap();
+    assert!(matches!(
+        expect_err(d.begin_temp().await),
+        DiskError::Remote { .. }
+    ));
+    assert!(files_under(&plain.disk_dir("d0")).is_empty());
 }

@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod netns;
 pub mod nginx;
+pub mod pki;
 pub mod prom;
 pub mod torture;
 

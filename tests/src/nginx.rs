@@ -5,6 +5,10 @@
 //! (bounded) until the port answers. Dropping it stops nginx (SIGTERM to its process group,
 //! SIGKILL after a bound). When nginx is not installed the harness fails with the command
 //! that installs it: tests that claim to run against nginx must not pass without it.
+//!
+//! [`Nginx::start_tls`] starts the same node on HTTPS, as a storage node on an untrusted
+//! network: its server certificate, and client certificates required and checked against a
+//! CA (`ssl_verify_client on`).
 
 use std::fs;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -32,6 +36,16 @@ pub struct Nginx {
     dir: tempfile::TempDir,
     port: u16,
     child: Option<Child>,
+    tls: Option<NodeTls>,
+}
+
+/// The TLS of a storage node: its certificate chain and key (PEM files), and the CA whose
+/// client certificates it requires.
+#[derive(Clone, Debug)]
+pub struct NodeTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: PathBuf,
 }
 
 /// Finds the nginx binary: `explicit` (the `NGINX` environment variable), then
@@ -92,6 +106,16 @@ impl Nginx {
     /// Starts nginx serving one folder per name in `disks` (`<root>/<name>`, reachable at
     /// [`Nginx::url`]).
     pub fn start(disks: &[&str]) -> Nginx {
+        Self::start_with(disks, None)
+    }
+
+    /// Like [`Nginx::start`], serving HTTPS only with `tls`: [`Nginx::url`] is then an
+    /// `https://` URL, and a client without a certificate from `tls.client_ca` gets 400.
+    pub fn start_tls(disks: &[&str], tls: NodeTls) -> Nginx {
+        Self::start_with(disks, Some(tls))
+    }
+
+    fn start_with(disks: &[&str], tls: Option<NodeTls>) -> Nginx {
         let bin =
             locate(std::env::var_os("NGINX").map(PathBuf::from)).unwrap_or_else(|e| panic!("{e}"));
         let dir = tempfile::Builder::new()
@@ -116,6 +140,7 @@ impl Nginx {
             dir,
             port: 0,
             child: None,
+            tls,
         };
         for _ in 0..START_ATTEMPTS {
             nginx.port = free_port();
@@ -169,6 +194,22 @@ impl Nginx {
             ""
         };
         let user = user.map(|u| format!("user {u};\n")).unwrap_or_default();
+        let (ssl, ssl_settings) = match &self.tls {
+            None => ("", String::new()),
+            Some(t) => (
+                " ssl",
+                format!(
+                    "        ssl_certificate {};
+        ssl_certificate_key {};
+        ssl_client_certificate {};
+        ssl_verify_client on;
+",
+                    t.cert.display(),
+                    t.key.display(),
+                    t.client_ca.display()
+                ),
+            ),
+        };
         format!(
             "{load}{user}daemon off;
 master_process on;
@@ -188,8 +229,8 @@ http {{
     uwsgi_temp_path {d}/uwsgi_temp;
     scgi_temp_path {d}/scgi_temp;
     server {{
-        listen 127.0.0.1:{port};
-        root {d}/www;
+        listen 127.0.0.1:{port}{ssl};
+{ssl_settings}        root {d}/www;
         location / {{
             dav_methods PUT DELETE MKCOL COPY MOVE;
 {ext_methods}            create_full_put_path on;
@@ -251,9 +292,10 @@ http {{
         self.port
     }
 
-    /// The base URL of a disk: `http://127.0.0.1:<port>/<disk>`.
+    /// The base URL of a disk: `http://127.0.0.1:<port>/<disk>` (`https://` with TLS).
     pub fn url(&self, disk: &str) -> String {
-        format!("http://127.0.0.1:{}/{disk}", self.port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}/{disk}", self.port)
     }
 
     /// The folder nginx serves a disk from, for checks and corruption behind its back.

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! VALKYRIE_CATALOG_TOKEN=... valkyrie --disk /srv/disk0 --pair 3 --index 0 \
-//!     --catalog http://10.0.0.1:9000 [--quarantine-secs 604800 ...]
+//!     --catalog http://10.0.0.1:9000 [--quarantine-secs 604800 ...] \
+//!     [--storage-ca ca.crt --storage-cert tls.crt --storage-key tls.key]
 //! ```
 //!
 //! `VALKYRIE_CATALOG_TOKEN` is the gateway's catalog token (`GATEWAY_CATALOG_TOKEN`), which
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use placement::disk::{StorageTls, WebDavConfig};
 use placement::{Disk, PairId};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use valkyrie::logging::LogFormat;
@@ -81,6 +83,17 @@ struct Args {
     /// UNMOVE's read rate; 0 means unlimited.
     #[arg(long, default_value_t = UnmoveOptions::default().bytes_per_sec)]
     unmove_bytes_per_sec: u64,
+    /// An https:// peer disk: the CA bundle (PEM) storage nodes' certificates must chain to
+    /// (never the system roots).
+    #[arg(long)]
+    storage_ca: Option<PathBuf>,
+    /// The client certificate chain (PEM) presented to https:// storage nodes, with
+    /// --storage-key.
+    #[arg(long)]
+    storage_cert: Option<PathBuf>,
+    /// The private key (PEM) of --storage-cert.
+    #[arg(long)]
+    storage_key: Option<PathBuf>,
     /// How log lines on stderr are written: text (coloured only on a terminal) or json
     /// (one object per line).
     #[arg(long, value_enum, env = "VALKYRIE_LOG_FORMAT", default_value_t = LogFormat::Text)]
@@ -118,6 +131,21 @@ async fn main() -> ExitCode {
     if let Err(e) = args.settings().checked() {
         tracing::error!("{e}");
         return ExitCode::from(2);
+    }
+    // Before any disk is opened: the peer and, for UNMOVE, every pair's disks.
+    match StorageTls::from_settings(
+        args.storage_ca.as_deref(),
+        args.storage_cert.as_deref(),
+        args.storage_key.as_deref(),
+    ) {
+        Ok(tls) => WebDavConfig::set_process(WebDavConfig {
+            tls,
+            ..WebDavConfig::default()
+        }),
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
     }
     let config = HttpCatalogConfig {
         request_timeout: Duration::from_secs(args.catalog_timeout_secs.max(1)),
@@ -199,6 +227,15 @@ async fn run(args: &Args, catalog: HttpCatalog, shutdown: Shutdown) -> ExitCode 
             return ExitCode::from(2);
         }
     };
+    // A TLS mistake (a node's certificate from another CA, ours refused) is configuration:
+    // refused at start by name. Only https://, so an http:// peer that is down at start is
+    // still waited for by the worker, as before.
+    if peer_ref.as_str().starts_with("https://")
+        && let Err(e) = peer.probe_write().await
+    {
+        tracing::error!(peer = %peer_ref, error = %e, "the https:// peer disk refused this worker");
+        return ExitCode::from(2);
+    }
     let config = WorkerConfig {
         root: args.disk.clone(),
         pair,

@@ -25,8 +25,16 @@ pub fn text() -> String {
         "gateway configuration (TOML): `gateway serve --config FILE`. Command-line flags win",
     );
     t.comment("over this file; GATEWAY_*_TOKEN environment variables win over the tokens here.");
-    let sections: [fn(&mut Example, &Settings); 7] =
-        [server, limits, tokens, background, pairs, cluster, valkyrie];
+    let sections: [fn(&mut Example, &Settings); 8] = [
+        server,
+        limits,
+        tokens,
+        background,
+        pairs,
+        cluster,
+        storage_tls,
+        valkyrie,
+    ];
     for section in sections {
         t.blank();
         section(&mut t, &d);
@@ -51,6 +59,11 @@ fn server(t: &mut Example, d: &Settings) {
         "presigned_v2_expires_max_secs",
         &d.presigned_v2_expires_max_secs,
     );
+    t.comment(
+        "HTTPS: certificate chain and key (PEM), both or neither; reloaded when they change.",
+    );
+    t.example("tls_cert", &PathBuf::from("/etc/gateway/tls/tls.crt"));
+    t.example("tls_key", &PathBuf::from("/etc/gateway/tls/tls.key"));
 }
 
 /// Bounds on requests, bodies and connections; the pair choice; content names.
@@ -140,6 +153,16 @@ fn cluster(t: &mut Example, d: &Settings) {
     t.example("snapshot_logs", &d.snapshot_logs);
     t.comment("Shortest Raft election timeout in ms (longest: twice; heartbeat: a fifth).");
     t.example("election_timeout_ms", &d.election_timeout_ms);
+}
+
+/// TLS to `https://` storage nodes: none by default, so an example commented out.
+fn storage_tls(t: &mut Example, _: &Settings) {
+    t.comment("https:// disks: the storage nodes' CA (required; never the system roots), and the");
+    t.comment("client certificate presented to them (optional, both or neither). PEM files.");
+    t.comment("[storage_tls]");
+    t.example("ca", &PathBuf::from("/etc/gateway/storage-tls/ca.crt"));
+    t.example("cert", &PathBuf::from("/etc/gateway/storage-tls/tls.crt"));
+    t.example("key", &PathBuf::from("/etc/gateway/storage-tls/tls.key"));
 }
 
 /// The `[valkyrie]` section: every key in force, the ones without a flag too.
@@ -266,7 +289,7 @@ impl Toml for RequestLogLevel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gateway::config::{ClusterSection, FileConfig, PairConfig};
+    use gateway::config::{ClusterSection, FileConfig, PairConfig, StorageTlsSection};
     use gateway::settings::Flags;
 
     /// The field names serde's derive gives a struct, caught from its `deserialize_struct`
@@ -369,9 +392,10 @@ mod tests {
     #[test]
     fn the_example_names_every_key_the_loader_knows() {
         let text = text();
-        let sections: [(Option<&str>, &[&str]); 4] = [
+        let sections: [(Option<&str>, &[&str]); 5] = [
             (None, fields_of::<FileConfig>()),
             (Some("cluster"), fields_of::<ClusterSection>()),
+            (Some("storage_tls"), fields_of::<StorageTlsSection>()),
             (Some("valkyrie"), fields_of::<valkyrie::Settings>()),
             (Some("pairs"), fields_of::<PairConfig>()),
         ];
@@ -379,7 +403,8 @@ mod tests {
             let keys = keys_in(&text, section);
             for f in fields {
                 // Sections are keys of the top level, written as headers.
-                if section.is_none() && ["pairs", "cluster", "valkyrie"].contains(f) {
+                let sections = ["pairs", "cluster", "storage_tls", "valkyrie"];
+                if section.is_none() && sections.contains(f) {
                     assert!(text.contains(&format!("[{f}]")), "no [{f}] section");
                     continue;
                 }

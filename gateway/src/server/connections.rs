@@ -15,6 +15,10 @@
 //!   `503 SlowDown` (the S3 error clients retry with back-off) and closed, so a flood meets
 //!   a clear refusal and the file descriptors stay below `RLIMIT_NOFILE`, which
 //!   [`raise_open_files_limit`] raises to its hard limit at start.
+//! - **TLS** ([`super::tls`]): the same bounds hold beneath the TLS layer, on the socket's
+//!   bytes. The handshake counts as the start of the first request's head: it must end
+//!   within the header read timeout. The refusal of a connection over the bound is sent
+//!   over TLS (its handshake bounded like the refusal's IO).
 //!
 //! Back of the envelope: a connection costs one descriptor and hyper's buffers (a few KiB
 //! idle, ~400 KiB at most while writing); 4096 connections are ~16 MiB idle.
@@ -39,6 +43,7 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, Re
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::{Instant, Sleep};
+use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 /// The settings of every connection; see the module doc.
@@ -96,10 +101,12 @@ pub fn raise_open_files_limit() -> io::Result<u64> {
     Ok(getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX))
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then lets the connections in
-/// progress finish (bounded by [`SHUTDOWN_DRAIN_SECS`]).
+/// Serves `app` on `listener` (over TLS with `tls`, plain HTTP without) until `shutdown`
+/// completes, then lets the connections in progress finish (bounded by
+/// [`SHUTDOWN_DRAIN_SECS`]).
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
     app: Router,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
@@ -128,6 +135,7 @@ pub async fn serve(
             Ok(slot) => {
                 tokio::spawn(serve_connection(
                     stream,
+                    tls.clone(),
                     app.clone(),
                     limits.clone(),
                     slot,
@@ -136,7 +144,7 @@ pub async fn serve(
             }
             Err(_) => match refusals.clone().try_acquire_owned() {
                 Ok(permit) => {
-                    tokio::spawn(refuse(stream, refusal.clone(), permit));
+                    tokio::spawn(refuse(stream, tls.clone(), refusal.clone(), permit));
                 }
                 Err(_) => drop(stream),
             },
@@ -178,12 +186,32 @@ fn slow_down_response() -> Vec<u8> {
     .into_bytes()
 }
 
-async fn refuse(mut stream: TcpStream, answer: Bytes, _permit: OwnedSemaphorePermit) {
+async fn refuse(
+    stream: TcpStream,
+    tls: Option<TlsAcceptor>,
+    answer: Bytes,
+    _permit: OwnedSemaphorePermit,
+) {
     let io_bound = Duration::from_secs(REFUSAL_IO_SECS);
+    match tls {
+        None => refuse_on(stream, &answer, io_bound).await,
+        Some(tls) => {
+            if let Ok(Ok(stream)) = tokio::time::timeout(io_bound, tls.accept(stream)).await {
+                refuse_on(stream, &answer, io_bound).await;
+            }
+        }
+    }
+}
+
+async fn refuse_on(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    answer: &[u8],
+    io_bound: Duration,
+) {
     let mut request = vec![0u8; REFUSAL_READ_BYTES];
     let _ = tokio::time::timeout(io_bound, stream.read(&mut request)).await;
     let answered = tokio::time::timeout(io_bound, async {
-        stream.write_all(&answer).await?;
+        stream.write_all(answer).await?;
         stream.shutdown().await
     })
     .await;
@@ -199,13 +227,52 @@ async fn refuse(mut stream: TcpStream, answer: Bytes, _permit: OwnedSemaphorePer
 
 async fn serve_connection(
     stream: TcpStream,
+    tls: Option<TlsAcceptor>,
     app: Router,
     limits: ConnectionLimits,
     _slot: OwnedSemaphorePermit,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let requests = Arc::new(Requests::default());
-    let io = TokioIo::new(TimedIo::new(stream, requests.clone(), &limits));
+    let timed = TimedIo::new(stream, requests.clone(), &limits);
+    let Some(tls) = tls else {
+        return serve_http(timed, requests, app, &limits, stop).await;
+    };
+    // TimedIo bounds each read of the handshake; this bounds the whole of it.
+    let handshake_bound = Duration::from_secs(limits.header_read_timeout_secs);
+    let handshake = tokio::time::timeout(handshake_bound, tls.accept(timed));
+    let mut stopping = stop.clone();
+    let accepted = tokio::select! {
+        accepted = handshake => accepted,
+        () = stopped(&mut stopping) => return,
+    };
+    match accepted {
+        Ok(Ok(stream)) => serve_http(stream, requests, app, &limits, stop).await,
+        // Plain HTTP, an old protocol version, an unknown certificate: nothing to serve.
+        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+        Err(_) => tracing::debug!("no TLS handshake within the header read timeout"),
+    }
+}
+
+/// Completes when the server stops.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    while !*stop.borrow_and_update() {
+        if stop.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Serves HTTP/1.1 or HTTP/2 (hyper's auto-detection, which ALPN's choice agrees with) on
+/// a connection's `io` until it ends or the server stops.
+async fn serve_http(
+    io: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    requests: Arc<Requests>,
+    app: Router,
+    limits: &ConnectionLimits,
+    mut stop: watch::Receiver<bool>,
+) {
+    let io = TokioIo::new(io);
     let body_idle = Duration::from_secs(limits.body_idle_timeout_secs);
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let in_flight = InFlight::start(requests.clone());

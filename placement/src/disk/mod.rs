@@ -14,6 +14,7 @@ mod durable;
 mod error;
 mod layout;
 pub mod local;
+pub mod tls;
 pub mod webdav;
 
 use bytes::Bytes;
@@ -23,6 +24,7 @@ use crate::vocab::{DiskRef, Sha1};
 pub use error::DiskError;
 pub use layout::{ByteStream, TMP_DIR, content_path};
 pub use local::{LocalDisk, PageCache};
+pub use tls::{StorageTls, StorageTlsError};
 pub use webdav::{WebDavConfig, WebDavDisk};
 
 /// Bodies up to this size are written to both local disks of a pair by one blocking task
@@ -39,9 +41,10 @@ pub enum Disk {
 
 impl Disk {
     /// Opens the backend a [`DiskRef`] names: a local directory for `local:`, a WebDAV
-    /// folder with the default [`WebDavConfig`] for an `http://` URL.
+    /// folder with the process's [`WebDavConfig`] ([`WebDavConfig::set_process`], else the
+    /// default) for an `http://` or `https://` URL.
     pub fn open(disk: &DiskRef) -> Result<Self, DiskError> {
-        Self::open_with(disk, &WebDavConfig::default())
+        Self::open_with(disk, &WebDavConfig::process())
     }
 
     /// Like [`Disk::open`], with the timeouts (and optional space figure) of WebDAV disks.
@@ -60,6 +63,13 @@ impl Disk {
             Disk::Local(d) => d.disk_ref(),
             Disk::WebDav(d) => d.disk_ref(),
         }
+    }
+
+    /// The probe of the write path: a temp file created, completed and removed. Over
+    /// `https://` it also proves the TLS both ways (the node's certificate, and this
+    /// process's, which nginx checks only once a request is sent).
+    pub async fn probe_write(&self) -> Result<(), DiskError> {
+        self.begin_temp().await?.finish().await?.discard().await
     }
 
     /// Starts a new temp file under `tmp/`.

@@ -33,13 +33,18 @@
 //! unknown length has no whole-request bound on purpose: that would be a size limit in
 //! disguise.
 //!
-//! Only `http://` is supported: storage nodes sit on the storage network and this build
-//! carries no TLS client; an `https://` disk is refused with [`DiskError::Unsupported`].
+//! `https://` disks speak TLS with the [`StorageTls`] of [`WebDavConfig::tls`]: the node's
+//! certificate is checked against the configured CA only, and the client certificate (if
+//! any) is presented. An `https://` disk without one is refused when it is opened, never
+//! sent in the clear; a handshake that fails, and a node that refuses this client's
+//! certificate (nginx answers `400` to a request without a certificate it accepts), are
+//! [`DiskError::Remote`] errors naming the cause, like any other broken connection.
+//! `http://` disks use a plain connector, as before TLS existed.
 
 use std::fmt;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -48,8 +53,9 @@ use http_body_util::BodyExt as _;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{HeaderMap, Method, Request, Response, StatusCode, Uri};
-use hyper_util::client::legacy::Client;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -57,6 +63,7 @@ use tokio::time::timeout;
 
 use super::error::DiskError;
 use super::layout::{ByteStream, TMP_DIR};
+use super::tls::StorageTls;
 use crate::vocab::{DiskRef, Sha1};
 
 /// Chunks in flight per upload between the writer and the PUT body, as for local disks:
@@ -73,7 +80,11 @@ const OP_READ: &str = "read";
 const OP_READ_RANGE: &str = "read range";
 const OP_OPEN: &str = "open";
 
-/// Timeouts and the space figure of WebDAV disks.
+/// Bound on the error page read from a node that answered 400 over TLS, to tell a refused
+/// client certificate from another bad request (nginx's pages are about 300 bytes).
+const TLS_ERROR_PAGE_BYTES_MAX: usize = 4096;
+
+/// Timeouts, TLS and the space figure of WebDAV disks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebDavConfig {
     /// Bound on opening a TCP connection to the node.
@@ -93,6 +104,32 @@ pub struct WebDavConfig {
     /// What [`WebDavDisk::space`] reports as (free, total) bytes. nginx has no way to
     /// report free space; `None` makes `space` fail with [`DiskError::SpaceUnknown`].
     pub space: Option<(u64, u64)>,
+    /// The TLS client of `https://` disks; `None` refuses them (there is no fallback to
+    /// the system roots, see [`super::tls`]).
+    pub tls: Option<StorageTls>,
+}
+
+/// The configuration [`super::Disk::open`] gives WebDAV disks in this process.
+static PROCESS_CONFIG: RwLock<Option<WebDavConfig>> = RwLock::new(None);
+
+impl WebDavConfig {
+    /// Sets the configuration of every WebDAV disk this process opens from now on through
+    /// [`super::Disk::open`]. Process-wide because the storage TLS is the process's identity
+    /// on the storage network: the gateway's PairDB, its admin API, its probes and its
+    /// in-process Valkyrie workers, or the `valkyrie` binary, all open disks by name and must
+    /// reach the same nodes the same way. Set once at start, before any disk is opened.
+    pub fn set_process(config: WebDavConfig) {
+        *PROCESS_CONFIG.write().unwrap_or_else(|e| e.into_inner()) = Some(config);
+    }
+
+    /// What [`WebDavConfig::set_process`] set, else the default.
+    pub fn process() -> WebDavConfig {
+        PROCESS_CONFIG
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_default()
+    }
 }
 
 impl Default for WebDavConfig {
@@ -103,6 +140,7 @@ impl Default for WebDavConfig {
             stall_timeout: Duration::from_secs(30),
             pool_idle_timeout: Duration::from_secs(20),
             space: None,
+            tls: None,
         }
     }
 }
@@ -111,8 +149,55 @@ struct Inner {
     disk_ref: DiskRef,
     /// The base URL without a trailing slash.
     base: String,
-    client: Client<HttpConnector, ReqBody>,
+    client: Transport,
     config: WebDavConfig,
+}
+
+/// The connection pool of one disk: plain for `http://`, TLS only for `https://`.
+enum Transport {
+    Plain(Client<HttpConnector, ReqBody>),
+    Tls(Client<HttpsConnector<HttpConnector>, ReqBody>),
+}
+
+impl Transport {
+    /// A pool with every bound of [`WebDavConfig`]; `tls` for an `https://` disk.
+    fn new(config: &WebDavConfig, tls: Option<&StorageTls>) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_nodelay(true);
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder
+            .pool_idle_timeout(config.pool_idle_timeout)
+            .pool_timer(TokioTimer::new());
+        match tls {
+            None => {
+                connector.enforce_http(true);
+                Transport::Plain(builder.build(connector))
+            }
+            Some(tls) => {
+                // The TLS layer takes the `https` URLs; `https_only` refuses any other, so
+                // a request can never leave this pool in the clear.
+                connector.enforce_http(false);
+                let https = HttpsConnectorBuilder::new()
+                    .with_tls_config(tls.client_config().clone())
+                    .https_only()
+                    .enable_http1()
+                    .wrap_connector(connector);
+                Transport::Tls(builder.build(https))
+            }
+        }
+    }
+
+    fn request(&self, req: Request<ReqBody>) -> ResponseFuture {
+        match self {
+            Transport::Plain(client) => client.request(req),
+            Transport::Tls(client) => client.request(req),
+        }
+    }
+
+    fn is_tls(&self) -> bool {
+        matches!(self, Transport::Tls(_))
+    }
 }
 
 /// A disk that is a folder on a WebDAV node, e.g. `http://10.0.0.7:8081/disk0`.
@@ -133,13 +218,27 @@ impl fmt::Debug for WebDavDisk {
 }
 
 impl WebDavDisk {
-    /// A disk at the base URL `disk_ref` names (`http://host[:port][/path]`). No request is
-    /// made: a node that is down shows up on the first operation.
+    /// A disk at the base URL `disk_ref` names (`http://host[:port][/path]`, or `https://`
+    /// with [`WebDavConfig::tls`] set). No request is made: a node that is down, or whose
+    /// certificate does not verify, shows up on the first operation.
     pub fn new(disk_ref: DiskRef, config: WebDavConfig) -> Result<Self, DiskError> {
         let text = disk_ref.as_str();
-        if !text.starts_with("http://") {
+        let tls = if text.starts_with("http://") {
+            None
+        } else if text.starts_with("https://") {
+            let Some(tls) = config.tls.as_ref() else {
+                return Err(DiskError::Remote {
+                    disk: disk_ref,
+                    op: OP_OPEN,
+                    message: "an https:// disk needs the CA of the storage nodes (storage TLS \
+                              `ca`); the system roots are never trusted for a storage node"
+                        .into(),
+                });
+            };
+            Some(tls)
+        } else {
             return Err(DiskError::Unsupported(disk_ref));
-        }
+        };
         let base = text.trim_end_matches('/').to_string();
         let bad = |why: &str| DiskError::Remote {
             disk: disk_ref.clone(),
@@ -153,14 +252,7 @@ impl WebDavDisk {
         if uri.query().is_some() || base.contains('#') {
             return Err(bad("a query or fragment has no place in a disk URL"));
         }
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_nodelay(true);
-        connector.enforce_http(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(config.pool_idle_timeout)
-            .pool_timer(TokioTimer::new())
-            .build(connector);
+        let client = Transport::new(&config, tls);
         Ok(WebDavDisk {
             inner: Arc::new(Inner {
                 disk_ref,
@@ -405,11 +497,58 @@ impl WebDavDisk {
         op: &'static str,
         req: Request<ReqBody>,
     ) -> Result<Response<Incoming>, DiskError> {
-        self.inner
+        let resp = self
+            .inner
             .client
             .request(req)
             .await
-            .map_err(|e| self.remote(op, error_chain(&e)))
+            .map_err(|e| self.remote(op, error_chain(&e)))?;
+        if resp.status() == StatusCode::BAD_REQUEST && self.inner.client.is_tls() {
+            return Err(self.refused_over_tls(op, resp).await);
+        }
+        Ok(resp)
+    }
+
+    /// A 400 over TLS: with TLS 1.3 the handshake ends before nginx checks the client
+    /// certificate, so a missing or untrusted one comes back as a 400 page ("No required SSL
+    /// certificate was sent", "The SSL certificate error"), which is named here instead of
+    /// a bare status.
+    async fn refused_over_tls(&self, op: &'static str, resp: Response<Incoming>) -> DiskError {
+        let body = http_body_util::Limited::new(resp.into_body(), TLS_ERROR_PAGE_BYTES_MAX);
+        let page = match body.collect().await {
+            Ok(c) => String::from_utf8_lossy(&c.to_bytes()).into_owned(),
+            Err(_) => String::new(),
+        };
+        let presented = if self
+            .inner
+            .config
+            .tls
+            .as_ref()
+            .is_some_and(StorageTls::has_client_cert)
+        {
+            "the client certificate presented is not one it trusts"
+        } else {
+            "it requires a client certificate and none is configured (storage TLS `cert`, `key`)"
+        };
+        if let Some(said) = page.lines().find(|l| l.contains("SSL certificate")) {
+            let said = said.replace("<center>", "").replace("</center>", "");
+            return self.remote(
+                op,
+                format!(
+                    "the storage node refused this client: {presented} (nginx: {})",
+                    said.trim()
+                ),
+            );
+        }
+        // A HEAD answer has no page to tell; our requests are well formed, so a refused
+        // certificate is the likely cause, and the message says it is likely, not sure.
+        if page.is_empty() {
+            return self.remote(
+                op,
+                format!("the storage node answered 400, as nginx does when it refuses a client: likely {presented}"),
+            );
+        }
+        self.http_error(op, StatusCode::BAD_REQUEST)
     }
 
     /// A whole request whose answer body does not matter, within one request timeout.
@@ -875,13 +1014,14 @@ mod tests {
     }
 
     #[test]
-    fn https_and_bad_urls_are_refused() {
+    fn https_without_a_ca_and_bad_urls_are_refused() {
         let cfg = WebDavConfig::default();
         let https = "https://node/disk0".parse().unwrap();
-        assert!(matches!(
-            WebDavDisk::new(https, cfg.clone()),
-            Err(DiskError::Unsupported(_))
-        ));
+        let e = WebDavDisk::new(https, cfg.clone()).unwrap_err();
+        assert!(
+            e.to_string().contains("needs the CA of the storage nodes"),
+            "{e}"
+        );
         let query = "http://node/disk0?x=1".parse().unwrap();
         assert!(matches!(
             WebDavDisk::new(query, cfg.clone()),

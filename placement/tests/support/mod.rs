@@ -6,3 +6,7 @@
 /// too; one file serves both.
 #[path = "../../../tests/src/nginx.rs"]
 pub mod nginx;
+
+/// The certificates of the TLS tests, shared with the end-to-end tests as nginx is.
+#[path = "../../../tests/src/pki.rs"]
+pub mod pki;

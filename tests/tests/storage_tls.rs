@@ -1,0 +1,209 @@
+//! `https://` storage nodes: nginx with a certificate of the storage CA, requiring client
+//! certificates of it (`ssl_verify_client on`), and the gateway and `valkyrie` configured
+//! with `[storage_tls]` / `--storage-ca --storage-cert --storage-key`. A node whose
+//! certificate is from another CA, and a gateway without a client certificate, are refused
+//! at start with the reason.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use e2e::nginx::{Nginx, NodeTls};
+use e2e::pki::{Identity, StoragePki};
+use e2e::{Gateway, create_bucket, get_bytes, poll_until, put_bytes, random_body, sha1_hex};
+
+const START_EXIT_WAIT: Duration = Duration::from_secs(30);
+
+/// Two disks on one HTTPS node presenting `server`, requiring client certificates of the
+/// storage CA.
+fn https_node(pki: &StoragePki, server: &Identity) -> Nginx {
+    Nginx::start_tls(
+        &["d0", "d1"],
+        NodeTls {
+            cert: server.cert.clone(),
+            key: server.key.clone(),
+            client_ca: pki.ca.clone(),
+        },
+    )
+}
+
+/// A config file with pair 0 on the node's two disks and `[storage_tls]` as given.
+fn config_file(dir: &Path, nginx: &Nginx, pki: &StoragePki, client: Option<&Identity>) -> PathBuf {
+    let mut text = format!(
+        "[[pairs]]\nid = 0\ndisks = [\"{}\", \"{}\"]\n[storage_tls]\nca = {:?}\n",
+        nginx.url("d0"),
+        nginx.url("d1"),
+        pki.ca
+    );
+    if let Some(c) = client {
+        text.push_str(&format!("cert = {:?}\nkey = {:?}\n", c.cert, c.key));
+    }
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, text).expect("write config");
+    path
+}
+
+fn content_at(disk: &Path, sha1: &str) -> PathBuf {
+    disk.join(&sha1[0..2]).join(&sha1[2..4]).join(sha1)
+}
+
+/// Runs `gateway serve` expecting it to stop at start; its stderr.
+fn refused_start(config: &Path) -> String {
+    let data = tempfile::tempdir().expect("temp dir");
+    let mut child = Command::new(e2e::gateway_bin())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data.path())
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gateway serve");
+    let deadline = Instant::now() + START_EXIT_WAIT;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("gateway serve did not stop within {START_EXIT_WAIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "started: {stdout}");
+    assert!(!stdout.contains("listening on"), "{stdout}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The `valkyrie` binary of one disk, with the storage TLS flags; killed on drop.
+struct RemoteWorker(Child);
+
+impl RemoteWorker {
+    fn start(gw: &Gateway, token: &str, disk: &Path, index: u8, pki: &StoragePki) -> Self {
+        let bin = e2e::gateway_bin().with_file_name("valkyrie");
+        assert!(bin.is_file(), "build it first: cargo build -p valkyrie");
+        let child = Command::new(bin)
+            .arg("--disk")
+            .arg(disk)
+            .args(["--pair", "0", "--index", &index.to_string()])
+            .args(["--catalog", &gw.endpoint()])
+            .args(["--scrub-interval-secs", "1", "--grace-secs", "300"])
+            .arg("--storage-ca")
+            .arg(&pki.ca)
+            .arg("--storage-cert")
+            .arg(&pki.client.cert)
+            .arg("--storage-key")
+            .arg(&pki.client.key)
+            .env("VALKYRIE_CATALOG_TOKEN", token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn valkyrie");
+        RemoteWorker(child)
+    }
+}
+
+impl Drop for RemoteWorker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn uploads_reads_and_scrub_go_to_https_storage_nodes() {
+    let pki = StoragePki::new();
+    let nginx = https_node(&pki, &pki.node);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config_file(dir.path(), &nginx, &pki, Some(&pki.client));
+    let token = e2e::random_token(32);
+    let gw = Gateway::start_with(
+        &["--config", config.to_str().expect("utf-8 path")],
+        &[("GATEWAY_CATALOG_TOKEN", &token)],
+    );
+    let s3 = gw.client();
+    create_bucket(&s3, "tls").await;
+    let small = random_body(81, 10_000);
+    let large = random_body(82, 3 << 20);
+    put_bytes(&s3, "tls", "small", &small).await;
+    put_bytes(&s3, "tls", "large", &large).await;
+    assert_eq!(get_bytes(&s3, "tls", "small").await, small);
+    assert_eq!(get_bytes(&s3, "tls", "large").await, large);
+    let disks = [nginx.disk_dir("d0"), nginx.disk_dir("d1")];
+    let sha1 = sha1_hex(&large);
+    for d in &disks {
+        assert_eq!(std::fs::read(content_at(d, &sha1)).expect("copy"), large);
+    }
+    assert!(
+        nginx.access_log().contains("PUT "),
+        "{}",
+        nginx.access_log()
+    );
+
+    // Valkyrie beside disk 1 re-hashes its copy and fetches the good one from its peer
+    // over HTTPS, with its own client certificate.
+    let _worker = RemoteWorker::start(&gw, &token, &disks[1], 1, &pki);
+    let victim = content_at(&disks[1], &sha1);
+    let mut bad = large.clone();
+    bad[1000] ^= 0xff;
+    std::fs::write(&victim, &bad).expect("corrupt");
+    let repaired = poll_until(Duration::from_secs(30), || {
+        std::fs::read(&victim).is_ok_and(|b| b == large)
+    });
+    assert!(repaired, "the worker did not repair {}", victim.display());
+}
+
+#[test]
+fn a_node_with_a_certificate_of_another_ca_is_refused_at_start() {
+    let pki = StoragePki::new();
+    let nginx = https_node(&pki, &pki.rogue_node);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stderr = refused_start(&config_file(dir.path(), &nginx, &pki, Some(&pki.client)));
+    assert!(stderr.contains("refused at start"), "{stderr}");
+    assert!(
+        stderr.contains("invalid peer certificate: UnknownIssuer"),
+        "{stderr}"
+    );
+    assert!(!nginx.access_log().contains("PUT "), "nothing was sent");
+}
+
+#[test]
+fn a_gateway_without_a_client_certificate_is_refused_by_the_node() {
+    let pki = StoragePki::new();
+    let nginx = https_node(&pki, &pki.node);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stderr = refused_start(&config_file(dir.path(), &nginx, &pki, None));
+    assert!(stderr.contains("refused this client"), "{stderr}");
+    assert!(
+        stderr.contains("requires a client certificate and none is configured"),
+        "{stderr}"
+    );
+    // Another CA's client certificate is refused as clearly.
+    let stderr = refused_start(&config_file(
+        dir.path(),
+        &nginx,
+        &pki,
+        Some(&pki.rogue_client),
+    ));
+    assert!(stderr.contains("not one it trusts"), "{stderr}");
+}
+
+#[test]
+fn an_https_disk_without_a_storage_ca_is_refused_at_start() {
+    let pki = StoragePki::new();
+    let nginx = https_node(&pki, &pki.node);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("gateway.toml");
+    let text = format!(
+        "[[pairs]]\nid = 0\ndisks = [\"{}\", \"{}\"]\n",
+        nginx.url("d0"),
+        nginx.url("d1")
+    );
+    std::fs::write(&config, text).expect("write config");
+    let stderr = refused_start(&config);
+    assert!(
+        stderr.contains("needs the CA of the storage nodes"),
+        "{stderr}"
+    );
+}
