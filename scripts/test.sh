@@ -4,13 +4,17 @@
 # gateway and runs every test of the workspace. Extra arguments go to `cargo test`.
 #
 # Needs, and installs with apt-get when run as root: nginx with its dav modules (the
-# WebDAV storage-node tests) and iptables (the partition test, which also needs root for
-# its network namespaces). Without root, a missing one is named and the script stops.
+# WebDAV storage-node tests), iptables (the partition test, which also needs root for
+# its network namespaces) and rclone (the HTTPS tests). Without root, a missing one is
+# named and the script stops. boto3, the aws cli and s3cmd (the HTTPS tests) come from
+# pip, into the user's site.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 missing=()
 [ -x /usr/sbin/nginx ] || missing+=(nginx-full)
+# The HTTPS tests (tests/tests/tls.rs) drive rclone, s3cmd, boto3 and the aws cli.
+command -v rclone >/dev/null 2>&1 || missing+=(rclone)
 [ -e /usr/lib/nginx/modules/ngx_http_dav_ext_module.so ] || missing+=(libnginx-mod-http-dav-ext)
 command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || missing+=(iptables)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || missing+=(iproute2)
@@ -24,6 +28,17 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -q
     apt-get install -y -q "${missing[@]}"
 fi
+
+python_missing=()
+python3 -c 'import boto3' 2>/dev/null || python_missing+=(boto3)
+command -v aws >/dev/null 2>&1 || python_missing+=(awscli)
+command -v s3cmd >/dev/null 2>&1 || python_missing+=(s3cmd)
+if [ ${#python_missing[@]} -gt 0 ]; then
+    echo "installing ${python_missing[*]} (pip install --user)"
+    python3 -m pip install --quiet --user "${python_missing[@]}"
+    if command -v pyenv >/dev/null 2>&1; then pyenv rehash || true; fi
+fi
+export PATH="$HOME/.local/bin:$PATH"
 
 echo "== the previous release's gateway (rolling-upgrade test)"
 GATEWAY_PREVIOUS_BIN="$(bash scripts/previous-gateway.sh)"
