@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 use cli::{Cli, Cmd, ConfigCmd};
-use gateway::server::connections::{self, ConnectionLimits};
+use gateway::server::connections;
 
 /// Blocking threads the runtime may start (on demand; idle ones end). More than tokio's
 /// 512: the blocking tasks of many concurrent uploads and reads wait on disks.
@@ -46,7 +46,7 @@ fn run(command: Cmd, runtime: &tokio::runtime::Runtime) -> Result<ExitCode, Stri
         Cmd::Serve(args) => {
             let mut config =
                 gateway::settings::serve_config(args.config.as_deref(), &args.flags, &env)?;
-            fit_open_files_limit(&mut config.connections);
+            connections::fit_open_files_limit(&mut config.connections);
             runtime.block_on(gateway::storage_nodes::check_https(&config.pairs))?;
             runtime
                 .block_on(gateway::server::serve(config))
@@ -63,7 +63,12 @@ fn run(command: Cmd, runtime: &tokio::runtime::Runtime) -> Result<ExitCode, Stri
             let report = meta::raft::restore(&from, &data).map_err(|e| e.to_string())?;
             print!("{report}");
         }
-        Cmd::Fsck { data, grace_secs } => {
+        Cmd::Fsck {
+            data,
+            grace_secs,
+            storage_tls,
+        } => {
+            storage_tls.install()?;
             let report = gateway::fsck::run(&data, grace_secs).map_err(|e| e.to_string())?;
             print!("{report}");
             if !report.is_clean() {
@@ -72,25 +77,4 @@ fn run(command: Cmd, runtime: &tokio::runtime::Runtime) -> Result<ExitCode, Stri
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Raises the open files limit to its hard limit and keeps the connection bound below
-/// it, so that a flood of connections meets 503 SlowDown, not EMFILE.
-fn fit_open_files_limit(limits: &mut ConnectionLimits) {
-    match connections::raise_open_files_limit() {
-        Ok(files) => {
-            let room = files.saturating_sub(connections::RESERVED_FILES).max(1);
-            let room = usize::try_from(room).unwrap_or(usize::MAX);
-            if limits.max_connections > room {
-                tracing::warn!(
-                    max_connections = limits.max_connections,
-                    open_files_limit = files,
-                    lowered_to = room,
-                    "max_connections does not fit the open files limit"
-                );
-                limits.max_connections = room;
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
-    }
 }

@@ -60,6 +60,7 @@ pub mod rate;
 pub mod repair;
 pub mod scrub;
 pub mod settings;
+pub mod storage_tls;
 pub mod unmove;
 pub mod walk;
 pub mod worker;

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use placement::disk::{StorageTls, WebDavConfig};
 use placement::{Disk, PairId};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use valkyrie::logging::LogFormat;
@@ -83,17 +82,8 @@ struct Args {
     /// UNMOVE's read rate; 0 means unlimited.
     #[arg(long, default_value_t = UnmoveOptions::default().bytes_per_sec)]
     unmove_bytes_per_sec: u64,
-    /// An https:// peer disk: the CA bundle (PEM) storage nodes' certificates must chain to
-    /// (never the system roots).
-    #[arg(long)]
-    storage_ca: Option<PathBuf>,
-    /// The client certificate chain (PEM) presented to https:// storage nodes, with
-    /// --storage-key.
-    #[arg(long)]
-    storage_cert: Option<PathBuf>,
-    /// The private key (PEM) of --storage-cert.
-    #[arg(long)]
-    storage_key: Option<PathBuf>,
+    #[command(flatten)]
+    storage_tls: valkyrie::storage_tls::StorageTlsArgs,
     /// How log lines on stderr are written: text (coloured only on a terminal) or json
     /// (one object per line).
     #[arg(long, value_enum, env = "VALKYRIE_LOG_FORMAT", default_value_t = LogFormat::Text)]
@@ -133,19 +123,9 @@ async fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     // Before any disk is opened: the peer and, for UNMOVE, every pair's disks.
-    match StorageTls::from_settings(
-        args.storage_ca.as_deref(),
-        args.storage_cert.as_deref(),
-        args.storage_key.as_deref(),
-    ) {
-        Ok(tls) => WebDavConfig::set_process(WebDavConfig {
-            tls,
-            ..WebDavConfig::default()
-        }),
-        Err(e) => {
-            tracing::error!("{e}");
-            return ExitCode::from(2);
-        }
+    if let Err(e) = args.storage_tls.install() {
+        tracing::error!("{e}");
+        return ExitCode::from(2);
     }
     let config = HttpCatalogConfig {
         request_timeout: Duration::from_secs(args.catalog_timeout_secs.max(1)),

@@ -54,6 +54,9 @@ pub enum Cmd {
         /// Files without a record younger than this are uploads in flight, not orphans.
         #[arg(long, default_value_t = valkyrie::Settings::default().grace_secs)]
         grace_secs: u64,
+        /// TLS to https:// storage nodes, as `gateway serve` has it.
+        #[command(flatten)]
+        storage_tls: valkyrie::storage_tls::StorageTlsArgs,
     },
     /// Start a node from a backup (`gateway admin backup FILE`): builds DIR's metadata
     /// from it (DIR must hold no metadata yet); then `gateway serve --data DIR` as before.
