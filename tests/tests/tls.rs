@@ -1,6 +1,6 @@
 //! HTTPS on the S3 listener (`--tls-cert`, `--tls-key`): real clients (boto3, the aws cli,
-//! rustls with hyper) against the real binary, with certificates made by rcgen
-//! ([`e2e::pki`]: a CA and server certificates for 127.0.0.1).
+//! rclone, s3cmd, rustls with hyper) against the real binary, with certificates made by
+//! rcgen ([`e2e::pki`]: a CA and server certificates for 127.0.0.1).
 
 use std::fs;
 use std::io::{BufRead as _, BufReader};
@@ -666,4 +666,329 @@ fn bad_tls_settings_stop_the_start_with_a_clear_error() {
         );
         assert!(!out.contains("listening on"), "{args:?} started:\n{out}");
     }
+}
+
+/// Session settings that must not reach rclone and s3cmd: a CA bundle or proxy of the
+/// environment (with `AWS_CA_BUNDLE` set Debian's rclone refuses to start), AWS profiles and
+/// endpoints, an rclone config. What a client trusts comes from its own flags only.
+const CLIENT_ENV_REMOVED: &[&str] = &[
+    "AWS_CA_BUNDLE",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "RCLONE_CONFIG",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "http_proxy",
+    "https_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "all_proxy",
+];
+
+/// Bound on one rclone or s3cmd command.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+/// The multi-MiB file each client uploads: more than one 5 MiB part.
+const BIG_FILE_BYTES: usize = 12 << 20;
+
+/// A client command (rclone, s3cmd) with the session's settings removed.
+fn client_command(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    for var in CLIENT_ENV_REMOVED {
+        cmd.env_remove(var);
+    }
+    cmd.env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs `cmd` within [`CLIENT_TIMEOUT`]: its success and output (stdout then stderr).
+fn run_client(mut cmd: Command) -> (bool, String) {
+    let what = format!("{cmd:?}");
+    let child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: {e}"));
+    finish(child, CLIENT_TIMEOUT)
+}
+
+/// Panics, saying how to install it, where `program` is not installed: these tests claim
+/// that the client works over HTTPS and must not pass without running it (as in
+/// scripts/client-matrix.sh, a missing client is a failure, never a skip).
+fn require_client(program: &str, version_arg: &str, install: &str) {
+    match Command::new(program).arg(version_arg).output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!(
+            "`{program} {version_arg}` failed ({}): {}{}\ninstall it with `{install}` (as .ci/run does)",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => panic!(
+            "{program} is not installed ({e}); these tests run it against the gateway over \
+             HTTPS: install it with `{install}` (as .ci/run does)"
+        ),
+    }
+}
+
+/// A small and a multi-MiB file to upload, in `dir/up`: their names and contents.
+fn upload_files(dir: &Path) -> Vec<(&'static str, Vec<u8>)> {
+    let files = vec![
+        ("small.txt", b"a small file over https\n".to_vec()),
+        ("big.bin", e2e::random_body(0x715, BIG_FILE_BYTES)),
+    ];
+    fs::create_dir_all(dir.join("up")).unwrap();
+    for (name, body) in &files {
+        fs::write(dir.join("up").join(name), body).unwrap();
+    }
+    files
+}
+
+/// Asserts that a client's failed run failed on the server's certificate.
+#[track_caller]
+fn assert_refused_certificate(what: &str, (ok, out): (bool, String), marks: &[&str]) {
+    assert!(!ok, "{what}: the client was served:\n{out}");
+    assert!(
+        marks.iter().any(|m| out.contains(m)),
+        "{what}: failed, but not on the certificate (want one of {marks:?}):\n{out}"
+    );
+    eprintln!("{what}: refused as it should be:\n{out}");
+}
+
+#[test]
+fn rclone_works_over_https_with_the_ca_cert_and_refuses_the_server_without() {
+    require_client("rclone", "version", "apt-get install rclone");
+    let pki = Pki::new();
+    let server = pki.server("a");
+    let gw = Gateway::start_with(&tls_args(&server.cert, &server.key), &[]);
+    let dir = pki.dir.path().join("rclone");
+    let files = upload_files(&dir);
+    let config = dir.join("rclone.conf");
+    fs::write(
+        &config,
+        format!(
+            "[gw]\ntype = s3\nprovider = Other\naccess_key_id = {}\nsecret_access_key = {}\n\
+             endpoint = https://127.0.0.1:{}\nregion = us-east-1\nforce_path_style = true\n",
+            gw.access_key(),
+            gw.secret_key(),
+            gw.port()
+        ),
+    )
+    .unwrap();
+    let ca = pki.ca_pem();
+    let other_ca = Ca::new("another CA").write_cert(&dir.join("other-ca.pem"));
+    // `ca`: the file given with --ca-cert, or None for the system's roots.
+    let rclone = |ca: Option<&Path>, args: &[&str]| {
+        let mut cmd = client_command("rclone");
+        cmd.arg("--config")
+            .arg(&config)
+            .args(["--retries", "1", "--low-level-retries", "1"])
+            .args(["--contimeout", "10s", "--timeout", "60s"]);
+        if let Some(ca) = ca {
+            cmd.arg("--ca-cert").arg(ca);
+        }
+        cmd.args(args);
+        run_client(cmd)
+    };
+    let ok = |args: &[&str]| {
+        let (ok, out) = rclone(Some(&ca), args);
+        assert!(ok, "rclone {args:?} over https:\n{out}");
+        out
+    };
+
+    // Without the CA, and with another CA: refused on the certificate, nothing is sent.
+    let x509 = ["x509: certificate signed by unknown authority"];
+    assert_refused_certificate(
+        "rclone lsd without --ca-cert",
+        rclone(None, &["lsd", "gw:"]),
+        &x509,
+    );
+    assert_refused_certificate(
+        "rclone mkdir with another CA's --ca-cert",
+        rclone(Some(&other_ca), &["mkdir", "gw:refused"]),
+        &x509,
+    );
+
+    ok(&["mkdir", "gw:tls-rclone"]);
+    let listed = ok(&["lsd", "gw:"]);
+    assert!(listed.contains(" tls-rclone\n"), "rclone lsd: {listed}");
+    assert!(!listed.contains("refused"), "rclone lsd: {listed}");
+    // 5 MiB parts: the big file goes up as a multipart upload.
+    let up = dir.join("up");
+    ok(&[
+        "copy",
+        "--s3-upload-cutoff",
+        "5M",
+        "--s3-chunk-size",
+        "5M",
+        up.to_str().unwrap(),
+        "gw:tls-rclone",
+    ]);
+    let listed = ok(&["lsf", "--format", "sp", "gw:tls-rclone"]);
+    let mut lines: Vec<&str> = listed.lines().collect();
+    lines.sort_unstable();
+    let want: Vec<String> = [("big.bin", BIG_FILE_BYTES), ("small.txt", files[0].1.len())]
+        .iter()
+        .map(|(name, len)| format!("{len};{name}"))
+        .collect();
+    assert_eq!(lines, want, "rclone lsf: {listed}");
+    let down = dir.join("down");
+    ok(&["copy", "gw:tls-rclone", down.to_str().unwrap()]);
+    for (name, body) in &files {
+        e2e::assert_same_body(
+            &fs::read(down.join(name)).unwrap(),
+            body,
+            &format!("rclone copy down {name}"),
+        );
+    }
+    let checked = ok(&["check", up.to_str().unwrap(), "gw:tls-rclone"]);
+    assert!(
+        checked.contains(" 0 differences found"),
+        "rclone check: {checked}"
+    );
+
+    ok(&["delete", "gw:tls-rclone"]);
+    assert_eq!(
+        ok(&["lsf", "gw:tls-rclone"]),
+        "",
+        "left after rclone delete"
+    );
+    ok(&["rmdir", "gw:tls-rclone"]);
+    let listed = ok(&["lsd", "gw:"]);
+    assert!(
+        !listed.contains("tls-rclone"),
+        "after rclone rmdir: {listed}"
+    );
+}
+
+#[test]
+fn s3cmd_works_over_https_with_the_ca_certs_and_refuses_the_server_without() {
+    require_client("s3cmd", "--version", "pip install s3cmd");
+    let pki = Pki::new();
+    let server = pki.server("a");
+    let gw = Gateway::start_with(&tls_args(&server.cert, &server.key), &[]);
+    let dir = pki.dir.path().join("s3cmd");
+    let files = upload_files(&dir);
+    // Only the keys in the file; the endpoint, HTTPS and the CA are given on the command line.
+    let config = dir.join("s3cfg");
+    fs::write(
+        &config,
+        format!(
+            "[default]\naccess_key = {}\nsecret_key = {}\nbucket_location = us-east-1\n\
+             signature_v2 = False\nproxy_host =\n",
+            gw.access_key(),
+            gw.secret_key()
+        ),
+    )
+    .unwrap();
+    let host = format!("127.0.0.1:{}", gw.port());
+    let ca = pki.ca_pem();
+    let other_ca = Ca::new("another CA").write_cert(&dir.join("other-ca.pem"));
+    // `ca`: the file given with --ca-certs, or None for the system's roots. Certificate and
+    // host name checks on (they are s3cmd's defaults; said here so that no config turns them
+    // off); host_bucket without %(bucket)s: path-style requests.
+    let s3cmd = |ca: Option<&Path>, args: &[&str]| {
+        let mut cmd = client_command("s3cmd");
+        cmd.arg("-c")
+            .arg(&config)
+            .arg(format!("--host={host}"))
+            .arg(format!("--host-bucket={host}"))
+            .args(["--ssl", "--check-certificate", "--check-hostname"])
+            .args(["--no-progress", "--max-retries=1"]);
+        if let Some(ca) = ca {
+            cmd.arg(format!("--ca-certs={}", ca.display()));
+        }
+        cmd.args(args);
+        run_client(cmd)
+    };
+    let ok = |args: &[&str]| {
+        let (ok, out) = s3cmd(Some(&ca), args);
+        assert!(ok, "s3cmd {args:?} over https:\n{out}");
+        out
+    };
+
+    let verify_failed = ["CERTIFICATE_VERIFY_FAILED"];
+    assert_refused_certificate(
+        "s3cmd ls without --ca-certs",
+        s3cmd(None, &["ls"]),
+        &verify_failed,
+    );
+    assert_refused_certificate(
+        "s3cmd mb with another CA's --ca-certs",
+        s3cmd(Some(&other_ca), &["mb", "s3://refused"]),
+        &verify_failed,
+    );
+
+    ok(&["mb", "s3://tls-s3cmd"]);
+    let listed = ok(&["ls"]);
+    assert!(listed.contains("s3://tls-s3cmd\n"), "s3cmd ls: {listed}");
+    assert!(!listed.contains("refused"), "s3cmd ls: {listed}");
+    for (name, _) in &files {
+        let local = dir.join("up").join(name);
+        // 5 MB chunks: the big file goes up as a multipart upload.
+        ok(&[
+            "put",
+            "--multipart-chunk-size-mb=5",
+            local.to_str().unwrap(),
+            &format!("s3://tls-s3cmd/{name}"),
+        ]);
+    }
+    let listed = ok(&["ls", "s3://tls-s3cmd"]);
+    for (name, body) in &files {
+        let size = body.len().to_string();
+        assert!(
+            listed.lines().any(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                words.ends_with(&[size.as_str(), &format!("s3://tls-s3cmd/{name}")])
+            }),
+            "s3cmd ls: no {name} of {size} bytes in:\n{listed}"
+        );
+    }
+    for (name, body) in &files {
+        let local = dir.join(format!("{name}.down"));
+        ok(&[
+            "get",
+            &format!("s3://tls-s3cmd/{name}"),
+            local.to_str().unwrap(),
+        ]);
+        e2e::assert_same_body(
+            &fs::read(&local).unwrap(),
+            body,
+            &format!("s3cmd get {name}"),
+        );
+    }
+
+    ok(&["del", "s3://tls-s3cmd/small.txt", "s3://tls-s3cmd/big.bin"]);
+    assert_eq!(
+        ok(&["ls", "s3://tls-s3cmd"]).trim(),
+        "",
+        "left after s3cmd del"
+    );
+    ok(&["rb", "s3://tls-s3cmd"]);
+    let listed = ok(&["ls"]);
+    assert!(
+        !listed.contains("s3://tls-s3cmd"),
+        "after s3cmd rb: {listed}"
+    );
+}
+
+#[test]
+fn a_missing_client_says_how_to_install_it() {
+    let panic = std::panic::catch_unwind(|| {
+        require_client("e2e-no-such-client", "--version", "pip install s3cmd");
+    })
+    .expect_err("a missing client passed");
+    let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        message.contains("e2e-no-such-client is not installed")
+            && message.contains("install it with `pip install s3cmd`"),
+        "{message}"
+    );
 }
