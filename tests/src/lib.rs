@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod netns;
 pub mod nginx;
 pub mod pki;
+pub mod remote;
 pub mod prom;
 pub mod torture;
 
@@ -638,6 +639,19 @@ impl Drop for Gateway {
                 self.log_tail(150)
             );
         }
+    }
+}
+
+impl Gateway {
+    /// The address of `--admin-listen`, from the `admin listening on ADDR` line printed
+    /// before `listening on` (so known once the gateway started); None without the flag.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
+        log.iter().rev().find_map(|line| {
+            line.strip_prefix("[stdout] admin listening on ")?
+                .parse()
+                .ok()
+        })
     }
 }
 

@@ -2,57 +2,22 @@
 //! `/_catalog/` API: the article's deployment, where the gateway has no local disk and
 //! each nginx folder has its own worker.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use e2e::nginx::Nginx;
+use e2e::remote::{RemoteWorker, content_at};
 use e2e::{Gateway, create_bucket, get_bytes, poll_until, put_bytes, random_body, sha1_hex};
 
-/// The `valkyrie` binary beside the gateway binary under test.
-fn valkyrie_bin() -> PathBuf {
-    let bin = e2e::gateway_bin().with_file_name("valkyrie");
-    assert!(
-        bin.is_file(),
-        "build it first: cargo build -p valkyrie (no {})",
-        bin.display()
-    );
-    bin
-}
-
-/// One worker process for one nginx disk folder, killed on drop.
-struct RemoteWorker(Child);
-
-impl RemoteWorker {
-    /// `token`: the gateway's catalog token (GATEWAY_CATALOG_TOKEN), all a worker needs.
-    fn start(gw: &Gateway, token: &str, disk: &Path, index: u8) -> RemoteWorker {
-        let child = Command::new(valkyrie_bin())
-            .args(["--disk", disk.to_str().expect("utf-8 path")])
-            .args(["--pair", "0", "--index", &index.to_string()])
-            .args(["--catalog", &gw.endpoint()])
-            .args(["--quarantine-secs", "2", "--slave-delay-secs", "2"])
-            .args(["--scrub-interval-secs", "1", "--grace-secs", "300"])
-            .args(["--deletion-interval-secs", "1"])
-            .env("VALKYRIE_CATALOG_TOKEN", token)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn valkyrie");
-        RemoteWorker(child)
-    }
-}
-
-impl Drop for RemoteWorker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn content_at(disk: &Path, sha1: &str) -> PathBuf {
-    disk.join(&sha1[0..2]).join(&sha1[2..4]).join(sha1)
-}
+/// Quarantine, the slave's delay and the deletion pass in seconds, not hours.
+const FAST: [&str; 6] = [
+    "--quarantine-secs",
+    "2",
+    "--slave-delay-secs",
+    "2",
+    "--deletion-interval-secs",
+    "1",
+];
 
 #[tokio::test]
 async fn remote_workers_delete_and_repair_through_the_catalog() {
@@ -72,8 +37,8 @@ async fn remote_workers_delete_and_repair_through_the_catalog() {
     );
     let disks = [nginx.disk_dir("d0"), nginx.disk_dir("d1")];
     let _workers = [
-        RemoteWorker::start(&gw, &catalog_token, &disks[0], 0),
-        RemoteWorker::start(&gw, &catalog_token, &disks[1], 1),
+        RemoteWorker::start(&gw, &catalog_token, &disks[0], 0, &FAST),
+        RemoteWorker::start(&gw, &catalog_token, &disks[1], 1, &FAST),
     ];
 
     let s3 = gw.client();

@@ -5,11 +5,12 @@
 //! at start with the reason.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e::nginx::{Nginx, NodeTls};
 use e2e::pki::{Identity, StoragePki};
+use e2e::remote::{RemoteWorker, content_at};
 use e2e::{Gateway, create_bucket, get_bytes, poll_until, put_bytes, random_body, sha1_hex};
 
 const START_EXIT_WAIT: Duration = Duration::from_secs(30);
@@ -43,10 +44,6 @@ fn config_file(dir: &Path, nginx: &Nginx, pki: &StoragePki, client: Option<&Iden
     path
 }
 
-fn content_at(disk: &Path, sha1: &str) -> PathBuf {
-    disk.join(&sha1[0..2]).join(&sha1[2..4]).join(sha1)
-}
-
 /// Runs `gateway serve` expecting it to stop at start; its stderr.
 fn refused_start(config: &Path) -> String {
     let data = tempfile::tempdir().expect("temp dir");
@@ -73,42 +70,6 @@ fn refused_start(config: &Path) -> String {
     assert!(!out.status.success(), "started: {stdout}");
     assert!(!stdout.contains("listening on"), "{stdout}");
     String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-/// The `valkyrie` binary of one disk, with the storage TLS flags; killed on drop.
-struct RemoteWorker(Child);
-
-impl RemoteWorker {
-    fn start(gw: &Gateway, token: &str, disk: &Path, index: u8, pki: &StoragePki) -> Self {
-        let bin = e2e::gateway_bin().with_file_name("valkyrie");
-        assert!(bin.is_file(), "build it first: cargo build -p valkyrie");
-        let child = Command::new(bin)
-            .arg("--disk")
-            .arg(disk)
-            .args(["--pair", "0", "--index", &index.to_string()])
-            .args(["--catalog", &gw.endpoint()])
-            .args(["--scrub-interval-secs", "1", "--grace-secs", "300"])
-            .arg("--storage-ca")
-            .arg(&pki.ca)
-            .arg("--storage-cert")
-            .arg(&pki.client.cert)
-            .arg("--storage-key")
-            .arg(&pki.client.key)
-            .env("VALKYRIE_CATALOG_TOKEN", token)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn valkyrie");
-        RemoteWorker(child)
-    }
-}
-
-impl Drop for RemoteWorker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[tokio::test]
@@ -143,7 +104,15 @@ async fn uploads_reads_and_scrub_go_to_https_storage_nodes() {
 
     // Valkyrie beside disk 1 re-hashes its copy and fetches the good one from its peer
     // over HTTPS, with its own client certificate.
-    let _worker = RemoteWorker::start(&gw, &token, &disks[1], 1, &pki);
+    let tls = [
+        "--storage-ca".as_ref(),
+        pki.ca.as_os_str(),
+        "--storage-cert".as_ref(),
+        pki.client.cert.as_os_str(),
+        "--storage-key".as_ref(),
+        pki.client.key.as_os_str(),
+    ];
+    let _worker = RemoteWorker::start::<&std::ffi::OsStr>(&gw, &token, &disks[1], 1, &tls);
     let victim = content_at(&disks[1], &sha1);
     let mut bad = large.clone();
     bad[1000] ^= 0xff;
