@@ -10,8 +10,8 @@ pub mod cluster;
 pub mod netns;
 pub mod nginx;
 pub mod pki;
-pub mod remote;
 pub mod prom;
+pub mod remote;
 pub mod torture;
 
 use std::collections::{BTreeMap, VecDeque};
