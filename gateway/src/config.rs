@@ -41,6 +41,8 @@ pub enum ConfigError {
 pub struct FileConfig {
     pub data: Option<PathBuf>,
     pub listen: Option<SocketAddr>,
+    /// The admin listener: health, metrics, status and the admin API only.
+    pub admin_listen: Option<SocketAddr>,
     pub region: Option<String>,
     pub domain: Option<String>,
     pub max_object_bytes: Option<u64>,

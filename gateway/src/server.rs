@@ -33,6 +33,9 @@ const SINGLE_NODE_START_SECS: u64 = 60;
 pub struct Config {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
+    /// `--admin-listen`: a second listener serving only the operators' routes
+    /// ([`admin_router`]), with its own connection bound; plain HTTP. None: none.
+    pub admin_listen: Option<SocketAddr>,
     pub region: String,
     /// Virtual-hosted-style requests: `bucket.<domain>`.
     pub domain: Option<String>,
@@ -201,6 +204,32 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state.clone());
     let guard =
         |access| axum::middleware::from_fn_with_state((state.clone(), access), api::auth::require);
+    operations_routes(&state)
+        .merge(native::routes().route_layer(guard(Access::Native)))
+        .merge(catalog::routes().route_layer(guard(Access::Catalog)))
+        .merge(cluster::rpc_routes().route_layer(guard(Access::Cluster)))
+        .with_state(state)
+        .fallback_service(s3_api)
+}
+
+/// The routes of the admin listener (`--admin-listen`): the operators' routes only, so
+/// that a probe or a scrape never waits behind S3 connections.
+pub fn admin_router(state: Arc<AppState>) -> Router {
+    operations_routes(&state)
+        .with_state(state)
+        .fallback(|| async {
+            (
+                axum::http::StatusCode::NOT_FOUND,
+                "not served on the admin listener: /_health, /_metrics, /_status, /_admin/\n",
+            )
+        })
+}
+
+/// `/_health`, `/_metrics`, `/_status` and the `/_admin/` API, each behind its credential:
+/// served by the S3 listener and the admin listener alike.
+fn operations_routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
+    let guard =
+        |access| axum::middleware::from_fn_with_state((state.clone(), access), api::auth::require);
     let admin = admin::routes()
         .merge(keys::routes())
         .merge(cluster::admin_routes());
@@ -211,11 +240,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/_health", get(|| async { "ok\n" }))
         .merge(admin.route_layer(guard(Access::Admin)))
         .merge(metrics.route_layer(guard(Access::Metrics)))
-        .merge(native::routes().route_layer(guard(Access::Native)))
-        .merge(catalog::routes().route_layer(guard(Access::Catalog)))
-        .merge(cluster::rpc_routes().route_layer(guard(Access::Cluster)))
-        .with_state(state)
-        .fallback_service(s3_api)
 }
 
 /// The data folder holds the secrets of the access keys (`meta.redb`, `raft.redb`,
@@ -275,6 +299,18 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let addr = listener
         .local_addr()
         .map_err(|e| ServeError::Listen(config.listen, e))?;
+    let admin_listener = match config.admin_listen {
+        Some(at) => {
+            let listener = tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| ServeError::Listen(at, e))?;
+            let bound = listener
+                .local_addr()
+                .map_err(|e| ServeError::Listen(at, e))?;
+            Some((listener, bound))
+        }
+        None => None,
+    };
     let single = config.cluster.is_none();
     let cluster = config.cluster.clone().unwrap_or_else(|| ClusterConfig {
         snapshot_logs: config.snapshot_logs,
@@ -308,13 +344,32 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     }
     // Serving starts before the group has a leader: the peers' votes and appends arrive
     // on this port.
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
     let server = tokio::spawn(connections::serve(
         listener,
         tls.as_ref().map(|(_, _, acceptor)| acceptor.clone()),
         router(state.clone()),
         config.connections.clone(),
-        shutdown_signal(),
+        stopped(stop.clone()),
     ));
+    let admin_server = admin_listener.map(|(listener, bound)| {
+        let limits = ConnectionLimits {
+            max_connections: connections::ADMIN_CONNECTIONS_MAX,
+            ..config.connections.clone()
+        };
+        let served = tokio::spawn(connections::serve(
+            listener,
+            None,
+            admin_router(state.clone()),
+            limits,
+            stopped(stop.clone()),
+        ));
+        (served, bound)
+    });
     if single {
         metadata
             .wait_leader(Duration::from_secs(SINGLE_NODE_START_SECS))
@@ -381,16 +436,36 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         );
         tracing::info!(cert = %files.cert.display(), sha256 = %certificate.fingerprint(), "TLS on");
     }
+    if let Some((_, admin_addr)) = &admin_server {
+        // Before the line below: whoever waits for it has this one too.
+        println!("admin listening on {admin_addr}");
+        tracing::info!(addr = %admin_addr, "admin listener (health, metrics, status, admin API)");
+    }
     // Tests and scripts wait for exactly this line to learn the port.
     println!("listening on {addr}");
     tracing::info!(%addr, data = %data_dir.display(), node = metadata.node_id(), "gateway serving");
-    let served = match server.await {
-        Ok(r) => r.map_err(ServeError::Serve),
-        Err(e) => Err(ServeError::Serve(std::io::Error::other(e))),
-    };
+    let served = joined(server.await);
+    if let Some((admin_server, _)) = admin_server
+        && let Err(e) = joined(admin_server.await)
+    {
+        tracing::warn!(error = %e, "admin listener");
+    }
     state.workers.stop();
     metadata.shutdown().await;
     served
+}
+
+/// A listener's outcome, its task's failure included.
+fn joined(outcome: Result<std::io::Result<()>, tokio::task::JoinError>) -> Result<(), ServeError> {
+    match outcome {
+        Ok(r) => r.map_err(ServeError::Serve),
+        Err(e) => Err(ServeError::Serve(std::io::Error::other(e))),
+    }
+}
+
+/// Completes once `stop` says true (or its sender is gone).
+async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
 }
 
 fn credentials_of(state: &AppState) -> (&str, &str) {

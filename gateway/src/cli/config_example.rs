@@ -48,6 +48,13 @@ fn server(t: &mut Example, d: &Settings) {
     t.set("data", &d.data);
     t.comment("Address to listen on (S3, admin, metrics, status, node-to-node); port 0 picks one.");
     t.set("listen", &d.listen);
+    t.comment(
+        "A second listener (plain HTTP) for /_health, /_metrics, /_status and /_admin/ only,",
+    );
+    t.comment(
+        "with its own connection bound: probes answer while S3 connections are at their bound.",
+    );
+    t.example("admin_listen", &SocketAddr::from(([0, 0, 0, 0], 9001)));
     t.comment("Region reported to clients and required in signatures (see any_region).");
     t.set("region", &d.region);
     t.comment("Accept signatures whose credential scope names any region.");

@@ -12,9 +12,20 @@
 //! - **Send** (`send_timeout_secs`): a write that makes no progress this long (the client
 //!   stopped reading) closes the connection, and frees what the response held.
 //! - **Connections** (`max_connections`): connections in flight; one more is answered
-//!   `503 SlowDown` (the S3 error clients retry with back-off) and closed, so a flood meets
-//!   a clear refusal and the file descriptors stay below `RLIMIT_NOFILE`, which
-//!   [`raise_open_files_limit`] raises to its hard limit at start.
+//!   `503 SlowDown` (the S3 error clients retry with back-off, `Connection: close`) and
+//!   closed, so a flood meets a clear refusal, never a silent close. A refusal waits for
+//!   the request it refuses ([`REFUSAL_IO_SECS`]), answers, then reads whatever arrives
+//!   until the client closes ([`REFUSAL_LINGER_SECS`]), so that a late request still finds
+//!   the answer and the close is a FIN, not a reset; at most [`refusals_max`] of them run
+//!   at once. Past that, a plain HTTP connection is answered at once from the accept loop
+//!   (what the request sent so far is read without waiting, the answer written to the
+//!   empty send buffer, the socket closed): no task, no wait. Over TLS the answer needs a
+//!   handshake, so such a connection is closed unanswered.
+//! - **Open files**: [`raise_open_files_limit`] raises `RLIMIT_NOFILE` to its hard limit at
+//!   start and [`fit_open_files_limit`] lowers `max_connections` until the connections
+//!   and their refusals fit beside [`reserved_files`].
+//! - **Admin listener** (`--admin-listen`): the same bounds, with its own connection bound
+//!   ([`ADMIN_CONNECTIONS_MAX`]), so that S3 connections cannot lock the health checks out.
 //! - **TLS** ([`super::tls`]): the same bounds hold beneath the TLS layer, on the socket's
 //!   bytes. The handshake counts as the start of the first request's head: it must end
 //!   within the header read timeout. The refusal of a connection over the bound is sent
@@ -68,15 +79,23 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// Descriptors kept for everything but client connections (disks, the metadata database,
-/// peers, WebDAV nodes): the connection bound is lowered to fit beside them.
-pub const RESERVED_FILES: u64 = 1024;
-/// Refusals (`503 SlowDown`) being written at once; past it, a connection over the bound
-/// is closed without an answer.
+/// Descriptors kept for everything but client connections, at least: a single node's
+/// metadata databases and log, a few dozen files of bodies in progress, the admin
+/// listener's connections ([`ADMIN_CONNECTIONS_MAX`] and their refusals).
+pub const RESERVED_FILES_MIN: u64 = 64;
+/// Descriptors kept at most: as many disks, peers and WebDAV connections as a large node
+/// has, with room to spare (the one fixed reserve of earlier versions).
+pub const RESERVED_FILES_MAX: u64 = 1024;
+/// Connections of the admin listener in flight (probes, scrapes, the admin CLI).
+pub const ADMIN_CONNECTIONS_MAX: usize = 16;
+/// Refusal tasks (`503 SlowDown`) in flight at once, at most; see [`refusals_max`].
 const REFUSALS_IN_FLIGHT_MAX: usize = 256;
 /// How long a refusal waits for the request it refuses (read so that closing does not
 /// reset the connection before the client reads the answer), and for its answer to leave.
 const REFUSAL_IO_SECS: u64 = 2;
+/// How long a refusal keeps reading after its answer, until the client closes: a request
+/// that comes late is read, and the close after it is not a reset.
+const REFUSAL_LINGER_SECS: u64 = 5;
 /// Bytes of the refused request read, at most.
 const REFUSAL_READ_BYTES: usize = 16 * 1024;
 /// Pause after an accept error (EMFILE, ENFILE): the listener stays readable, and a loop
@@ -101,6 +120,69 @@ pub fn raise_open_files_limit() -> io::Result<u64> {
     Ok(getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX))
 }
 
+/// Descriptors kept for everything but client connections and their refusals: a quarter
+/// of the open files limit, within [`RESERVED_FILES_MIN`]..=[`RESERVED_FILES_MAX`]. A low
+/// limit is a small node's (few disks, no peers): it needs little, and a fixed 1024 would
+/// leave a limit of 1024 one connection. A high limit gives connections all but 1024.
+pub fn reserved_files(open_files_limit: u64) -> u64 {
+    (open_files_limit / 4).clamp(RESERVED_FILES_MIN, RESERVED_FILES_MAX)
+}
+
+/// Refusal tasks a listener with `max_connections` runs at once: a quarter of the
+/// connections, within 1..=[`REFUSALS_IN_FLIGHT_MAX`] (each holds a descriptor for up to
+/// [`REFUSAL_IO_SECS`] twice and [`REFUSAL_LINGER_SECS`]).
+pub fn refusals_max(max_connections: usize) -> usize {
+    (max_connections / 4).clamp(1, REFUSALS_IN_FLIGHT_MAX)
+}
+
+/// The most connections that fit `open_files_limit`: with their [`refusals_max`], they
+/// take what [`reserved_files`] leaves (`c + refusals_max(c) <= room`), at least 1.
+///
+/// `c = max(4/5 room, room - 256)`: the first while a quarter of `c` is under 256
+/// (`c + c/4 <= room`), the second past it. A limit of 1024 gives 614 connections and
+/// 153 refusals; 20 000 gives 18 720 (beyond the default 4096).
+pub fn connections_room(open_files_limit: u64) -> usize {
+    let room = open_files_limit.saturating_sub(reserved_files(open_files_limit));
+    let room = usize::try_from(room).unwrap_or(usize::MAX);
+    (room - room.div_ceil(5))
+        .max(room.saturating_sub(REFUSALS_IN_FLIGHT_MAX))
+        .max(1)
+}
+
+/// Raises the open files limit to its hard limit and lowers `max_connections` to
+/// [`connections_room`] if it does not fit, so that a flood of connections meets
+/// `503 SlowDown`, not EMFILE. Logs the bound and why.
+pub fn fit_open_files_limit(limits: &mut ConnectionLimits) {
+    let files = match raise_open_files_limit() {
+        Ok(files) => files,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot raise the open files limit");
+            return;
+        }
+    };
+    let room = connections_room(files);
+    if limits.max_connections > room {
+        tracing::warn!(
+            max_connections = limits.max_connections,
+            open_files_limit = files,
+            reserved_files = reserved_files(files),
+            refusals_max = refusals_max(room),
+            lowered_to = room,
+            "max_connections does not fit the open files limit beside the descriptors kept \
+             for disks, databases and peers: lowered"
+        );
+        limits.max_connections = room;
+    } else {
+        tracing::info!(
+            max_connections = limits.max_connections,
+            open_files_limit = files,
+            reserved_files = reserved_files(files),
+            refusals_max = refusals_max(limits.max_connections),
+            "connection bound"
+        );
+    }
+}
+
 /// Serves `app` on `listener` (over TLS with `tls`, plain HTTP without) until `shutdown`
 /// completes, then lets the connections in progress finish (bounded by
 /// [`SHUTDOWN_DRAIN_SECS`]).
@@ -114,7 +196,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(
         limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
     ));
-    let refusals = Arc::new(Semaphore::new(REFUSALS_IN_FLIGHT_MAX));
+    let refusals = Arc::new(Semaphore::new(refusals_max(limits.max_connections)));
     let (stop_tx, stop_rx) = watch::channel(false);
     let refusal = Bytes::from(slow_down_response());
     tokio::pin!(shutdown);
@@ -146,6 +228,7 @@ pub async fn serve(
                 Ok(permit) => {
                     tokio::spawn(refuse(stream, tls.clone(), refusal.clone(), permit));
                 }
+                Err(_) if tls.is_none() => refuse_at_once(stream, &refusal),
                 Err(_) => drop(stream),
             },
         }
@@ -203,6 +286,29 @@ async fn refuse(
     }
 }
 
+/// Answers a plain HTTP connection over the bound without a task or a wait: what the
+/// request sent so far is read (so that the close is not a reset), the answer goes to the
+/// socket's empty send buffer, the socket closes.
+fn refuse_at_once(stream: TcpStream, answer: &[u8]) {
+    use std::io::{Read as _, Write as _};
+    // Off the reactor: its readiness of a socket just accepted is not known yet, and the
+    // std socket stays non-blocking, so neither call waits.
+    let Ok(mut stream) = stream.into_std() else {
+        return;
+    };
+    let mut request = [0u8; 4096];
+    let mut read = 0;
+    while read < REFUSAL_READ_BYTES {
+        match stream.read(&mut request) {
+            Ok(n) if n > 0 => read += n,
+            _ => break,
+        }
+    }
+    if stream.write(answer).is_ok_and(|n| n == answer.len()) {
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+    }
+}
+
 async fn refuse_on(
     mut stream: impl AsyncRead + AsyncWrite + Unpin,
     answer: &[u8],
@@ -216,9 +322,10 @@ async fn refuse_on(
     })
     .await;
     if matches!(answered, Ok(Ok(()))) {
-        // Whatever else the client sends is read and dropped until it closes, briefly,
-        // so that the close does not reset the answer away.
-        let _ = tokio::time::timeout(io_bound, async {
+        // Whatever else the client sends (a request that came late) is read and dropped
+        // until it closes, so that the close does not reset the answer away.
+        let linger = Duration::from_secs(REFUSAL_LINGER_SECS);
+        let _ = tokio::time::timeout(linger, async {
             while stream.read(&mut request).await.is_ok_and(|n| n > 0) {}
         })
         .await;
@@ -600,5 +707,51 @@ impl AsyncWrite for TimedIo {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let polled = Pin::new(&mut self.inner).poll_shutdown(cx);
         self.timed_write(cx, polled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reserve_is_a_quarter_of_the_limit_within_its_bounds() {
+        assert_eq!(reserved_files(100), RESERVED_FILES_MIN);
+        assert_eq!(reserved_files(256), 64);
+        assert_eq!(reserved_files(1024), 256);
+        assert_eq!(reserved_files(4096), 1024);
+        assert_eq!(reserved_files(1 << 20), RESERVED_FILES_MAX);
+    }
+
+    #[test]
+    fn connections_and_their_refusals_fit_beside_the_reserve() {
+        assert_eq!(connections_room(1024), 614);
+        assert_eq!(refusals_max(614), 153);
+        assert_eq!(connections_room(4096), 2816);
+        assert_eq!(connections_room(20_000), 18_720);
+        // Below the reserve and a refusal: one connection, never none.
+        assert_eq!(connections_room(0), 1);
+        assert_eq!(connections_room(65), 1);
+        for limit in (66..5000).chain([65_536, 1 << 20, u64::MAX]) {
+            let room = connections_room(limit);
+            let used = (room + refusals_max(room)) as u128 + u128::from(reserved_files(limit));
+            assert!(
+                used <= u128::from(limit),
+                "limit {limit}: {room} connections"
+            );
+            // Not more than rounding left unused either.
+            assert!(
+                u128::from(limit) - used <= 2,
+                "limit {limit}: {room} connections"
+            );
+        }
+    }
+
+    #[test]
+    fn refusals_are_a_quarter_of_the_connections_within_their_bound() {
+        assert_eq!(refusals_max(1), 1);
+        assert_eq!(refusals_max(ADMIN_CONNECTIONS_MAX), 4);
+        assert_eq!(refusals_max(256), 64);
+        assert_eq!(refusals_max(4096), REFUSALS_IN_FLIGHT_MAX);
     }
 }
