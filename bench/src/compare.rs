@@ -61,19 +61,19 @@ impl Op {
         }
     }
 
-    fn index(self) -> usize {
+    pub fn index(self) -> usize {
         Op::ALL.iter().position(|&o| o == self).unwrap_or(0)
     }
 
     /// ops/s for the small bodies, MB/s for the large ones (what each is quoted in).
-    fn rate(self, o: &Outcome) -> f64 {
+    pub fn rate(self, o: &Outcome) -> f64 {
         match self {
             Op::Put64 | Op::Get64 | Op::Dup64 => o.ops_per_sec(),
             Op::Put8 | Op::Get8 => o.bytes_per_sec() / 1e6,
         }
     }
 
-    fn unit(self) -> &'static str {
+    pub fn unit(self) -> &'static str {
         match self {
             Op::Put64 | Op::Get64 | Op::Dup64 => "ops/s",
             Op::Put8 | Op::Get8 => "MB/s",
@@ -183,12 +183,22 @@ fn peer_running(p: Peer, dir: Scratch) -> Running {
 }
 
 /// One server's round: its outcomes by [`Op::index`].
-type RoundOut = [Option<Outcome>; 5];
+pub type RoundOut = [Option<Outcome>; 5];
 
 /// The bodies of one round, the same for every server.
-struct Bodies {
-    small: Arc<Vec<Bytes>>,
-    big: Arc<Vec<Bytes>>,
+pub struct Bodies {
+    pub small: Arc<Vec<Bytes>>,
+    pub big: Arc<Vec<Bytes>>,
+}
+
+impl Bodies {
+    /// `plan.small_count` 64 KiB and `plan.big_count` 8 MiB bodies.
+    pub fn new(rng: &mut Rng, plan: &ComparePlan) -> Bodies {
+        Bodies {
+            small: workloads::bodies(rng, plan.small_count, SMALL),
+            big: workloads::bodies(rng, plan.big_count, BIG),
+        }
+    }
 }
 
 async fn round(
@@ -202,14 +212,24 @@ async fn round(
     let dir = scratches.fresh(&tag)?;
     let run = start(c, dir, seed).await?;
     workloads::warm_up(&run.client, BUCKET, run.needs_bucket).await?;
+    let out = run_ops(&run.client, &c.ops, bodies, plan).await?;
+    Ok((out, run.setup.clone()))
+}
+
+/// Runs `ops` (in [`Op::ALL`]'s order) against a server that has the bucket.
+pub async fn run_ops(
+    cl: &Client,
+    ops: &[Op],
+    bodies: &Bodies,
+    plan: &ComparePlan,
+) -> Result<RoundOut, String> {
     let mut out: RoundOut = Default::default();
     let mut small_stored = 0usize;
     let mut big_stored = 0usize;
     for op in Op::ALL {
-        if !c.ops.contains(&op) {
+        if !ops.contains(&op) {
             continue;
         }
-        let cl = &run.client;
         let o = match op {
             Op::Put64 => {
                 let o =
@@ -253,7 +273,7 @@ async fn round(
         }
         out[op.index()] = Some(o);
     }
-    Ok((out, run.setup.clone()))
+    Ok(out)
 }
 
 fn progress(msg: &str) {
@@ -272,10 +292,7 @@ pub async fn run(
     let mut results: Vec<Vec<Option<RoundOut>>> = contenders.iter().map(|_| Vec::new()).collect();
     let mut setups: Vec<Option<String>> = contenders.iter().map(|_| None).collect();
     for r in 0..plan.rounds {
-        let bodies = Bodies {
-            small: workloads::bodies(rng, plan.small_count, SMALL),
-            big: workloads::bodies(rng, plan.big_count, BIG),
-        };
+        let bodies = Bodies::new(rng, plan);
         let seed = rng.next_u64();
         for (k, c) in contenders.iter().enumerate() {
             progress(&format!(
@@ -302,7 +319,7 @@ pub async fn run(
         }
         for op in Op::ALL {
             if c.ops.contains(&op) {
-                op_row(report, c, op, &results[k], plan.rounds);
+                op_row(report, SEC, &c.label, op, &results[k], plan.rounds);
             }
         }
     }
@@ -310,14 +327,22 @@ pub async fn run(
 }
 
 /// The rates of `op` over the rounds that have it (None where a round failed).
-fn rates(rounds: &[Option<RoundOut>], op: Op) -> Vec<Option<f64>> {
+pub fn rates(rounds: &[Option<RoundOut>], op: Op) -> Vec<Option<f64>> {
     rounds
         .iter()
         .map(|r| r.as_ref()?[op.index()].as_ref().map(|o| op.rate(o)))
         .collect()
 }
 
-fn op_row(report: &mut Report, c: &Contender, op: Op, rounds: &[Option<RoundOut>], planned: usize) {
+/// `label`'s row for `op`: median (min-max) over the rounds of its rate, p50 and p99.
+pub fn op_row(
+    report: &mut Report,
+    section: &str,
+    label: &str,
+    op: Op,
+    rounds: &[Option<RoundOut>],
+    planned: usize,
+) {
     let outs: Vec<&Outcome> = rounds
         .iter()
         .filter_map(|r| r.as_ref()?[op.index()].as_ref())
@@ -335,8 +360,8 @@ fn op_row(report: &mut Report, c: &Contender, op: Op, rounds: &[Option<RoundOut>
         ""
     };
     report.push(Row {
-        section: SEC.into(),
-        figure: format!("{}: {}", op.label(), c.label),
+        section: section.into(),
+        figure: format!("{}: {label}", op.label()),
         measured: format!(
             "{} {}, p50 {}, p99 {} ({} of {planned} rounds; median (min-max)){cut}",
             med_range(&rate, |x| format!("{x:.0}")),
@@ -353,7 +378,7 @@ fn op_row(report: &mut Report, c: &Contender, op: Op, rounds: &[Option<RoundOut>
 }
 
 /// `a / b` of the medians over the rounds, and each round's own ratio.
-fn ratio_of(a: &[Option<f64>], b: &[Option<f64>]) -> Option<(f64, f64, f64, String)> {
+pub fn ratio_of(a: &[Option<f64>], b: &[Option<f64>]) -> Option<(f64, f64, f64, String)> {
     let ma = median(a.iter().flatten().copied().collect())?;
     let mb = median(b.iter().flatten().copied().collect())?;
     let per: Vec<String> = a

@@ -22,4 +22,5 @@ pub mod rng;
 pub mod s3;
 pub mod scratch;
 pub mod stats;
+pub mod tls;
 pub mod workloads;

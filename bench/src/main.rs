@@ -113,6 +113,8 @@ enum Workload {
     RaftRestart,
     /// foreground 64 KiB GET/PUT p99 with and without a delete-prefix job running
     Jobs,
+    /// 64 KiB and 8 MiB PUT/GET over HTTPS against plain HTTP, interleaved rounds
+    Tls,
 }
 
 impl Args {
@@ -594,18 +596,22 @@ async fn run(args: Args) -> Result<Report, String> {
         }
     }
     // ---- side by side: peers, gateway B, SHA-1 collision detection off ---------------
+    let compare = bench::compare::ComparePlan {
+        rounds: args.rounds.unwrap_or(plan.rounds).max(1),
+        small_count: plan.small_count,
+        big_count: plan.big_count,
+        limit: plan.limit,
+    };
     match contenders(&args, &gateway_bin, &mut report) {
         Ok(list) if list.len() > 1 => {
-            let compare = bench::compare::ComparePlan {
-                rounds: args.rounds.unwrap_or(plan.rounds).max(1),
-                small_count: plan.small_count,
-                big_count: plan.big_count,
-                limit: plan.limit,
-            };
             bench::compare::run(&list, &scratches, &compare, &mut rng, &mut report).await;
         }
         Ok(_) => {}
         Err(e) => report.error(bench::compare::SEC, "servers", e),
+    }
+    // ---- HTTPS against plain HTTP, interleaved rounds ------------------------------------
+    if args.runs(Workload::Tls) {
+        bench::tls::run(&gateway_bin, &scratches, &compare, &mut rng, &mut report).await;
     }
 
     report.note(format!(

@@ -1,8 +1,13 @@
 //! A lean S3 client: hyper 1 (pooled HTTP/1.1 connections) and aws-sigv4 header signing
 //! with `UNSIGNED-PAYLOAD`, so the client never hashes a body. Bodies are `Bytes` (shared,
 //! never copied) and responses are counted frame by frame, never collected.
+//!
+//! Plain HTTP by default; [`Client::new_tls`] speaks HTTPS (rustls, aws-lc-rs, HTTP/1.1 by
+//! ALPN) trusting only the roots it is given. The two are separate pools of separate types,
+//! so the plain path is the same code as before HTTPS existed.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_credential_types::Credentials;
@@ -15,6 +20,7 @@ use aws_smithy_runtime_api::client::identity::Identity;
 use bytes::Bytes;
 use http::{Method, StatusCode};
 use http_body_util::{BodyExt, Full};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -25,9 +31,16 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 /// How much of an error body is kept for the message.
 const ERROR_BODY_KEEP: usize = 2048;
 
+/// The connection pool: plain TCP, or TLS over TCP (`https://` only).
+#[derive(Clone)]
+enum Transport {
+    Plain(HyperClient<HttpConnector, Full<Bytes>>),
+    Tls(HyperClient<HttpsConnector<HttpConnector>, Full<Bytes>>),
+}
+
 #[derive(Clone)]
 pub struct Client {
-    http: HyperClient<HttpConnector, Full<Bytes>>,
+    http: Transport,
     host: String,
     identity: Option<Identity>,
     region: String,
@@ -45,13 +58,37 @@ pub struct Reply {
 impl Client {
     /// A client for the server at `addr`; `credentials` (access key, secret key) enable SigV4.
     pub fn new(addr: SocketAddr, credentials: Option<(&str, &str)>, region: &str) -> Self {
-        let mut conn = HttpConnector::new();
-        conn.set_nodelay(true);
-        conn.set_connect_timeout(Some(Duration::from_secs(10)));
-        let http = HyperClient::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(256)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(conn);
+        let http = Transport::Plain(pool_builder().build(tcp_connector()));
+        Client::with_transport(http, addr, credentials, region)
+    }
+
+    /// Like [`new`](Self::new), over HTTPS: `tls` says which roots are trusted (the server
+    /// is named by its IP address, which its certificate must carry). HTTP/1.1 by ALPN, as
+    /// the plain client.
+    pub fn new_tls(
+        addr: SocketAddr,
+        credentials: Option<(&str, &str)>,
+        region: &str,
+        tls: Arc<rustls::ClientConfig>,
+    ) -> Self {
+        let mut tcp = tcp_connector();
+        // The TLS layer takes the `https` URIs; `https_only` refuses any other.
+        tcp.enforce_http(false);
+        let https = HttpsConnectorBuilder::new()
+            .with_tls_config((*tls).clone())
+            .https_only()
+            .enable_http1()
+            .wrap_connector(tcp);
+        let http = Transport::Tls(pool_builder().build(https));
+        Client::with_transport(http, addr, credentials, region)
+    }
+
+    fn with_transport(
+        http: Transport,
+        addr: SocketAddr,
+        credentials: Option<(&str, &str)>,
+        region: &str,
+    ) -> Self {
         Client {
             http,
             host: addr.to_string(),
@@ -74,6 +111,14 @@ impl Client {
 
     pub fn host(&self) -> &str {
         &self.host
+    }
+
+    /// `https` for a client made by [`new_tls`](Self::new_tls), else `http`.
+    pub fn scheme(&self) -> &'static str {
+        match self.http {
+            Transport::Plain(_) => "http",
+            Transport::Tls(_) => "https",
+        }
     }
 
     /// The headers of a request as sent: host, `extra`, and SigV4 (or the bearer token).
@@ -151,14 +196,18 @@ impl Client {
         body: Bytes,
         keep: bool,
     ) -> Result<Reply, String> {
-        let uri = format!("http://{}{}", self.host, path_and_query);
+        let uri = format!("{}://{}{}", self.scheme(), self.host, path_and_query);
         let headers = self.signed_headers(&method, &uri, extra_headers)?;
         let mut builder = http::Request::builder().method(method).uri(&uri);
         for (k, v) in &headers {
             builder = builder.header(k.as_str(), v.as_str());
         }
         let req = builder.body(Full::new(body)).map_err(|e| e.to_string())?;
-        let resp = self.http.request(req).await.map_err(|e| {
+        let resp = match &self.http {
+            Transport::Plain(c) => c.request(req).await,
+            Transport::Tls(c) => c.request(req).await,
+        };
+        let resp = resp.map_err(|e| {
             let mut msg = e.to_string();
             let mut src = std::error::Error::source(&e);
             while let Some(s) = src {
@@ -264,6 +313,20 @@ impl Client {
         }
         Ok(())
     }
+}
+
+fn tcp_connector() -> HttpConnector {
+    let mut conn = HttpConnector::new();
+    conn.set_nodelay(true);
+    conn.set_connect_timeout(Some(Duration::from_secs(10)));
+    conn
+}
+
+fn pool_builder() -> hyper_util::client::legacy::Builder {
+    let mut b = HyperClient::builder(TokioExecutor::new());
+    b.pool_max_idle_per_host(256)
+        .pool_idle_timeout(Duration::from_secs(60));
+    b
 }
 
 #[cfg(test)]
