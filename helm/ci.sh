@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI of the Helm chart: every value documented, then for the default values, a 3-gateway
 # 4-storage-node cluster (helm/ci/values-cluster.yaml), one gateway with storage nodes,
-# every optional value (helm/ci/values-options.yaml), an open /_metrics and every
-# gateway.toml setting set (helm/ci/values-config.yaml): helm lint --strict, helm
+# every optional value (helm/ci/values-options.yaml), an open /_metrics, every
+# gateway.toml setting set (helm/ci/values-config.yaml) and a cluster with TLS off
+# (helm/ci/values-plain.yaml; TLS is on by default): helm lint --strict, helm
 # template, every rendered object validated against the Kubernetes schemas
 # (kubernetes-validate, offline) and the wiring test (helm/ci/test_wiring.py, which is
 # also told the values, to check each setting's key in the rendered config); last, values
@@ -76,6 +77,7 @@ renderings=(
     "options|3|2|-f ci/values-options.yaml|--existing-secret dedup-keys"
     "metrics-open|1|0|--set metrics.open=true --set serviceMonitor.enabled=true|"
     "config|1|2|-f ci/values-config.yaml|"
+    "plain|3|2|-f ci/values-plain.yaml|"
 )
 
 for r in "${renderings[@]}"; do
@@ -107,6 +109,8 @@ refused=(
     "--set gateway.requestLogLevel=loud"
     "--set integrity.sha1CollisionDetection=maybe"
     "--set gateway.anyRegion=yes"
+    "-f ci/values-cluster.yaml --set cluster.tls.enabled=false"
+    "--set storage.replicas=2 --set storage.tls.secretName=nodes-tls"
 )
 for args in "${refused[@]}"; do
     # shellcheck disable=SC2086

@@ -7,7 +7,9 @@ Usage:
                  [--nginx PATH] [--chart-values values.yaml --helm-args "-f FILE --set K=V"]
 
 Schema validation says each object is well-formed; this says they fit together: Service
-target ports exist on the pods they select, probes hit /_health on the S3 port, volume
+target ports exist on the pods they select, probes hit /_health on the admin port
+(--admin-listen, plain HTTP) and the ServiceMonitor scrapes it, the TLS flags are given
+where the values turn TLS on and name files of Secrets mounted as folders, volume
 mounts name volumes or claim templates, env entries name keys the Secret has, the
 gateway gets the admin, metrics and catalog tokens (the narrow two not the admin one),
 valkyrie gets the catalog token and never the admin token, the ServiceMonitor scrapes
@@ -21,9 +23,12 @@ The container scripts are run for real (with /bin/sh, per pod ordinal) with stan
 the exact argv a pod would run. With --gateway-bin / --valkyrie-bin the real binaries are
 asked too: the gateway must accept the rendered config file and flags (it gets as far as
 probing the storage nodes, which do not exist here; a single node must serve /_metrics
-and /_catalog/ to their own tokens only), and valkyrie must know every flag.
+and /_catalog/ to their own tokens only, over HTTPS with the chart's generated
+certificate, and /_health on its admin listener), and valkyrie must know every flag.
 With --nginx the rendered nginx.conf is started (paths moved into a temp folder) and must
-take the gateway's WebDAV protocol: PUT into tmp/, MOVE to the content address, GET, DELETE.
+take the gateway's WebDAV protocol: PUT into tmp/, MOVE to the content address, GET, DELETE
+(over HTTPS with the client certificate, after refusing a client without one), and its
+catalog proxy must carry /_catalog/ to a real HTTPS gateway.
 
 With --chart-values (and --helm-args, the -f/--set arguments of the render) every setting
 of SETTINGS is checked against the values: a set value must be in the config file under
@@ -49,6 +54,7 @@ import re
 import shlex
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -117,13 +123,22 @@ SETTINGS = [
 # pod (data, listen), from other values (region, domain, metrics.open, the pairs), or kept
 # out of the file on purpose (tokens and the cluster secret come from the Secret as
 # environment variables, node_id and peers are flags per pod ordinal).
+# The admin listener and the certificates are flags (TLS_FLAGS), files of mounted Secrets.
 CHART_WRITES_OTHERWISE = {
     None: {
         "data", "listen", "region", "domain", "metrics_open", "admin_token", "native_token",
-        "metrics_token", "catalog_token", "cluster_secret",
+        "metrics_token", "catalog_token", "cluster_secret", "admin_listen", "tls_cert", "tls_key",
     },
-    "cluster": {"node_id", "peers", "cluster_secret"},
+    "cluster": {"node_id", "peers", "cluster_secret", "cluster_ca", "cluster_cert", "cluster_key"},
     "pairs": {"id", "disks"},
+    "storage_tls": {"ca", "cert", "key"},
+}
+# The gateway's certificate flags by what they secure (the Secret file names are
+# cert-manager's: tls.crt, tls.key, ca.crt).
+TLS_FLAGS = {
+    "s3": ("--tls-cert", "--tls-key"),
+    "cluster": ("--cluster-ca", "--cluster-cert", "--cluster-key"),
+    "storage": ("--storage-ca", "--storage-cert", "--storage-key"),
 }
 # Bounds on the processes this test starts.
 SCRIPT_TIMEOUT_SECS = 10
@@ -238,6 +253,28 @@ def file_from_mount(rendered, workload, c, path):
         cm = rendered.get("ConfigMap", v["configMap"]["name"])
         if key and cm and key in cm.get("data", {}):
             return cm["data"][key]
+    return None
+
+
+def secret_file(rendered, workload, c, path):
+    """(Secret name, key, content or None) of file `path` in container `c` when a Secret
+    volume mounted as a folder (not subPath: a rotated certificate must reach the pod)
+    provides it; content is None for a Secret the chart does not render. None otherwise."""
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"].get("volumes", [])}
+    for m in c.get("volumeMounts", []):
+        v = volumes.get(m["name"], {})
+        base = m["mountPath"].rstrip("/") + "/"
+        if "secret" not in v or m.get("subPath") or not (path or "").startswith(base):
+            continue
+        key = path[len(base):]
+        items = v["secret"].get("items")
+        if items is not None:
+            found = [i["key"] for i in items if i["path"] == key]
+            if not found:
+                continue
+            key = found[0]
+        name = v["secret"]["secretName"]
+        return name, key, rendered.secret_value(name, key)
     return None
 
 
@@ -383,13 +420,18 @@ def check_gateway(r, t, expect, work):
         return None
     s3_port = port_number(c, "s3")
     t.that(s3_port is not None, f"{name}: the gateway container has no port named s3")
+    admin_port = port_number(c, "admin")
+    t.that(admin_port is not None, f"{name}: the gateway container has no port named admin")
+    # Probes go to the admin listener (plain HTTP, its own connection bound), so a flood of
+    # S3 connections does not get a healthy gateway restarted.
     for probe in ("livenessProbe", "readinessProbe"):
         get = c.get(probe, {}).get("httpGet", {})
         t.that(get.get("path") == HEALTH_PATH, f"{name}: {probe} path is {get.get('path')!r}, not {HEALTH_PATH}")
         t.that(
-            s3_port is not None and port_number(c, get.get("port")) == s3_port,
-            f"{name}: {probe} port {get.get('port')!r} is not the S3 port {s3_port}",
+            admin_port is not None and port_number(c, get.get("port")) == admin_port,
+            f"{name}: {probe} port {get.get('port')!r} is not the admin port {admin_port}",
         )
+        t.that(get.get("scheme", "HTTP") == "HTTP", f"{name}: {probe} is not plain HTTP (the admin listener is)")
     required = set(GATEWAY_ENV) | ({"GATEWAY_CLUSTER_SECRET"} if replicas > 1 else set())
     for env in sorted(required):
         ref = env_ref(c, env)
@@ -450,6 +492,20 @@ def check_gateway(r, t, expect, work):
             mounts and mounts[0]["name"] in claims,
             f"{name}: the data folder {data!r} is not a mounted claim template ({claims})",
         )
+        admin_listen = flag(argv, "--admin-listen") or ""
+        t.that(
+            admin_listen.rsplit(":", 1)[-1] == str(admin_port),
+            f"{name}-{ordinal}: --admin-listen {admin_listen!r} is not on the container's admin port {admin_port}",
+        )
+        for group, flags in TLS_FLAGS.items():
+            given = [f for f in flags if flag(argv, f) is not None]
+            t.that(given in ([], list(flags)), f"{name}-{ordinal}: {group} TLS flags {given}: all of {flags} or none")
+            for f in given:
+                found = secret_file(r, gw, c, flag(argv, f))
+                t.that(
+                    found is not None and (found[2] is not None or r.get("Secret", found[0]) is None),
+                    f"{name}-{ordinal}: {f} {flag(argv, f)} is not a key of a Secret mounted as a folder ({found})",
+                )
         node_id, peers = flag(argv, "--node-id"), flag(argv, "--peers")
         if replicas == 1:
             t.that(node_id is None and peers is None, f"{name}: one replica must run without --node-id/--peers")
@@ -466,18 +522,24 @@ def check_gateway(r, t, expect, work):
             ]
             got = [addr for _, addr in entries]
             t.that(got == want, f"{name}: --peers addresses {got}, expected {want}")
-    return {"workload": gw, "config": config, "config_text": config_text, "runs": runs, "s3_port": s3_port}
+    return {"workload": gw, "config": config, "config_text": config_text, "runs": runs, "s3_port": s3_port, "admin_port": admin_port}
 
 
 def nginx_conf_facts(text):
     """root, listen port, body temp path and the dav locations of our nginx.conf."""
     root = re.search(r"^\s*root\s+(\S+);", text, re.M)
-    listen = re.search(r"^\s*listen\s+(\d+);", text, re.M)
+    listen = re.search(r"^\s*listen\s+(\d+)(?:\s+ssl)?;", text, re.M)
     body = re.search(r"^\s*client_body_temp_path\s+(\S+);", text, re.M)
     dav = re.findall(r"location\s+(/[^\s{]*)\s*\{[^}]*dav_methods\s+([^;]+);", text)
     return {
         "root": root.group(1) if root else None,
         "listen": int(listen.group(1)) if listen else None,
+        "ssl": bool(listen and re.search(r"\sssl;", listen.group(0))),
+        "verify_client": re.search(r"^\s*ssl_verify_client\s+on;", text, re.M) is not None,
+        "ports": [int(p) for p in re.findall(r"^\s*listen\s+(?:127\.0\.0\.1:)?(\d+)(?:\s+ssl)?;", text, re.M)],
+        "catalog_proxy": re.findall(
+            r"listen\s+127\.0\.0\.1:(\d+);\s*location\s+/_catalog/\s*\{[^}]*proxy_pass\s+(https://[^;]+);[^}]*proxy_ssl_verify\s+on;", text
+        ),
         "body_temp": body.group(1) if body else None,
         "dav": {loc: methods.split() for loc, methods in dav},
     }
@@ -524,9 +586,24 @@ def check_storage(r, t, expect, gateway, work):
     facts = nginx_conf_facts(conf)
     webdav_port = port_number(nginx, "webdav")
     t.that(facts["listen"] == webdav_port, f"{name}: nginx listens on {facts['listen']}, container port is {webdav_port}")
+    t.that(
+        facts["ssl"] == facts["verify_client"],
+        f"{name}: nginx serves WebDAV with ssl={facts['ssl']} but ssl_verify_client on={facts['verify_client']}",
+    )
     for probe in ("livenessProbe", "readinessProbe"):
         get = nginx.get(probe, {}).get("httpGet", {})
-        t.that(port_number(nginx, get.get("port")) == webdav_port, f"{name}: nginx {probe} is not on the WebDAV port")
+        port = port_number(nginx, get.get("port"))
+        t.that(get.get("path") == HEALTH_PATH, f"{name}: nginx {probe} path is {get.get('path')!r}")
+        # A client-certificate port cannot be probed by the kubelet: a plain one is.
+        t.that(
+            port in facts["ports"] and (port != webdav_port or not facts["ssl"]),
+            f"{name}: nginx {probe} port {port} is not a plain-HTTP port of nginx.conf {facts['ports']}",
+        )
+    for f in ("ssl_certificate", "ssl_certificate_key", "ssl_client_certificate", "proxy_ssl_trusted_certificate"):
+        for path in re.findall(rf"^\s*{f}\s+(\S+);", conf, re.M):
+            found = secret_file(r, st, nginx, path)
+            t.that(found is not None and found[2] is not None or (found and r.get("Secret", found[0]) is None),
+                   f"{name}: nginx {f} {path} is not a key of a Secret mounted as a folder ({found})")
     t.that(
         under(facts["body_temp"], nginx_mount) is not None,
         f"{name}: client_body_temp_path {facts['body_temp']} is not on the disk volume ({nginx_mount}): MOVE would copy",
@@ -559,10 +636,11 @@ def check_storage(r, t, expect, gateway, work):
         rel_valkyrie = under(disk, valkyrie_mount)
         t.that(rel_valkyrie is not None, f"{pod}: valkyrie --disk {disk} is not on the shared volume ({valkyrie_mount})")
         host = f"{pod}.{r.dns(headless['metadata']['name'])}" if headless else pod
+        scheme = "https" if facts["ssl"] else "http"
         owners = [
             (url, where)
             for url, where in listed.items()
-            if url.startswith(f"http://{host}:{webdav_port}/")
+            if url.startswith(f"{scheme}://{host}:{webdav_port}/")
         ]
         if not t.that(len(owners) == 1 and len(owners[0][1]) == 1, f"{pod}: the gateway config lists this node {owners} (once expected)"):
             continue
@@ -581,9 +659,28 @@ def check_storage(r, t, expect, gateway, work):
             f"{pod}: nginx has no dav location with PUT, DELETE, MOVE for {url_path}",
         )
         catalog = flag(argv, "--catalog")
-        want = [f"http://{r.dns(s['metadata']['name'])}:{p['port']}" for s in s3 for p in s["spec"]["ports"]]
-        t.that(catalog in want, f"{pod}: valkyrie --catalog {catalog}, expected one of {want}")
-    storage_urls = [u for u in listed if u.startswith("http://") and f".{r.dns(headless['metadata']['name'])}:" in u] if headless else []
+        s3_tls = any(p.get("appProtocol") == "https" for s in s3 for p in s["spec"]["ports"])
+        if s3_tls:
+            # valkyrie's catalog client is plain HTTP: its nginx carries the calls over HTTPS.
+            want = [f"https://{r.dns(s['metadata']['name'])}:{p['port']}" for s in s3 for p in s["spec"]["ports"]]
+            proxies = {f"http://127.0.0.1:{port}": upstream for port, upstream in facts["catalog_proxy"]}
+            t.that(
+                catalog in proxies and proxies[catalog] in want,
+                f"{pod}: valkyrie --catalog {catalog}, expected an nginx server on 127.0.0.1 proxying /_catalog/ "
+                f"with proxy_ssl_verify on to one of {want} ({proxies})",
+            )
+        else:
+            want = [f"http://{r.dns(s['metadata']['name'])}:{p['port']}" for s in s3 for p in s["spec"]["ports"]]
+            t.that(catalog in want, f"{pod}: valkyrie --catalog {catalog}, expected one of {want}")
+        storage_flags = [f for f in TLS_FLAGS["storage"] if flag(argv, f)]
+        t.that(
+            storage_flags == (list(TLS_FLAGS["storage"]) if facts["ssl"] else []),
+            f"{pod}: valkyrie storage TLS flags {storage_flags} with ssl={facts['ssl']}",
+        )
+        for f in storage_flags:
+            found = secret_file(r, st, valkyrie, flag(argv, f))
+            t.that(found is not None, f"{pod}: valkyrie {f} {flag(argv, f)} is not a key of a Secret mounted as a folder")
+    storage_urls = [u for u in listed if u.startswith(("http://", "https://")) and f".{r.dns(headless['metadata']['name'])}:" in u] if headless else []
     t.that(len(storage_urls) == replicas, f"the gateway config lists {len(storage_urls)} storage node disks, expected {replicas}")
     return disk_volume
 
@@ -597,12 +694,18 @@ def check_service_monitor(r, t, gateway):
         name = sm["metadata"]["name"]
         selector = sm["spec"]["selector"]["matchLabels"]
         services = [s for s in r.of_kind("Service") if all(s["metadata"].get("labels", {}).get(k) == v for k, v in selector.items())]
-        t.that(len(services) == 1, f"ServiceMonitor {name} selects {len(services)} Services, expected the S3 one")
+        t.that(len(services) == 1, f"ServiceMonitor {name} selects {len(services)} Services, expected one")
+        admin_port = (gateway or {}).get("admin_port")
         for ep in sm["spec"]["endpoints"]:
             t.that(ep.get("path") == "/_metrics", f"ServiceMonitor {name}: path {ep.get('path')}")
+            ports = [p for s in services for p in s["spec"]["ports"] if p.get("name") == ep.get("port")]
+            t.that(ports, f"ServiceMonitor {name}: port {ep.get('port')!r} is not a named port of the selected Service")
+            # The admin listener: plain HTTP, scraped while S3 connections are at their bound.
             t.that(
-                any(p.get("name") == ep.get("port") for s in services for p in s["spec"]["ports"]),
-                f"ServiceMonitor {name}: port {ep.get('port')!r} is not a named port of the selected Service",
+                gw_container is not None
+                and all(port_number(gw_container, p.get("targetPort", p["port"])) == admin_port for p in ports)
+                and ep.get("scheme", "http") == "http",
+                f"ServiceMonitor {name}: endpoint {ep.get('port')!r} does not reach the admin port {admin_port} over http",
             )
             if metrics_open and "authorization" not in ep:
                 continue
@@ -807,19 +910,77 @@ TEST_TOKENS = {
 }
 
 
-def check_real_gateway(t, gateway, binary, work):
-    """The real gateway accepts the rendered config file and flags.
+def check_tls_values(t, r, values, gateway):
+    """TLS is on where the values say: the S3 port (tls.enabled, the S3 Service's port
+    says https), the peers (cluster.tls.enabled with more than one gateway) and the storage
+    nodes (storage.tls.enabled: https:// disks, nginx with ssl)."""
+    gw = gateway["workload"]
+    replicas = gw["spec"]["replicas"]
+    want = {
+        "s3": bool(lookup(values, "tls.enabled")),
+        "cluster": bool(lookup(values, "cluster.tls.enabled")) and replicas > 1,
+        "storage": bool(lookup(values, "storage.tls.enabled")) and (lookup(values, "storage.replicas") or 0) > 0,
+    }
+    for ordinal, argv in gateway["runs"]:
+        for group, flags in TLS_FLAGS.items():
+            on = all(flag(argv, f) for f in flags)
+            t.that(on == want[group], f"gateway-{ordinal}: {group} TLS flags given={on}, the values say {want[group]}")
+    s3 = [s for s in r.of_kind("Service") if s["spec"].get("clusterIP") != "None" and gw in r.selected_workloads(s["spec"].get("selector", {}))]
+    for svc in s3:
+        for p in svc["spec"]["ports"]:
+            proto = "https" if want["s3"] else "http"
+            t.that(
+                p.get("appProtocol") == proto and p.get("name") == proto,
+                f"Service {svc['metadata']['name']}: port {p.get('name')!r} appProtocol {p.get('appProtocol')!r}, expected {proto}",
+            )
+    disks = [d for p in (gateway["config"] or {}).get("pairs", []) for d in p["disks"]]
+    chart_disks = [d for d in disks if ".svc." in d]
+    scheme = "https://" if want["storage"] else "http://"
+    t.that(all(d.startswith(scheme) for d in chart_disks), f"storage node disks {chart_disks} are not all {scheme}")
 
-    A single node is also asked over HTTP whether it reads the token variables the pod
-    gets: /_metrics with the metrics token (and, unless metrics_open, not without one),
-    /_catalog/ with the catalog token and not with the metrics token.
+
+def tls_files(r, workload, c, args, work):
+    """Replaces each certificate flag's pod path in `args` by a copy of the rendered
+    Secret's key (the chart's generated certificates). False when one is not rendered."""
+    for i, a in enumerate(args[:-1]):
+        if not any(a in flags for flags in TLS_FLAGS.values()):
+            continue
+        found = secret_file(r, workload, c, args[i + 1])
+        if found is None or found[2] is None:
+            return False
+        path = os.path.join(work, "tls", found[0], found[1])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(found[2])
+        args[i + 1] = path
+    return True
+
+
+def check_real_gateway(t, r, gateway, binary, work):
+    """The real gateway accepts the rendered config file and flags, the chart's
+    certificates included.
+
+    A single node is also asked whether it reads the token variables the pod gets:
+    /_metrics with the metrics token (and, unless metrics_open, not without one),
+    /_catalog/ with the catalog token and not with the metrics token, over HTTPS checked
+    against the S3 Secret's ca.crt when TLS is on; and /_health on its admin listener.
     """
     cfg = os.path.join(work, "gateway.toml")
     with open(cfg, "w", encoding="utf-8") as f:
         f.write(gateway["config_text"])
+    c = container(gateway["workload"], "gateway")
     for ordinal, argv in gateway["runs"][:1]:
         args = [binary] + argv[1:]
         args[args.index("--config") + 1] = cfg
+        if not tls_files(r, gateway["workload"], c, args, work):
+            continue  # a Secret the chart does not render: nothing to start with
+        if "--admin-listen" in args:
+            args[args.index("--admin-listen") + 1] = "127.0.0.1:0"
+        ca = None
+        if "--tls-cert" in args:
+            ca = secret_file(r, gateway["workload"], c, flag(argv, "--tls-cert").rsplit("/", 1)[0] + "/ca.crt")
+            ca = ca[2] if ca else None
+            t.that(ca is not None, "the S3 Secret has no ca.crt to check the gateway's certificate with")
         data = os.path.join(work, f"data-{ordinal}")
         args += ["--data", data, "--listen", "127.0.0.1:0"]
         env = dict(os.environ, GATEWAY_ACCESS_KEY="GKCITEST", GATEWAY_SECRET_KEY="secret", GATEWAY_CLUSTER_SECRET="x" * 32)
@@ -828,32 +989,57 @@ def check_real_gateway(t, gateway, binary, work):
         env.update({k: v for k, v in TEST_TOKENS.items() if k in pod_env})
         metrics_open = (gateway["config"] or {}).get("metrics_open") is True
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # A cluster node probes every disk before it serves, and so does any node for an
+        # https:// disk (its TLS is checked at start).
+        probes = "--peers" in args or any(
+            d.startswith("https://") for p in (gateway["config"] or {}).get("pairs", []) for d in p["disks"]
+        )
         try:
-            if "--peers" in args:
+            if probes:
                 out, err = proc.communicate(timeout=BINARY_TIMEOUT_SECS)
             else:
-                out, err = first_line(proc, lambda addr: check_tokens(t, addr, metrics_open))
+                out, err = first_line(proc, lambda addr, admin: check_tokens(t, addr, admin, metrics_open, ca, work))
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-        if "--peers" in args:
-            # A cluster node probes every disk before it serves, and the storage nodes do
-            # not exist here: getting to that probe means the config file and flags were
-            # accepted. (A single node starts without probing.)
+        if probes:
+            # The storage nodes do not exist here: getting to that probe means the config
+            # file and flags (certificates included) were accepted.
             t.that(
-                "is not reachable" in err and "config file" not in err,
+                ("is not reachable" in err or ("refused at start" in err and "dns error" in err)) and "config file" not in err,
                 f"the gateway did not accept the rendered config and flags: {err.strip()[-500:]}",
             )
         else:
             t.that("listening on" in out, f"the gateway did not start on the rendered config: {err.strip()[-500:]}")
 
 
-def check_tokens(t, addr, metrics_open):
-    """Which token opens which internal API of a gateway listening on `addr`."""
+def check_tokens(t, addr, admin, metrics_open, ca, work):
+    """Which token opens which internal API of a gateway listening on `addr` (HTTPS
+    checked against `ca` when given), and /_health on its admin listener `admin`."""
     host, port = addr.rsplit(":", 1)
+    if not t.that(admin is not None, "the gateway printed no `admin listening on` (--admin-listen)"):
+        return
+    a_host, a_port = admin.rsplit(":", 1)
+    c = http.client.HTTPConnection(a_host, int(a_port), timeout=10)
+    try:
+        c.request("GET", HEALTH_PATH)
+        got = c.getresponse().status
+    finally:
+        c.close()
+    t.that(got == 200, f"/_health on the admin listener answered {got}")
+    context = None
+    if ca is not None:
+        path = os.path.join(work, "s3-ca.crt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(ca)
+        # The chart's certificate names 127.0.0.1 (kubectl port-forward), checked here.
+        context = ssl.create_default_context(cafile=path)
 
     def status(path, token=None):
-        c = http.client.HTTPConnection(host, int(port), timeout=10)
+        if context is not None:
+            c = http.client.HTTPSConnection(host, int(port), timeout=10, context=context)
+        else:
+            c = http.client.HTTPConnection(host, int(port), timeout=10)
         try:
             c.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
             resp = c.getresponse()
@@ -877,17 +1063,22 @@ def check_tokens(t, addr, metrics_open):
 
 
 def first_line(proc, while_up=None):
-    """Waits (bounded) for `listening on`, calls `while_up(addr)`, then stops the process;
-    returns (stdout, stderr)."""
+    """Waits (bounded) for `listening on`, calls `while_up(addr, admin addr or None)`, then
+    stops the process; returns (stdout, stderr)."""
     deadline = time.monotonic() + BINARY_TIMEOUT_SECS
-    seen = ""
+    seen, addr, admin = "", None, None
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         seen += line
-        if "listening on" in line or not line:
+        if line.startswith("admin listening on"):
+            admin = line.split("listening on", 1)[1].split()[0]
+        elif "listening on" in line:
+            addr = line.split("listening on", 1)[1].split()[0]
             break
-    if while_up and "listening on" in seen:
-        while_up(seen.split("listening on", 1)[1].split()[0])
+        if not line:
+            break
+    if while_up and addr:
+        while_up(addr, admin)
     proc.terminate()
     out, err = proc.communicate(timeout=BINARY_TIMEOUT_SECS)
     return seen + out, err
@@ -912,8 +1103,35 @@ def free_port():
         return s.getsockname()[1]
 
 
-def check_real_nginx(t, r, binary, work, disk_volume):
-    """The rendered nginx.conf runs and speaks the gateway's WebDAV protocol."""
+def start_tls_gateway(r, binary, work):
+    """A single real gateway serving HTTPS with the rendered S3 Secret's certificate, for
+    the storage node's catalog proxy to reach: (process, port) or None."""
+    gw = component(r, "gateway")
+    c = container(gw, "gateway") if gw else None
+    argv, _ = run_script(c, f"{gw['metadata']['name']}-0", work) if c else (None, None)
+    if not argv or not flag(argv, "--tls-cert"):
+        return None
+    args = [binary, "serve", "--tls-cert", flag(argv, "--tls-cert"), "--tls-key", flag(argv, "--tls-key")]
+    if not tls_files(r, gw, c, args, os.path.join(work, "proxy-gateway")):
+        return None
+    args += ["--data", os.path.join(work, "proxy-gateway", "data"), "--listen", "127.0.0.1:0"]
+    env = dict(os.environ, GATEWAY_ACCESS_KEY="GKCITEST", GATEWAY_SECRET_KEY="secret", **TEST_TOKENS)
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + BINARY_TIMEOUT_SECS
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith("listening on"):
+            return proc, int(line.split()[2].rsplit(":", 1)[1])
+    proc.kill()
+    proc.communicate()
+    return None
+
+
+def check_real_nginx(t, r, binary, work, disk_volume, gateway_bin=None):
+    """The rendered nginx.conf runs and speaks the gateway's WebDAV protocol; its catalog
+    proxy (with tls.enabled) carries valkyrie's calls to a real HTTPS gateway."""
     st = component(r, "storage")
     nginx = container(st, "nginx") if st else None
     command = (nginx or {}).get("command", [])
@@ -926,11 +1144,38 @@ def check_real_nginx(t, r, binary, work, disk_volume):
     root = os.path.join(work, "nginx")
     os.makedirs(os.path.join(root, "tmp"), exist_ok=True)
     os.makedirs(os.path.join(root, "disk"), exist_ok=True)
-    port = free_port()
+    facts = nginx_conf_facts(conf)
+    # Every port of nginx.conf moved to a free one: WebDAV, health, the catalog proxy.
+    ports = {p: free_port() for p in facts["ports"]}
+    port = ports.get(facts["listen"])
+    health = port_number(nginx, (nginx.get("readinessProbe") or {}).get("httpGet", {}).get("port"))
     # The pod's paths, moved into the temp folder in one pass (the folder is under /tmp).
     moved = {disk_mount.rstrip("/") + "/": root + "/disk/", "/tmp/": root + "/tmp/"}
     conf = re.sub("|".join(re.escape(k) for k in moved), lambda m: moved[m.group(0)], conf)
-    conf = re.sub(r"listen\s+\d+;", f"listen 127.0.0.1:{port};", conf)
+    # The certificate files from the rendered Secrets, into the temp folder (after the
+    # paths above: the temp folder is under /tmp too).
+    for path in set(re.findall(r"^\s*(?:ssl_certificate|ssl_certificate_key|ssl_client_certificate|proxy_ssl_trusted_certificate)\s+(\S+);", conf, re.M)):
+        found = secret_file(r, st, nginx, path)
+        if found is None or found[2] is None:
+            return  # check_storage has said so, or a Secret the chart does not render
+        local = os.path.join(work, "nginx-tls", path.lstrip("/"))
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        with open(local, "w", encoding="utf-8") as f:
+            f.write(found[2])
+        conf = conf.replace(f" {path};", f" {local};")
+    conf = re.sub(
+        r"listen\s+(?:127\.0\.0\.1:)?(\d+)(\s+ssl)?;",
+        lambda m: f"listen 127.0.0.1:{ports[int(m.group(1))]}{m.group(2) or ''};",
+        conf,
+    )
+    # The S3 Service does not resolve here: the catalog proxy points at 127.0.0.1 (nginx
+    # resolves proxy_pass hosts at start). proxy_ssl_name keeps the name checked.
+    gateway_proc = None
+    if facts["catalog_proxy"] and gateway_bin:
+        gateway_proc = start_tls_gateway(r, gateway_bin, work)
+        t.that(gateway_proc is not None, "no HTTPS gateway started for the catalog proxy (rendered S3 certificate)")
+    upstream = f"https://127.0.0.1:{gateway_proc[1]}" if gateway_proc else "https://127.0.0.1:9"
+    conf = re.sub(r"proxy_pass\s+https://[^;]+;", f"proxy_pass {upstream};", conf)
     if os.geteuid() == 0:
         # The pod runs nginx as the disk's owner; as root here, workers would be nobody.
         conf = "user root;\n" + conf
@@ -950,28 +1195,75 @@ def check_real_nginx(t, r, binary, work, disk_volume):
         log.seek(0)
         if not t.that(proc.poll() is None, f"nginx did not start on the rendered config: {log.read()}"):
             return
-        base = "/" + [loc for loc in nginx_conf_facts(conf)["dav"]][0].strip("/")
+        base = "/" + [loc for loc in facts["dav"]][0].strip("/")
         host = f"127.0.0.1:{port}"
+        context = None
+        if facts["ssl"]:
+            # As the gateway calls it: the node checked against the storage CA (for its
+            # pod's name), the client certificate of the gateway's storage Secret.
+            gw = component(r, "gateway")
+            gwc = container(gw, "gateway") if gw else None
+            argv = next(iter(run_script(gwc, f"{gw['metadata']['name']}-0", work)[:1]), None) if gwc else None
+            files = {f: secret_file(r, gw, gwc, flag(argv or [], f)) for f in TLS_FLAGS["storage"]}
+            if not t.that(all(v and v[2] for v in files.values()), f"no storage client certificate of the gateway to call nginx with ({files})"):
+                return
+            local = {}
+            for f, (_, key, text) in files.items():
+                local[f] = os.path.join(work, "client-" + key)
+                with open(local[f], "w", encoding="utf-8") as out:
+                    out.write(text)
+            context = ssl.create_default_context(cafile=local["--storage-ca"])
+            context.load_cert_chain(local["--storage-cert"], local["--storage-key"])
+            bare = ssl.create_default_context(cafile=local["--storage-ca"])
+            sni = f"{st['metadata']['name']}-0.{r.dns(headless_service(r, st)['metadata']['name'])}"
 
-        def call(method, url, body=None, headers=None):
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        def connect(ctx):
+            if ctx is None:
+                return http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=ctx)
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            c.sock = ctx.wrap_socket(sock, server_hostname=sni)
+            return c
+
+        def call(method, url, body=None, headers=None, ctx=context):
+            c = connect(ctx)
             c.request(method, url, body=body, headers=headers or {})
             resp = c.getresponse()
             data = resp.read()
             c.close()
             return resp.status, data
 
+        if context is not None:
+            status, _ = call("GET", f"{base}/", ctx=bare)
+            t.that(status == 400, f"nginx answered {status} to a client without a certificate, not 400 (ssl_verify_client on)")
         body = b"dedup " * 1000
         status, _ = call("PUT", f"{base}/tmp/abc", body)
         t.that(status in (201, 204), f"nginx PUT into tmp/ answered {status}")
-        status, _ = call("MOVE", f"{base}/tmp/abc", headers={"Destination": f"http://{host}{base}/ab/cd/abcd", "Overwrite": "T"})
+        scheme = "https" if facts["ssl"] else "http"
+        status, _ = call("MOVE", f"{base}/tmp/abc", headers={"Destination": f"{scheme}://{host}{base}/ab/cd/abcd", "Overwrite": "T"})
         t.that(status in (201, 204), f"nginx MOVE to the content address answered {status}")
         status, data = call("GET", f"{base}/ab/cd/abcd")
         t.that(status == 200 and data == body, f"nginx GET after MOVE answered {status} with {len(data)} bytes")
         status, _ = call("DELETE", f"{base}/ab/cd/abcd")
         t.that(status == 204, f"nginx DELETE answered {status}")
-        status, _ = call("GET", "/_health")
-        t.that(status == 200, f"nginx /_health answered {status}")
+        c = http.client.HTTPConnection("127.0.0.1", ports.get(health, port), timeout=10)
+        c.request("GET", HEALTH_PATH)
+        status = c.getresponse().status
+        c.close()
+        t.that(status == 200, f"nginx /_health on the probes' port answered {status}")
+        for catalog_port, _ in facts["catalog_proxy"] if gateway_proc else []:
+            # As valkyrie calls it: plain HTTP to nginx on 127.0.0.1, HTTPS on to the
+            # gateway, its certificate checked for the S3 Service's name.
+            c = http.client.HTTPConnection("127.0.0.1", ports[int(catalog_port)], timeout=10)
+            c.request("GET", "/_catalog/deleting?pair=0", headers={"Authorization": f"Bearer {TEST_TOKENS['GATEWAY_CATALOG_TOKEN']}"})
+            resp = c.getresponse()
+            body = resp.read()
+            c.close()
+            log.seek(0)
+            t.that(
+                resp.status == 200,
+                f"valkyrie's /_catalog/ through nginx's HTTPS proxy answered {resp.status} {body[:200]!r}: {log.read()[-500:]}",
+            )
     finally:
         proc.terminate()
         try:
@@ -980,6 +1272,13 @@ def check_real_nginx(t, r, binary, work, disk_volume):
             proc.kill()
             proc.wait()
         log.close()
+        if gateway_proc:
+            gateway_proc[0].terminate()
+            try:
+                gateway_proc[0].communicate(timeout=BINARY_TIMEOUT_SECS)
+            except subprocess.TimeoutExpired:
+                gateway_proc[0].kill()
+                gateway_proc[0].communicate()
 
 
 def main():
@@ -1012,12 +1311,14 @@ def main():
             check_valkyrie_flags(t, r, values, work)
         if args.gateway_bin and config is not None:
             check_known_keys(t, config, args.gateway_bin)
+        if args.chart_values and gateway and config is not None:
+            check_tls_values(t, r, merged_values(args.chart_values, args.helm_args), gateway)
         if args.gateway_bin and gateway and gateway["config_text"]:
-            check_real_gateway(t, gateway, args.gateway_bin, work)
+            check_real_gateway(t, r, gateway, args.gateway_bin, work)
         if args.valkyrie_bin:
             check_real_valkyrie(t, r, args.valkyrie_bin, work)
         if args.nginx:
-            check_real_nginx(t, r, args.nginx, work, disk_volume)
+            check_real_nginx(t, r, args.nginx, work, disk_volume, args.gateway_bin)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     # One line per distinct failure: a check repeated per pod fails the same way.

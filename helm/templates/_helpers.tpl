@@ -85,12 +85,62 @@ listen address (node-to-node RPCs use the same port), through the headless servi
 {{/* The WebDAV base URL of storage node N's disk: call with (list . N). */}}
 {{- define "dedup-gateway.storage.diskUrl" -}}
 {{- $ctx := index . 0 -}}
-{{- printf "http://%s-%d.%s.%s:%d/%s" (include "dedup-gateway.storage.name" $ctx) (int (index . 1)) (include "dedup-gateway.storage.name" $ctx) (include "dedup-gateway.svcDomain" $ctx) (int $ctx.Values.storage.port) $ctx.Values.storage.diskName -}}
+{{- printf "%s://%s-%d.%s.%s:%d/%s" (ternary "https" "http" (eq (include "dedup-gateway.storage.tls" $ctx) "true")) (include "dedup-gateway.storage.name" $ctx) (int (index . 1)) (include "dedup-gateway.storage.name" $ctx) (include "dedup-gateway.svcDomain" $ctx) (int $ctx.Values.storage.port) $ctx.Values.storage.diskName -}}
 {{- end -}}
 
-{{/* The S3 service's URL inside the cluster: valkyrie's --catalog. */}}
+{{/* The S3 service's host name inside the cluster. */}}
+{{- define "dedup-gateway.gateway.host" -}}
+{{- printf "%s.%s" (include "dedup-gateway.gateway.name" .) (include "dedup-gateway.svcDomain" .) -}}
+{{- end -}}
+
+{{/* The S3 service's URL inside the cluster (https with tls.enabled). */}}
 {{- define "dedup-gateway.gateway.url" -}}
-{{- printf "http://%s.%s:%d" (include "dedup-gateway.gateway.name" .) (include "dedup-gateway.svcDomain" .) (int .Values.gateway.service.port) -}}
+{{- printf "%s://%s.%s:%d" (ternary "https" "http" (eq (include "dedup-gateway.s3.tls" .) "true")) (include "dedup-gateway.gateway.name" .) (include "dedup-gateway.svcDomain" .) (int .Values.gateway.service.port) -}}
+{{- end -}}
+
+{{/*
+valkyrie's --catalog. valkyrie speaks plain HTTP only: with tls.enabled it calls the nginx
+of its own pod on 127.0.0.1, which carries /_catalog/ to the S3 Service over HTTPS,
+checking the gateway's certificate (dedup-gateway.storage.catalogProxy in nginx.conf).
+*/}}
+{{- define "dedup-gateway.catalog.url" -}}
+{{- if eq (include "dedup-gateway.s3.tls" .) "true" -}}
+{{- printf "http://127.0.0.1:%d" (int .Values.storage.nginx.catalogPort) -}}
+{{- else -}}
+{{- include "dedup-gateway.gateway.url" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+TLS switches, "true" or "": HTTPS on the S3 port (tls.enabled); mutual TLS between the
+gateways (cluster.tls.enabled, with more than one); HTTPS storage nodes with client
+certificates (storage.tls.enabled, with storage nodes).
+*/}}
+{{- define "dedup-gateway.s3.tls" -}}
+{{- if .Values.tls.enabled -}}true{{- end -}}
+{{- end -}}
+{{- define "dedup-gateway.cluster.tls" -}}
+{{- if and .Values.cluster.tls.enabled (gt (int .Values.gateway.replicas) 1) -}}true{{- end -}}
+{{- end -}}
+{{- define "dedup-gateway.storage.tls" -}}
+{{- if and .Values.storage.tls.enabled (gt (int .Values.storage.replicas) 0) -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The Secrets of the certificates (tls.crt, tls.key, ca.crt: cert-manager's names): the one
+named in the values, else the one the chart generates (tls-secrets.yaml).
+*/}}
+{{- define "dedup-gateway.tls.s3Secret" -}}
+{{- default (printf "%s-s3-tls" (include "dedup-gateway.fullname" .)) .Values.tls.secretName -}}
+{{- end -}}
+{{- define "dedup-gateway.tls.clusterSecret" -}}
+{{- default (printf "%s-cluster-tls" (include "dedup-gateway.fullname" .)) .Values.cluster.tls.secretName -}}
+{{- end -}}
+{{- define "dedup-gateway.tls.storageSecret" -}}
+{{- default (printf "%s-storage-tls" (include "dedup-gateway.fullname" .)) .Values.storage.tls.secretName -}}
+{{- end -}}
+{{- define "dedup-gateway.tls.storageClientSecret" -}}
+{{- default (printf "%s-storage-client-tls" (include "dedup-gateway.fullname" .)) .Values.storage.tls.clientSecretName -}}
 {{- end -}}
 
 {{/*
@@ -108,6 +158,12 @@ with the reason instead of starting pods that crash.
 {{- end -}}
 {{- if and (gt $gw 1) (eq $st 0) (empty .Values.gateway.extraPairs) -}}
 {{- fail "gateway.replicas > 1 needs disk pairs every gateway reaches: set storage.replicas (2, 4, ...) or gateway.extraPairs" -}}
+{{- end -}}
+{{- if and .Values.tls.enabled (gt $gw 1) (not .Values.cluster.tls.enabled) -}}
+{{- fail "tls.enabled with gateway.replicas > 1 needs cluster.tls.enabled: the gateway refuses --tls-cert in a cluster without cluster TLS (the peers share the S3 port)" -}}
+{{- end -}}
+{{- if ne (empty .Values.storage.tls.secretName) (empty .Values.storage.tls.clientSecretName) -}}
+{{- fail "storage.tls.secretName and storage.tls.clientSecretName go together (both from one CA), or neither (both generated)" -}}
 {{- end -}}
 {{- if not (regexMatch "^[a-z0-9][a-z0-9-]*$" .Values.storage.diskName) -}}
 {{- fail "storage.diskName must be a plain folder name (lowercase letters, digits, '-')" -}}
