@@ -36,11 +36,22 @@ impl RemoteWorker {
         index: u8,
         extra: &[S],
     ) -> RemoteWorker {
+        Self::start_at(&gw.endpoint(), token, disk, index, extra)
+    }
+
+    /// As [`RemoteWorker::start`], with the catalog at `catalog` (an `https://` gateway).
+    pub fn start_at<S: AsRef<OsStr>>(
+        catalog: &str,
+        token: &str,
+        disk: &Path,
+        index: u8,
+        extra: &[S],
+    ) -> RemoteWorker {
         let child = Command::new(valkyrie_bin())
             .arg("--disk")
             .arg(disk)
             .args(["--pair", "0", "--index", &index.to_string()])
-            .args(["--catalog", &gw.endpoint()])
+            .args(["--catalog", catalog])
             .args(["--scrub-interval-secs", "1", "--grace-secs", "300"])
             .args(extra)
             .env("VALKYRIE_CATALOG_TOKEN", token)

@@ -51,6 +51,10 @@ struct Args {
     /// VALKYRIE_CATALOG_TOKEN: the gateway's GATEWAY_CATALOG_TOKEN (or its admin token).
     #[arg(long)]
     catalog: String,
+    /// An https:// --catalog: the CA bundle (PEM) the gateway's certificate must chain to
+    /// (never the system roots).
+    #[arg(long)]
+    catalog_ca: Option<PathBuf>,
     #[arg(long, default_value_t = Settings::default().quarantine_secs)]
     quarantine_secs: u64,
     #[arg(long, default_value_t = Settings::default().slave_delay_secs)]
@@ -131,7 +135,17 @@ async fn main() -> ExitCode {
         request_timeout: Duration::from_secs(args.catalog_timeout_secs.max(1)),
         ..HttpCatalogConfig::default()
     };
-    let catalog = match HttpCatalog::new(&args.catalog, &token, config) {
+    let catalog_tls = match &args.catalog_ca {
+        None => None,
+        Some(ca) => match placement::disk::StorageTls::from_files(ca, None) {
+            Ok(tls) => Some(tls.client_config().clone()),
+            Err(e) => {
+                tracing::error!("--catalog-ca: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let catalog = match HttpCatalog::with_tls(&args.catalog, &token, config, catalog_tls) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "bad --catalog");

@@ -33,7 +33,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, StatusCode, Uri, header};
 use http_body_util::{BodyExt as _, Full, Limited};
-use hyper_util::client::legacy::Client;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::{Client, ResponseFuture};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use placement::{DiskRef, PairFlags, PairId, PairRecord, Sha1};
@@ -65,13 +66,30 @@ impl Default for HttpCatalogConfig {
     }
 }
 
-/// The gateway's catalog over HTTP.
+/// The connection pool of the catalog client: plain for an `http://` gateway, TLS only for
+/// an `https://` one (a request can never leave an `https://` pool in the clear).
+#[derive(Clone)]
+enum Pool {
+    Plain(Client<HttpConnector, Full<Bytes>>),
+    Tls(Client<HttpsConnector<HttpConnector>, Full<Bytes>>),
+}
+
+impl Pool {
+    fn request(&self, req: Request<Full<Bytes>>) -> ResponseFuture {
+        match self {
+            Pool::Plain(c) => c.request(req),
+            Pool::Tls(c) => c.request(req),
+        }
+    }
+}
+
+/// The gateway's catalog over HTTP or HTTPS.
 #[derive(Clone)]
 pub struct HttpCatalog {
-    /// `http://host:port[/prefix]`, without a trailing slash.
+    /// `http[s]://host:port[/prefix]`, without a trailing slash.
     base: String,
     authorization: HeaderValue,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Pool,
     config: HttpCatalogConfig,
 }
 
@@ -92,12 +110,25 @@ impl HttpCatalog {
         token: &str,
         config: HttpCatalogConfig,
     ) -> Result<Self, CatalogError> {
+        Self::with_tls(base_url, token, config, None)
+    }
+
+    /// A client for the gateway at `base_url`: `http://host:port`, or `https://host:port`
+    /// with `tls`, the client configuration that verifies the gateway's certificate
+    /// (`--catalog-ca`). An `https://` URL without it, or `tls` with an `http://` URL, is
+    /// refused: the catalog token never travels in the clear by mistake.
+    pub fn with_tls(
+        base_url: &str,
+        token: &str,
+        config: HttpCatalogConfig,
+        tls: Option<rustls::ClientConfig>,
+    ) -> Result<Self, CatalogError> {
         let base = base_url.trim_end_matches('/').to_string();
         let uri = Uri::from_str(&base)
             .map_err(|e| CatalogError::Config(format!("catalog URL {base_url:?}: {e}")))?;
-        if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        if uri.authority().is_none() {
             return Err(CatalogError::Config(format!(
-                "catalog URL {base_url:?}: only http://host[:port] is supported"
+                "catalog URL {base_url:?}: only http://host[:port] or https://host[:port] is supported"
             )));
         }
         let mut authorization = HeaderValue::from_str(&format!("Bearer {token}"))
@@ -106,10 +137,37 @@ impl HttpCatalog {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.request_timeout));
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
+        let mut builder = Client::builder(TokioExecutor::new());
+        builder
             .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(4)
-            .build(connector);
+            .pool_max_idle_per_host(4);
+        let client = match (uri.scheme_str(), tls) {
+            (Some("http"), None) => Pool::Plain(builder.build(connector)),
+            (Some("https"), Some(tls)) => {
+                connector.enforce_http(false);
+                let https = HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_only()
+                    .enable_http1()
+                    .wrap_connector(connector);
+                Pool::Tls(builder.build(https))
+            }
+            (Some("https"), None) => {
+                return Err(CatalogError::Config(format!(
+                    "catalog URL {base_url:?}: an https:// gateway needs the CA its certificate chains to (--catalog-ca)"
+                )));
+            }
+            (Some("http"), Some(_)) => {
+                return Err(CatalogError::Config(format!(
+                    "catalog URL {base_url:?}: --catalog-ca is for an https:// gateway"
+                )));
+            }
+            _ => {
+                return Err(CatalogError::Config(format!(
+                    "catalog URL {base_url:?}: only http://host[:port] or https://host[:port] is supported"
+                )));
+            }
+        };
         Ok(HttpCatalog {
             base,
             authorization,
@@ -172,7 +230,7 @@ impl HttpCatalog {
                 .client
                 .request(request)
                 .await
-                .map_err(|e| CatalogError::Unreachable(format!("{what}: {e}")))?;
+                .map_err(|e| CatalogError::Unreachable(format!("{what}: {}", chain(&e))))?;
             let status = response.status();
             let body = Limited::new(response.into_body(), self.config.body_bytes_max)
                 .collect()
@@ -188,6 +246,19 @@ impl HttpCatalog {
                 after: self.config.request_timeout,
             })?
     }
+}
+
+/// An error with its causes: hyper's "client error (Connect)" alone hides why (a refused
+/// connection, a certificate that does not verify).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn status_error(status: StatusCode, what: &str) -> CatalogError {
