@@ -136,6 +136,10 @@ pub struct ClusterSection {
     /// `"1=HOST:PORT,2=HOST:PORT,3=HOST:PORT"`, as `--peers`.
     pub peers: Option<String>,
     pub cluster_secret: Option<String>,
+    /// Cluster TLS, as `--cluster-ca`, `--cluster-cert`, `--cluster-key`.
+    pub cluster_ca: Option<PathBuf>,
+    pub cluster_cert: Option<PathBuf>,
+    pub cluster_key: Option<PathBuf>,
     pub snapshot_logs: Option<u64>,
     pub election_timeout_ms: Option<u64>,
 }

@@ -62,6 +62,9 @@ pub struct Config {
     /// `--tls-cert`/`--tls-key`: HTTPS on the listener, the certificate reloaded from
     /// these files. None: plain HTTP.
     pub tls: Option<tls::TlsFiles>,
+    /// `--cluster-ca`/`--cluster-cert`/`--cluster-key`: mutual TLS between the nodes, on
+    /// the same port ([`tls::cluster`]). None: RPCs over plain HTTP.
+    pub cluster_tls: Option<tls::cluster::ClusterTlsFiles>,
     /// `--request-log-level`: the level of the per-request log line, or off.
     pub request_log: crate::state::RequestLogLevel,
     /// `--lifecycle-day-secs`, `--upload-max-age-secs`.
@@ -292,6 +295,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         }
         None => None,
     };
+    let cluster_tls = match &config.cluster_tls {
+        Some(files) => Some((files, Arc::new(tls::cluster::ClusterTls::load(files)?))),
+        None => None,
+    };
     // Bound first: a single node names itself by the address it really listens on.
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
@@ -316,7 +323,12 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         snapshot_logs: config.snapshot_logs,
         ..ClusterConfig::single(addr.to_string())
     });
-    let peers = Arc::new(crate::peers::HttpPeers::new(cluster.secret.clone()));
+    let peers = Arc::new(match &cluster_tls {
+        Some((_, tls)) => {
+            crate::peers::HttpPeers::with_tls(cluster.secret.clone(), tls.client_config())
+        }
+        None => crate::peers::HttpPeers::new(cluster.secret.clone()),
+    });
     let metadata = raft::open(&data_dir, cluster, peers).await?;
     let pairs = Arc::new(PairTable::new());
     let state = Arc::new(AppState {
@@ -335,6 +347,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         domain: config.domain.clone(),
         workers: Workers::new(config.valkyrie.clone(), true),
         cluster_secret: config.cluster.as_ref().map(|c| c.secret.clone()),
+        cluster_tls: cluster_tls.is_some(),
         request_log: config.request_log,
         lifecycle: config.lifecycle.clone(),
         telemetry: Default::default(),
@@ -351,7 +364,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     });
     let server = tokio::spawn(connections::serve(
         listener,
-        tls.as_ref().map(|(_, _, acceptor)| acceptor.clone()),
+        tls::ListenerTls {
+            s3: tls.as_ref().map(|(_, _, acceptor)| acceptor.clone()),
+            cluster: cluster_tls.as_ref().map(|(_, cluster)| cluster.clone()),
+        },
         router(state.clone()),
         config.connections.clone(),
         stopped(stop.clone()),
@@ -363,7 +379,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         };
         let served = tokio::spawn(connections::serve(
             listener,
-            None,
+            tls::ListenerTls::default(),
             admin_router(state.clone()),
             limits,
             stopped(stop.clone()),
@@ -435,6 +451,18 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             certificate.fingerprint()
         );
         tracing::info!(cert = %files.cert.display(), sha256 = %certificate.fingerprint(), "TLS on");
+    }
+    if let Some((files, cluster)) = &cluster_tls {
+        tls::watch(cluster.certificate.clone(), files.identity());
+        let sha256 = cluster.certificate.fingerprint();
+        println!(
+            "cluster TLS on (mutual, ALPN dedup-cluster/1): CA {}, certificate {}, key {}, \
+             sha256 {sha256}",
+            files.ca.display(),
+            files.cert.display(),
+            files.key.display(),
+        );
+        tracing::info!(ca = %files.ca.display(), cert = %files.cert.display(), %sha256, "cluster TLS on");
     }
     if let Some((_, admin_addr)) = &admin_server {
         // Before the line below: whoever waits for it has this one too.

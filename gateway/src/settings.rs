@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use crate::config::{FileConfig, Switch, parse_peers, token};
 use crate::jobs::JobPace;
 use crate::server::tls::TlsFiles;
+use crate::server::tls::cluster::ClusterTlsFiles;
 use crate::server::{Config, ConnectionLimits};
 use crate::state::{PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT, RequestLogLevel, SignaturePolicy};
 use crate::store::Limits;
@@ -211,8 +212,17 @@ settings! {
     [cluster] node_id: u64;
     /// The voters of the metadata group by S3 listen address, this node included:
     /// `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`. Node-to-node RPCs use the same port under
-    /// /_cluster/, authenticated with GATEWAY_CLUSTER_SECRET. Without it: a single node.
+    /// /_cluster/, authenticated with GATEWAY_CLUSTER_SECRET (and over mutual TLS with
+    /// --cluster-ca). Without it: a single node.
     [cluster] peers: String;
+    /// Mutual TLS between the nodes: the CA (PEM) every node's certificate must chain to,
+    /// with --cluster-cert and --cluster-key. Without: RPCs over plain HTTP
+    [cluster] cluster_ca: PathBuf;
+    /// Mutual TLS between the nodes: this node's certificate chain (PEM, leaf first; its
+    /// SANs name the host of its --peers address), presented to peers both ways
+    [cluster] cluster_cert: PathBuf;
+    /// Mutual TLS between the nodes: the private key of --cluster-cert (PEM)
+    [cluster] cluster_key: PathBuf;
     /// Log entries applied between two metadata snapshots (log compaction) [default: 20000]
     [cluster] snapshot_logs: u64 = SNAPSHOT_LOGS_DEFAULT;
     /// The shortest Raft election timeout in milliseconds (the longest is twice it, the
@@ -279,6 +289,7 @@ impl Settings {
     ) -> Result<Config, String> {
         let cluster = self.cluster(file, env)?;
         let tls = self.tls()?;
+        let cluster_tls = self.cluster_tls()?;
         let job_pace = self.job_pace()?;
         let lifecycle = self.lifecycle()?;
         let secret =
@@ -328,6 +339,7 @@ impl Settings {
                 max_connections: self.max_connections,
             },
             tls,
+            cluster_tls,
             request_log: self.request_log_level,
             lifecycle,
             stats: crate::telemetry::stored::Settings {
@@ -385,8 +397,32 @@ impl Settings {
         }))
     }
 
-    /// HTTPS with both `tls_cert` and `tls_key`, plain HTTP with neither. Not in a cluster
-    /// yet: the peers reach each other over plain HTTP on this same port.
+    /// Cluster TLS with `cluster_ca`, `cluster_cert` and `cluster_key` (all three or none),
+    /// for a cluster node only.
+    pub fn cluster_tls(&self) -> Result<Option<ClusterTlsFiles>, String> {
+        let files = match (&self.cluster_ca, &self.cluster_cert, &self.cluster_key) {
+            (None, None, None) => return Ok(None),
+            (Some(ca), Some(cert), Some(key)) => ClusterTlsFiles {
+                ca: ca.clone(),
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            _ => {
+                return Err(
+                    "--cluster-ca, --cluster-cert and --cluster-key go together (all three or none)"
+                        .into(),
+                );
+            }
+        };
+        if self.peers.is_none() {
+            return Err("--cluster-ca needs --peers (TLS between the nodes of a cluster)".into());
+        }
+        Ok(Some(files))
+    }
+
+    /// HTTPS with both `tls_cert` and `tls_key`, plain HTTP with neither. In a cluster only
+    /// with cluster TLS: without it, the peers reach each other over plain HTTP on this
+    /// same port, which TLS would close to them.
     fn tls(&self) -> Result<Option<TlsFiles>, String> {
         let (cert, key) = match (&self.tls_cert, &self.tls_key) {
             (None, None) => return Ok(None),
@@ -398,11 +434,11 @@ impl Settings {
                 return Err("--tls-key needs --tls-cert (the certificate chain)".into());
             }
         };
-        if self.peers.is_some() {
+        if self.peers.is_some() && self.cluster_ca.is_none() {
             return Err(
-                "--tls-cert with --peers: TLS for a cluster is not available yet (the nodes \
-                 reach each other on this port over plain HTTP; it comes with --cluster-ca, \
-                 --cluster-cert and --cluster-key); run the cluster without --tls-cert"
+                "--tls-cert with --peers needs cluster TLS (--cluster-ca, --cluster-cert, \
+                 --cluster-key): without it the nodes reach each other on this port over \
+                 plain HTTP"
                     .into(),
             );
         }
@@ -567,6 +603,25 @@ mod tests {
     }
 
     #[test]
+    fn cluster_tls_comes_from_the_cluster_section_and_opens_tls_cert_to_a_cluster() {
+        let f = file(
+            "tls_cert = \"s3.crt\"\ntls_key = \"s3.key\"\n[cluster]\npeers = \"1=a:1\"\n\
+             node_id = 1\ncluster_ca = \"ca.crt\"\ncluster_cert = \"tls.crt\"\n\
+             cluster_key = \"tls.key\"",
+        );
+        let config = Settings::resolve(&flags(&["--cluster-key", "other.key"]), &f)
+            .server_config(&f, &|_| Some("secret".to_owned()))
+            .unwrap();
+        let want = ClusterTlsFiles {
+            ca: "ca.crt".into(),
+            cert: "tls.crt".into(),
+            key: "other.key".into(),
+        };
+        assert_eq!(config.cluster_tls, Some(want));
+        assert!(config.tls.is_some());
+    }
+
+    #[test]
     fn bad_values_are_refused_with_the_flag_named() {
         let error = |args: &[&str], text: &str| {
             let f = file(text);
@@ -618,7 +673,18 @@ mod tests {
                 &["--tls-cert", "c.pem", "--peers", "1=a:1", "--node-id", "1"],
                 "tls_key = \"k.pem\""
             )
-            .starts_with("--tls-cert with --peers: TLS for a cluster is not available yet")
+            .starts_with("--tls-cert with --peers needs cluster TLS")
+        );
+        assert!(
+            error(&["--cluster-ca", "ca.pem", "--cluster-cert", "c.pem"], "")
+                .starts_with("--cluster-ca, --cluster-cert and --cluster-key go together")
+        );
+        assert!(
+            error(
+                &[],
+                "[cluster]\ncluster_ca = \"a\"\ncluster_cert = \"b\"\ncluster_key = \"c\""
+            )
+            .starts_with("--cluster-ca needs --peers")
         );
         let f = file("[cluster]\npeers = \"1=a:1\"\nnode_id = 1");
         let e = Settings::resolve(&Flags::default(), &f)

@@ -29,6 +29,9 @@ pub struct AppState {
     pub workers: Workers,
     /// The secret node-to-node RPCs must carry (none: they are all refused).
     pub cluster_secret: Option<String>,
+    /// Cluster TLS is on: node-to-node RPCs must also have come over it (the
+    /// [`ClusterPeer`] mark).
+    pub cluster_tls: bool,
     /// `--request-log-level`: the level of the per-request log line, or off.
     pub request_log: RequestLogLevel,
     /// Lifecycle settings (the length of a lifecycle day for `x-amz-expiration`).
@@ -72,3 +75,9 @@ pub enum RequestLogLevel {
     Info,
     Debug,
 }
+
+/// The mark of a request that came over cluster TLS: its peer presented a certificate the
+/// cluster CA signed. An axum request extension, inserted by the connection's service
+/// (`server::tls::cluster`) and checked by the cluster routes' authentication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClusterPeer;

@@ -90,17 +90,38 @@ impl Cluster {
     /// `places[i].host`, inside `places[i].netns` if set, and restarts there); the peers
     /// name those addresses. E.g. the placements of a [`crate::netns::NetLab`].
     pub fn start_in(places: &[Placement], extra_args: &[&str]) -> Cluster {
-        Self::start_placed_bins(places, &[], extra_args)
+        Self::start_placed_bins(places, &[], extra_args, &|_| Vec::new())
+    }
+
+    /// Like [`Cluster::start`], node `id` also given `node_args(id)` (its own certificate
+    /// files, for example), kept across its restarts.
+    pub fn start_per_node(
+        n: usize,
+        extra_args: &[&str],
+        node_args: &dyn Fn(usize) -> Vec<String>,
+    ) -> Cluster {
+        Self::start_placed_bins(&vec![Placement::default(); n], &[], extra_args, node_args)
     }
 
     /// Like [`Cluster::start`], node `i + 1` running binary `bins[i]` (a mixed-version
     /// group for an upgrade test; [`crate::Gateway::restart_with_bin`] changes one).
     pub fn start_bins(bins: &[PathBuf], extra_args: &[&str]) -> Cluster {
-        Self::start_placed_bins(&vec![Placement::default(); bins.len()], bins, extra_args)
+        Self::start_placed_bins(
+            &vec![Placement::default(); bins.len()],
+            bins,
+            extra_args,
+            &|_| Vec::new(),
+        )
     }
 
-    /// The placements and, where given, the binaries (`bins` empty: the default one).
-    fn start_placed_bins(places: &[Placement], bins: &[PathBuf], extra_args: &[&str]) -> Cluster {
+    /// The placements and, where given, the binaries (`bins` empty: the default one), and
+    /// each node's own arguments.
+    fn start_placed_bins(
+        places: &[Placement],
+        bins: &[PathBuf],
+        extra_args: &[&str],
+        node_args: &dyn Fn(usize) -> Vec<String>,
+    ) -> Cluster {
         let n = places.len();
         assert!(n >= 1, "a cluster has at least one node");
         // A test that panicked while holding it poisoned it; its cluster is gone all the same.
@@ -121,58 +142,22 @@ impl Cluster {
             .map(|(i, &p)| format!("{}={}", i + 1, SocketAddr::new(places[i].host, p)))
             .collect::<Vec<_>>()
             .join(",");
-        let secret = random_token(32);
-        let access_key = format!("E2E{}", random_token(17).to_uppercase());
-        let secret_key = random_token(40);
-        let admin_token = random_token(32);
-
+        let keys = GroupKeys::random();
         let options: Vec<(GatewayOptions, Placement)> = (1..=n)
             .map(|id| {
-                let mut args = vec![
-                    "--node-id".to_string(),
-                    id.to_string(),
-                    "--peers".to_string(),
-                    peers.clone(),
-                    "--config".to_string(),
-                    path_str(&config).to_string(),
-                ];
-                args.extend(extra_args.iter().map(|a| a.to_string()));
+                let args = extra_args
+                    .iter()
+                    .map(|a| a.to_string())
+                    .chain(node_args(id));
                 let opts = GatewayOptions {
-                    data_dir: Some(root.path().join(format!("node{id}"))),
-                    port: ports[id - 1],
-                    access_key: Some(access_key.clone()),
-                    secret_key: Some(secret_key.clone()),
-                    admin_token: Some(admin_token.clone()),
-                    args,
-                    env: vec![(CLUSTER_SECRET_ENV.to_string(), secret.clone())],
-                    label: Some(format!("node {id}")),
-                    stderr_file: None,
                     bin: bins.get(id - 1).cloned(),
+                    ..keys.node_options(id, root.path(), ports[id - 1], &peers, &config, args)
                 };
                 (opts, places[id - 1].clone())
             })
             .collect();
-        // A node that fails to start panics in its thread; the others are dropped (killed)
-        // with the results, then this panics with the first failure.
-        let started: Vec<thread::Result<Gateway>> = thread::scope(|s| {
-            let handles: Vec<_> = options
-                .into_iter()
-                .map(|(o, place)| s.spawn(move || Gateway::start_placed(o, place)))
-                .collect();
-            handles.into_iter().map(|h| h.join()).collect()
-        });
-        let mut nodes = Vec::with_capacity(n);
-        let mut failure = None;
-        for r in started {
-            match r {
-                Ok(gw) => nodes.push(gw),
-                Err(panic) => failure = failure.or(Some(panic)),
-            }
-        }
-        if let Some(panic) = failure {
-            drop(nodes);
-            std::panic::resume_unwind(panic);
-        }
+        let nodes = start_nodes(options);
+        let secret = keys.secret;
         let cluster = Cluster {
             nodes,
             secret,
@@ -698,6 +683,86 @@ fn describe_answers<T: fmt::Debug>(answers: &[(usize, Result<T, String>)]) -> St
             Err(e) => format!("node {id}: {e}\n"),
         })
         .collect()
+}
+
+/// The credentials, admin token and cluster secret every node of a group shares.
+#[derive(Debug, Clone)]
+pub struct GroupKeys {
+    pub secret: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub admin_token: String,
+}
+
+impl GroupKeys {
+    pub fn random() -> GroupKeys {
+        GroupKeys {
+            secret: random_token(32),
+            access_key: format!("E2E{}", random_token(17).to_uppercase()),
+            secret_key: random_token(40),
+            admin_token: random_token(32),
+        }
+    }
+
+    /// Node `id` of a group: data in `root/node{id}`, `--listen` on `port`, `--node-id`,
+    /// `--peers peers`, `--config config`, then `args`.
+    pub fn node_options(
+        &self,
+        id: usize,
+        root: &Path,
+        port: u16,
+        peers: &str,
+        config: &Path,
+        args: impl IntoIterator<Item = String>,
+    ) -> GatewayOptions {
+        let mut all = vec![
+            "--node-id".to_string(),
+            id.to_string(),
+            "--peers".to_string(),
+            peers.to_owned(),
+            "--config".to_string(),
+            path_str(config).to_string(),
+        ];
+        all.extend(args);
+        GatewayOptions {
+            data_dir: Some(root.join(format!("node{id}"))),
+            port,
+            access_key: Some(self.access_key.clone()),
+            secret_key: Some(self.secret_key.clone()),
+            admin_token: Some(self.admin_token.clone()),
+            args: all,
+            env: vec![(CLUSTER_SECRET_ENV.to_string(), self.secret.clone())],
+            label: Some(format!("node {id}")),
+            stderr_file: None,
+            bin: None,
+        }
+    }
+}
+
+/// Starts the nodes at once (a node may wait for its peers before it prints `listening
+/// on`). A node that fails to start panics in its thread; the others are dropped (killed)
+/// with the results, then this panics with the first failure.
+pub fn start_nodes(options: Vec<(GatewayOptions, Placement)>) -> Vec<Gateway> {
+    let started: Vec<thread::Result<Gateway>> = thread::scope(|s| {
+        let handles: Vec<_> = options
+            .into_iter()
+            .map(|(o, place)| s.spawn(move || Gateway::start_placed(o, place)))
+            .collect();
+        handles.into_iter().map(|h| h.join()).collect()
+    });
+    let mut nodes = Vec::with_capacity(started.len());
+    let mut failure = None;
+    for r in started {
+        match r {
+            Ok(gw) => nodes.push(gw),
+            Err(panic) => failure = failure.or(Some(panic)),
+        }
+    }
+    if let Some(panic) = failure {
+        drop(nodes);
+        std::panic::resume_unwind(panic);
+    }
+    nodes
 }
 
 /// How a CLI run ended and what it printed.

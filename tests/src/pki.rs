@@ -50,6 +50,34 @@ impl Ca {
         }
     }
 
+    /// The CA `gateway admin tls ca --name NAME` wrote, from its `ca.key`: the same name and
+    /// key sign leaves its `ca.crt` verifies (rcgen here cannot read the certificate back).
+    pub fn from_key_pem(name: &str, key_pem: &str) -> Ca {
+        let mut params = CertificateParams::default();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::from_pem(key_pem).expect("CA key PEM");
+        Ca {
+            issuer: Issuer::new(params, key),
+            cert_pem: String::new(),
+        }
+    }
+
+    /// A certificate for 127.0.0.1 for server and client authentication, valid during 2020
+    /// only, signed by this CA, written under `dir` (created).
+    pub fn issue_expired(&self, name: &str, dir: &Path) -> Identity {
+        let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).expect("SAN");
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        self.write_leaf(params, dir)
+    }
+
     /// Writes the CA certificate to `path` (a `ca.crt`).
     pub fn write_cert(&self, path: &Path) -> PathBuf {
         fs::write(path, &self.cert_pem).expect("write CA certificate");
@@ -66,6 +94,11 @@ impl Ca {
             Role::Server => ExtendedKeyUsagePurpose::ServerAuth,
             Role::Client => ExtendedKeyUsagePurpose::ClientAuth,
         }];
+        self.write_leaf(params, dir)
+    }
+
+    /// Signs a new key's certificate of `params`, written as `dir/tls.crt`, `dir/tls.key`.
+    fn write_leaf(&self, params: CertificateParams, dir: &Path) -> Identity {
         let key = KeyPair::generate().expect("leaf key");
         let cert = params.signed_by(&key, &self.issuer).expect("sign leaf");
         fs::create_dir_all(dir).expect("create certificate folder");

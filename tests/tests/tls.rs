@@ -644,7 +644,7 @@ fn bad_tls_settings_stop_the_start_with_a_clear_error() {
                 ],
             ]
             .concat(),
-            "TLS for a cluster is not available yet".into(),
+            "--tls-cert with --peers needs cluster TLS".into(),
         ),
     ];
     for (args, want) in cases {

@@ -9,7 +9,13 @@
 //! | `/_files/…` | `Bearer` native token (not the admin token) | 403 `{"error":"native API token required"}` |
 //! | `/_catalog/…` | `Bearer` catalog token or admin token | 403 `{"error":"catalog token required"}` |
 //! | `/_metrics`, `/_status` | anyone with `--metrics-open`, else `Bearer` metrics token or admin token | 403 `{"error":"metrics token required"}` |
-//! | `/_cluster/…` | `x-cluster-secret` cluster secret | 403 `cluster secret required` (plain text) |
+//! | `/_cluster/…` | `x-cluster-secret` cluster secret, and with cluster TLS a connection of the cluster side | 403 `cluster secret required` (plain text) |
+//!
+//! With cluster TLS the secret is a second factor beside the peer's certificate: a request
+//! that did not come over a cluster TLS connection (the
+//! [`ClusterPeer`](crate::state::ClusterPeer) mark its connection put on it)
+//! is refused, secret or not, and a stolen node certificate without the secret opens
+//! nothing either.
 //!
 //! A token or secret configured empty is none: it opens nothing, not even `Bearer ` with
 //! nothing after it. Every comparison runs in constant time
@@ -25,6 +31,7 @@ use http::{HeaderMap, StatusCode};
 use super::ApiError;
 use crate::bearer::{bearer_ok, constant_time_eq};
 use crate::state::AppState;
+use crate::state::ClusterPeer;
 use meta::raft::network::SECRET_HEADER;
 
 /// The credential a group of internal routes asks for.
@@ -55,6 +62,8 @@ pub struct Secrets<'a> {
     /// `--metrics-open`: `/_metrics` and `/_status` answer anyone.
     pub metrics_open: bool,
     pub cluster_secret: Option<&'a str>,
+    /// Cluster TLS is on: `/_cluster/` also needs the [`ClusterPeer`] mark.
+    pub cluster_tls: bool,
 }
 
 impl<'a> Secrets<'a> {
@@ -66,6 +75,7 @@ impl<'a> Secrets<'a> {
             metrics_token: app.internal.metrics_token.as_deref(),
             metrics_open: app.internal.metrics_open,
             cluster_secret: app.cluster_secret.as_deref(),
+            cluster_tls: app.cluster_tls,
         }
     }
 }
@@ -82,6 +92,15 @@ impl Access {
                 secrets.metrics_open || bearer(secrets.metrics_token) || bearer(secrets.admin_token)
             }
             Access::Cluster => cluster_secret_ok(secrets.cluster_secret, headers),
+        }
+    }
+
+    /// Whether a request that came with `extensions` came the way this group needs: a
+    /// cluster RPC over cluster TLS when the node has it; anything else as it came.
+    pub fn transport_allows(self, secrets: &Secrets<'_>, extensions: &http::Extensions) -> bool {
+        match self {
+            Access::Cluster if secrets.cluster_tls => extensions.get::<ClusterPeer>().is_some(),
+            _ => true,
         }
     }
 
@@ -108,7 +127,9 @@ pub async fn require(
     req: Request,
     next: Next,
 ) -> Response {
-    if access.allows(&Secrets::of(&app), req.headers()) {
+    let secrets = Secrets::of(&app);
+    if access.allows(&secrets, req.headers()) && access.transport_allows(&secrets, req.extensions())
+    {
         next.run(req).await
     } else {
         access.refusal()
@@ -148,6 +169,7 @@ mod tests {
             metrics_token: Some("m"),
             metrics_open: false,
             cluster_secret: Some("s"),
+            cluster_tls: false,
         }
     }
 
@@ -204,6 +226,7 @@ mod tests {
             metrics_token: Some(""),
             metrics_open: false,
             cluster_secret: Some(""),
+            cluster_tls: false,
         };
         for h in [
             headers(&[]),
@@ -214,6 +237,30 @@ mod tests {
         ] {
             assert_eq!(opened(&empty, &h), vec![], "{h:?}");
             assert_eq!(opened(&Secrets::default(), &h), vec![], "{h:?}");
+        }
+    }
+
+    #[test]
+    fn with_cluster_tls_a_cluster_rpc_needs_the_mark_as_well_as_the_secret() {
+        let mut marked = http::Extensions::new();
+        marked.insert(ClusterPeer);
+        let unmarked = http::Extensions::new();
+        let plain = configured();
+        let tls = Secrets {
+            cluster_tls: true,
+            ..configured()
+        };
+        assert!(Access::Cluster.transport_allows(&plain, &unmarked));
+        assert!(Access::Cluster.transport_allows(&tls, &marked));
+        assert!(!Access::Cluster.transport_allows(&tls, &unmarked));
+        // The other groups do not ask where a request came from.
+        for access in [
+            Access::Admin,
+            Access::Native,
+            Access::Catalog,
+            Access::Metrics,
+        ] {
+            assert!(access.transport_allows(&tls, &unmarked), "{access:?}");
         }
     }
 

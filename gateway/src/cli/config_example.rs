@@ -156,6 +156,20 @@ fn cluster(t: &mut Example, d: &Settings) {
     t.example("peers", &"1=10.0.0.1:9000,2=10.0.0.2:9000,3=10.0.0.3:9000");
     t.comment("Same as cluster_secret above.");
     t.example("cluster_secret", &"...");
+    t.comment("Mutual TLS between the nodes (all three or none; `gateway admin tls` makes them):");
+    t.comment("the CA every node's certificate chains to, this node's certificate and key (PEM).");
+    t.example(
+        "cluster_ca",
+        &PathBuf::from("/etc/gateway/cluster-tls/ca.crt"),
+    );
+    t.example(
+        "cluster_cert",
+        &PathBuf::from("/etc/gateway/cluster-tls/tls.crt"),
+    );
+    t.example(
+        "cluster_key",
+        &PathBuf::from("/etc/gateway/cluster-tls/tls.key"),
+    );
     t.comment("Log entries applied between two metadata snapshots.");
     t.example("snapshot_logs", &d.snapshot_logs);
     t.comment("Shortest Raft election timeout in ms (longest: twice; heartbeat: a fifth).");

@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod admin_buckets;
 pub mod admin_keys;
+pub mod admin_tls;
 pub mod config_example;
 pub mod progress;
 
@@ -24,6 +25,7 @@ use self::admin::{
 };
 use self::admin_buckets::BucketsCommand;
 use self::admin_keys::KeysCommand;
+use self::admin_tls::TlsCommand;
 
 #[derive(Parser)]
 #[command(
@@ -133,13 +135,24 @@ pub enum AdminCmd {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// Cluster TLS files, made here (no gateway is asked): `ca` (a cluster CA), `node` (a
+    /// node certificate it signs).
+    Tls {
+        #[command(subcommand)]
+        command: TlsCommand,
+    },
 }
 
 impl AdminCmd {
     /// Runs the command against the gateway at `endpoint`; the text to print.
     pub async fn run(self, endpoint: &str, token: Option<String>) -> Result<String, String> {
+        // Made here: no gateway is asked (one may not be running yet).
+        let command = match self {
+            AdminCmd::Tls { command } => return command.run(),
+            other => other,
+        };
         let client = AdminClient::new(endpoint, token)?;
-        match self {
+        match command {
             AdminCmd::Pairs { command } => client.pairs(command).await,
             AdminCmd::Scrub { command } => client.scrub(command).await,
             AdminCmd::Disk { command } => client.disk(command).await,
@@ -151,6 +164,8 @@ impl AdminCmd {
                 let n = client.backup(&file).await?;
                 Ok(format!("wrote {} ({n} bytes)\n", file.display()))
             }
+            // Answered above, before the client.
+            AdminCmd::Tls { command } => command.run(),
         }
     }
 }

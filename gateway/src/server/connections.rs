@@ -28,7 +28,8 @@
 //!   ([`ADMIN_CONNECTIONS_MAX`]), so that S3 connections cannot lock the health checks out.
 //! - **TLS** ([`super::tls`]): the same bounds hold beneath the TLS layer, on the socket's
 //!   bytes. The handshake counts as the start of the first request's head: it must end
-//!   within the header read timeout. The refusal of a connection over the bound is sent
+//!   within the header read timeout (with the cluster side, so must the first byte and the
+//!   ClientHello that choose the side). The refusal of a connection over the bound is sent
 //!   over TLS (its handshake bounded like the refusal's IO).
 //!
 //! Back of the envelope: a connection costs one descriptor and hyper's buffers (a few KiB
@@ -54,8 +55,11 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, Re
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::time::{Instant, Sleep};
-use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
+
+use super::tls::ListenerTls;
+use super::tls::cluster::Accepted;
+use crate::state::ClusterPeer;
 
 /// The settings of every connection; see the module doc.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -183,12 +187,12 @@ pub fn fit_open_files_limit(limits: &mut ConnectionLimits) {
     }
 }
 
-/// Serves `app` on `listener` (over TLS with `tls`, plain HTTP without) until `shutdown`
+/// Serves `app` on `listener` (over TLS and the cluster side as `tls` says) until `shutdown`
 /// completes, then lets the connections in progress finish (bounded by
 /// [`SHUTDOWN_DRAIN_SECS`]).
 pub async fn serve(
     listener: TcpListener,
-    tls: Option<TlsAcceptor>,
+    tls: ListenerTls,
     app: Router,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
@@ -228,7 +232,7 @@ pub async fn serve(
                 Ok(permit) => {
                     tokio::spawn(refuse(stream, tls.clone(), refusal.clone(), permit));
                 }
-                Err(_) if tls.is_none() => refuse_at_once(stream, &refusal),
+                Err(_) if tls.is_plain() => refuse_at_once(stream, &refusal),
                 Err(_) => drop(stream),
             },
         }
@@ -269,20 +273,12 @@ fn slow_down_response() -> Vec<u8> {
     .into_bytes()
 }
 
-async fn refuse(
-    stream: TcpStream,
-    tls: Option<TlsAcceptor>,
-    answer: Bytes,
-    _permit: OwnedSemaphorePermit,
-) {
+async fn refuse(stream: TcpStream, tls: ListenerTls, answer: Bytes, _permit: OwnedSemaphorePermit) {
     let io_bound = Duration::from_secs(REFUSAL_IO_SECS);
-    match tls {
-        None => refuse_on(stream, &answer, io_bound).await,
-        Some(tls) => {
-            if let Ok(Ok(stream)) = tokio::time::timeout(io_bound, tls.accept(stream)).await {
-                refuse_on(stream, &answer, io_bound).await;
-            }
-        }
+    match tokio::time::timeout(io_bound, tls.accept(stream, |s| s)).await {
+        Ok(Ok(Accepted::Plain(stream))) => refuse_on(stream, &answer, io_bound).await,
+        Ok(Ok(Accepted::Tls { stream, .. })) => refuse_on(stream, &answer, io_bound).await,
+        Ok(Err(_)) | Err(_) => {}
     }
 }
 
@@ -334,28 +330,34 @@ async fn refuse_on(
 
 async fn serve_connection(
     stream: TcpStream,
-    tls: Option<TlsAcceptor>,
+    tls: ListenerTls,
     app: Router,
     limits: ConnectionLimits,
     _slot: OwnedSemaphorePermit,
     stop: watch::Receiver<bool>,
 ) {
     let requests = Arc::new(Requests::default());
-    let timed = TimedIo::new(stream, requests.clone(), &limits);
-    let Some(tls) = tls else {
-        return serve_http(timed, requests, app, &limits, stop).await;
-    };
+    let timed = |stream| TimedIo::new(stream, requests.clone(), &limits);
+    if tls.is_plain() {
+        let io = timed(stream);
+        return serve_http(io, requests, app, &limits, stop, None).await;
+    }
     // TimedIo bounds each read of the handshake; this bounds the whole of it.
     let handshake_bound = Duration::from_secs(limits.header_read_timeout_secs);
-    let handshake = tokio::time::timeout(handshake_bound, tls.accept(timed));
+    let handshake = tokio::time::timeout(handshake_bound, tls.accept(stream, timed));
     let mut stopping = stop.clone();
     let accepted = tokio::select! {
         accepted = handshake => accepted,
         () = stopped(&mut stopping) => return,
     };
     match accepted {
-        Ok(Ok(stream)) => serve_http(stream, requests, app, &limits, stop).await,
-        // Plain HTTP, an old protocol version, an unknown certificate: nothing to serve.
+        Ok(Ok(Accepted::Plain(io))) => serve_http(io, requests, app, &limits, stop, None).await,
+        Ok(Ok(Accepted::Tls { stream, cluster })) => {
+            let peer = cluster.then_some(ClusterPeer);
+            serve_http(stream, requests, app, &limits, stop, peer).await;
+        }
+        // Plain HTTP to TLS, an old protocol version, an unknown, expired or missing client
+        // certificate on the cluster side: nothing to serve.
         Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
         Err(_) => tracing::debug!("no TLS handshake within the header read timeout"),
     }
@@ -371,13 +373,15 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 /// Serves HTTP/1.1 or HTTP/2 (hyper's auto-detection, which ALPN's choice agrees with) on
-/// a connection's `io` until it ends or the server stops.
+/// a connection's `io` until it ends or the server stops. `peer`: the connection is the
+/// cluster side's, and each request carries the mark.
 async fn serve_http(
     io: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
     requests: Arc<Requests>,
     app: Router,
     limits: &ConnectionLimits,
     mut stop: watch::Receiver<bool>,
+    peer: Option<ClusterPeer>,
 ) {
     let io = TokioIo::new(io);
     let body_idle = Duration::from_secs(limits.body_idle_timeout_secs);
@@ -385,7 +389,10 @@ async fn serve_http(
         let in_flight = InFlight::start(requests.clone());
         let app = app.clone();
         async move {
-            let req = req.map(|b| Body::new(IdleTimedBody::new(b, body_idle)));
+            let mut req = req.map(|b| Body::new(IdleTimedBody::new(b, body_idle)));
+            if let Some(peer) = peer {
+                req.extensions_mut().insert(peer);
+            }
             let resp = match app.oneshot(req).await {
                 Ok(resp) => resp,
                 Err(never) => match never {},
