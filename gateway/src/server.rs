@@ -169,16 +169,9 @@ async fn check_reachable(configured: &[(PairId, [DiskRef; 2])]) -> Result<(), Se
                 ));
             }
             // The probe of the write path: a temp file created and removed.
-            let backend = placement::Disk::open(disk).map_err(|e| unreachable(e.to_string()))?;
-            let temp = backend
-                .begin_temp()
-                .await
-                .map_err(|e| unreachable(e.to_string()))?;
-            let done = temp
-                .finish()
-                .await
-                .map_err(|e| unreachable(e.to_string()))?;
-            done.discard()
+            placement::Disk::open(disk)
+                .map_err(|e| unreachable(e.to_string()))?
+                .probe_write()
                 .await
                 .map_err(|e| unreachable(e.to_string()))?;
         }
