@@ -751,6 +751,27 @@ struct PauseTrial {
     written: Written,
 }
 
+/// `n` trials of `once`, each started on a steady group (every node's log alike, a leader
+/// known) and given that leader's index and the trial's number; a failure names the trial
+/// and `what` it was.
+async fn steady_trials<T>(
+    cl: &mut Cluster,
+    n: usize,
+    what: &str,
+    mut once: impl AsyncFnMut(&mut Cluster, usize, usize) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    let mut trials = Vec::with_capacity(n);
+    for t in 0..n {
+        logs_alike(cl, LEADER_LIMIT).await?;
+        let leader = cl.wait_leader(LEADER_LIMIT, None).await?;
+        let trial = once(cl, leader, t)
+            .await
+            .map_err(|e| format!("trial {} ({what}): {e}", t + 1))?;
+        trials.push(trial);
+    }
+    Ok(trials)
+}
+
 /// `election_trials` trials: SIGSTOP of the leader of a steady group, a new leader and a
 /// PUT through a surviving follower, then SIGCONT and the old leader's step-down.
 async fn paused_leaders(
@@ -763,16 +784,13 @@ async fn paused_leaders(
         "raft: election after SIGSTOP of the leader, {} trials",
         plan.election_trials
     ));
-    let mut trials = Vec::new();
-    for t in 0..plan.election_trials {
-        logs_alike(cl, LEADER_LIMIT).await?;
-        let leader = cl.wait_leader(LEADER_LIMIT, None).await?;
-        trials.push(
-            pause_leader_once(cl, leader, t, body)
-                .await
-                .map_err(|e| format!("trial {} (leader paused): {e}", t + 1))?,
-        );
-    }
+    let trials = steady_trials(
+        cl,
+        plan.election_trials,
+        "leader paused",
+        async |cl: &mut Cluster, leader, t| pause_leader_once(cl, leader, t, body).await,
+    )
+    .await?;
     let all = |f: fn(&PauseTrial) -> Duration| trials.iter().map(f).collect::<Vec<_>>();
     report.info(
         SEC_ELECTION,
@@ -894,16 +912,13 @@ async fn heals(
         "raft: a follower paused {HEAL_PAUSE:?} then resumed, {} trials",
         plan.election_trials
     ));
-    let mut trials = Vec::new();
-    for t in 0..plan.election_trials {
-        logs_alike(cl, LEADER_LIMIT).await?;
-        let leader = cl.wait_leader(LEADER_LIMIT, None).await?;
-        trials.push(
-            heal_once(cl, leader, t, body)
-                .await
-                .map_err(|e| format!("trial {} (heal): {e}", t + 1))?,
-        );
-    }
+    let trials = steady_trials(
+        cl,
+        plan.election_trials,
+        "heal",
+        async |cl: &mut Cluster, leader, t| heal_once(cl, leader, t, body).await,
+    )
+    .await?;
     let sum: u64 = trials.iter().map(|h| h.elections).sum();
     let changed = trials.iter().filter(|h| h.leader_changed).count();
     report.push(Row {
