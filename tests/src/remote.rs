@@ -23,6 +23,28 @@ pub fn content_at(disk: &Path, sha1: &str) -> PathBuf {
     disk.join(&sha1[0..2]).join(&sha1[2..4]).join(sha1)
 }
 
+/// Content files (`<aa>/<bb>/<40 hex>`) under a disk root, sorted by name.
+pub fn content_names(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let hex2 = |n: &str| n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit());
+    for a in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let an = a.file_name().to_string_lossy().into_owned();
+        if !hex2(&an) || !a.path().is_dir() {
+            continue;
+        }
+        for b in std::fs::read_dir(a.path()).into_iter().flatten().flatten() {
+            for f in std::fs::read_dir(b.path()).into_iter().flatten().flatten() {
+                let name = f.file_name().to_string_lossy().into_owned();
+                if name.len() == 40 && name.bytes().all(|c| c.is_ascii_hexdigit()) {
+                    out.push(name);
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// One worker process for one disk folder of pair 0, killed on drop.
 pub struct RemoteWorker(Child);
 

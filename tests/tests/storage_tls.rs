@@ -200,3 +200,108 @@ fn an_https_disk_without_a_storage_ca_is_refused_at_start() {
         "{stderr}"
     );
 }
+
+/// Runs `gateway admin ARGS` against `gw`.
+fn admin_cli(gw: &Gateway, args: &[&str]) -> e2e::cluster::Run {
+    let endpoint = gw.endpoint();
+    let mut all = vec!["admin", "--endpoint", endpoint.as_str()];
+    all.extend_from_slice(args);
+    e2e::cluster::run_gateway(&all, &[("GATEWAY_ADMIN_TOKEN", gw.admin_token())])
+}
+
+/// UNMOVE when both pairs are on HTTPS nodes: disk 0 of pair 0 fails, and `valkyrie
+/// --unmove` beside the survivor copies every file to pair 1 over HTTPS with its client
+/// certificate; the gateway then serves every object from pair 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmove_beside_a_survivor_relocates_to_an_https_pair() {
+    const N: usize = 120;
+    let pki = StoragePki::new();
+    let nginx = Nginx::start_tls(
+        &["d0", "d1", "d2", "d3"],
+        NodeTls {
+            cert: pki.node.cert.clone(),
+            key: pki.node.key.clone(),
+            client_ca: pki.ca.clone(),
+        },
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = config_file(dir.path(), &nginx, &pki, Some(&pki.client));
+    let token = e2e::random_token(32);
+    let gw = Gateway::start_with(
+        &["--config", config.to_str().expect("utf-8 path")],
+        &[("GATEWAY_CATALOG_TOKEN", &token)],
+    );
+    let run = admin_cli(&gw, &["pairs", "add", &nginx.url("d2"), &nginx.url("d3")]);
+    assert_eq!(run.code, Some(0), "{run}");
+    let run = admin_cli(&gw, &["pairs", "lock", "1"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    let s3 = gw.client();
+    create_bucket(&s3, "mail").await;
+    let body = |i: usize| random_body(500 + i as u64, 700 + (i * 211) % 5000);
+    for i in 0..N {
+        put_bytes(&s3, "mail", &format!("m{i:03}"), &body(i)).await;
+    }
+    let run = admin_cli(&gw, &["pairs", "unlock", "1"]);
+    assert_eq!(run.code, Some(0), "{run}");
+    for d in ["d2", "d3"] {
+        assert!(
+            e2e::remote::content_names(&nginx.disk_dir(d)).is_empty(),
+            "pair 1 was locked"
+        );
+    }
+
+    // The survivor is remote: the gateway marks the pair and says where to run UNMOVE.
+    let run = admin_cli(&gw, &["disk", "fail", &nginx.url("d0")]);
+    assert_ne!(run.code, Some(0), "{run}");
+    assert!(run.stderr.contains("valkyrie --unmove"), "{run}");
+    let pairs = admin_cli(&gw, &["pairs", "list"]);
+    assert!(pairs.stdout.contains("DRAINING"), "{pairs}");
+
+    let survivor = nginx.disk_dir("d1");
+    let mut child = Command::new(e2e::remote::valkyrie_bin())
+        .arg("--disk")
+        .arg(&survivor)
+        .args(["--pair", "0", "--index", "1", "--unmove"])
+        .args(["--catalog", &gw.endpoint()])
+        .arg("--storage-ca")
+        .arg(&pki.ca)
+        .arg("--storage-cert")
+        .arg(&pki.client.cert)
+        .arg("--storage-key")
+        .arg(&pki.client.key)
+        .env("VALKYRIE_CATALOG_TOKEN", &token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn valkyrie --unmove");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("valkyrie --unmove did not finish within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let progress: serde_json::Value = serde_json::from_str(stdout.trim()).expect("progress JSON");
+    assert_eq!(progress["finished"], true, "{progress}");
+    assert_eq!(progress["files_relocated"], N as u64, "{progress}");
+    assert_eq!(progress["files_failed"], 0, "{progress}");
+
+    // Every object now reads from pair 1, whose two HTTPS disks hold every file.
+    let mut want: Vec<String> = (0..N).map(|i| sha1_hex(&body(i))).collect();
+    want.sort();
+    for d in ["d2", "d3"] {
+        assert_eq!(e2e::remote::content_names(&nginx.disk_dir(d)), want, "{d}");
+    }
+    std::fs::remove_dir_all(nginx.disk_dir("d0")).expect("the failed disk goes");
+    for i in 0..N {
+        assert_eq!(get_bytes(&s3, "mail", &format!("m{i:03}")).await, body(i));
+        let f = gw.admin_file(&sha1_hex(&body(i))).expect("record");
+        assert_eq!(f.pair, Some(1), "{f:?}");
+    }
+}

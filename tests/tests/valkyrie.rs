@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use e2e::remote::content_names;
 use e2e::{
     ConfigFile, Gateway, assert_same_body, create_bucket, gateway_bin, get_bytes, poll_until,
     put_bytes, random_body, random_body_read_first_from, s3_error, sha1_hex,
@@ -289,28 +290,6 @@ fn quarantined(root: &Path, sha1: &str) -> Vec<(u64, PathBuf)> {
             Some((ts, dir.join(n)))
         })
         .collect()
-}
-
-/// Content files (`<aa>/<bb>/<40 hex>`) under a disk root, sorted by name.
-fn content_names(root: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let hex2 = |n: &str| n.len() == 2 && n.bytes().all(|b| b.is_ascii_hexdigit());
-    for a in std::fs::read_dir(root).into_iter().flatten().flatten() {
-        let an = a.file_name().to_string_lossy().into_owned();
-        if !hex2(&an) || !a.path().is_dir() {
-            continue;
-        }
-        for b in std::fs::read_dir(a.path()).into_iter().flatten().flatten() {
-            for f in std::fs::read_dir(b.path()).into_iter().flatten().flatten() {
-                let name = f.file_name().to_string_lossy().into_owned();
-                if name.len() == 40 && name.bytes().all(|c| c.is_ascii_hexdigit()) {
-                    out.push(name);
-                }
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Whether a file holds exactly these bytes (false if it is missing).
