@@ -17,11 +17,12 @@ use placement::read::Expect;
 use placement::{Magic, Sha1};
 
 use crate::store::{
-    ContentReadError, ObjectAttrs, ObjectStore, ReadBody, StoreError, UploadError, now_ms,
+    CommitError, ContentReadError, ObjectAttrs, ObjectStore, ReadBody, StoreError, UploadError,
+    now_ms,
 };
 use meta::{
     Command, MetaError, NewObject, ObjectPut, ObjectRecord, PartPut, PartRecord, Referenced,
-    UploadRecord,
+    UploadRecord, WritePrecondition,
 };
 
 pub use crate::store::{PART_BYTES_MIN, PART_NUMBER_MAX};
@@ -222,15 +223,23 @@ impl ObjectStore {
         self.meta_read(move |m| m.parts(&id)).await
     }
 
-    /// Concatenates the named parts into one content file and makes it bucket/key.
+    /// Concatenates the named parts into one content file and makes it bucket/key, if
+    /// `precondition` (`If-None-Match: *`, `If-Match`) holds when the command applies. A
+    /// condition that fails is found before the parts are read where it already fails
+    /// then; one that a racing writer breaks meanwhile leaves the upload as it was and
+    /// the concatenated copies as junk for Valkyrie.
     pub async fn complete_upload(
         &self,
         bucket: &str,
         key: &str,
         upload_id: &str,
         requested: Vec<PartRef>,
+        precondition: Option<WritePrecondition>,
     ) -> Result<ObjectRecord, StoreError> {
         let upload = self.check_upload(bucket, key, upload_id).await?;
+        if let Some(pre) = &precondition {
+            self.check_write_precondition(bucket, key, pre).await?;
+        }
         if requested.is_empty() {
             return Err(StoreError::NoPartsNamed);
         }
@@ -307,15 +316,29 @@ impl ObjectStore {
         object.headers = upload.headers;
         object.part_sizes = chosen.iter().map(|(_, p)| p.size_bytes).collect();
         let parts: Vec<(u32, Sha1)> = chosen.iter().map(|(n, p)| (*n, p.sha1)).collect();
-        let command = |source| Command::CompleteUpload {
-            upload_id: upload_id.to_string(),
-            object: object.clone(),
-            parts: parts.clone(),
-            source,
-            now_secs: now_secs(),
+        let command = |source| {
+            let complete = Command::CompleteUpload {
+                upload_id: upload_id.to_string(),
+                object: object.clone(),
+                parts: parts.clone(),
+                source,
+                now_secs: now_secs(),
+            };
+            match &precondition {
+                Some(pre) => Command::Conditional {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                    precondition: pre.clone(),
+                    command: Box::new(complete),
+                },
+                None => complete,
+            }
         };
         match self.commit_content::<ObjectPut>(staged, command).await {
             Ok(put) => Ok(object.into_record(put.seq)),
+            Err(CommitError::Meta(e)) if precondition.is_some() => {
+                Err(StoreError::conditional(e, bucket, key))
+            }
             Err(e) => Err(e.in_bucket(bucket)),
         }
     }

@@ -27,8 +27,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use meta::raft::Metadata;
 use meta::{
-    Answer, BucketRecord, Checksum, Command, ContentSource, FileRecord, ListPage, ListQuery,
-    MetaError, MetaStore, NewObject, ObjectPut, ObjectRecord, Referenced, Response,
+    Answer, BucketRecord, Checksum, Command, ContentSource, DeleteOutcome, FileRecord, ListPage,
+    ListQuery, MetaError, MetaStore, NewObject, ObjectPut, ObjectRecord, Referenced, Response,
     WritePrecondition,
 };
 
@@ -613,6 +613,7 @@ impl ObjectStore {
         };
         match self.commit_content::<ObjectPut>(staged, command).await {
             Ok(put) => Ok(object.into_record(put.seq)),
+            Err(CommitError::Meta(e)) => Err(StoreError::conditional(e, &bucket, &key).into()),
             Err(e) => Err(e.in_bucket(&bucket).into()),
         }
     }
@@ -627,7 +628,10 @@ impl ObjectStore {
         Ok(())
     }
 
-    async fn check_write_precondition(
+    /// Checks a write's condition against the key's current object before the work of
+    /// the write, so that a write bound to fail fails early; the command checks it again
+    /// where it counts, atomically with the change.
+    pub async fn check_write_precondition(
         &self,
         bucket: &str,
         key: &str,
@@ -638,31 +642,27 @@ impl ObjectStore {
             .meta(move |m| m.object(&b, &k))
             .await
             .map_err(|e| StoreError::meta(e, bucket))?;
-        let ok = match (pre, &current) {
-            (WritePrecondition::NoneMatchAny, None) => true,
-            (WritePrecondition::NoneMatchAny, Some(_)) => false,
-            (WritePrecondition::Match(etag), Some(o)) => o.etag() == *etag,
-            (WritePrecondition::Match(_), None) => {
-                return Err(StoreError::NoSuchKey(key.to_string()));
-            }
-        };
-        if ok {
-            Ok(())
-        } else {
-            Err(StoreError::PreconditionFailed)
-        }
+        pre.check(current.as_ref())
+            .map_err(|e| StoreError::conditional(e, bucket, key))
     }
 
     /// A metadata-only copy: the new object references the source's content, so no byte
     /// is read or written. `attrs` replaces the source's attributes (REPLACE directive).
+    ///
+    /// `precondition` is the destination's (`If-None-Match`, `If-Match` on CopyObject),
+    /// checked in the copy's command.
     pub async fn copy(
         &self,
         source: &ObjectRecord,
         from: (&str, &str),
         to: (&str, &str),
         attrs: Option<ObjectAttrs>,
+        precondition: Option<WritePrecondition>,
     ) -> Result<ObjectRecord, StoreError> {
         self.check_key(to.1)?;
+        if let Some(pre) = &precondition {
+            self.check_write_precondition(to.0, to.1, pre).await?;
+        }
         let mut object = source.clone();
         object.magic = Magic::random();
         object.created_ms = now_ms();
@@ -679,27 +679,73 @@ impl ObjectStore {
             from_seq: source.seq,
             now_secs: now_secs(),
         };
+        let conditional = precondition.is_some();
+        let cmd = match precondition {
+            Some(precondition) => Command::Conditional {
+                bucket: to.0.to_string(),
+                key: to.1.to_string(),
+                precondition,
+                command: Box::new(cmd),
+            },
+            None => cmd,
+        };
+        let raced = || StoreError::Raced(format!("{}/{}", from.0, from.1));
         match self.meta.call::<ObjectPut>(cmd).await {
             Ok(put) => Ok(object.into_record(put.seq)),
-            Err(MetaError::NoSuchKey) => Err(StoreError::NoSuchKey(from.1.to_string())),
-            // The command found another record at the source than the one read.
-            Err(MetaError::PreconditionFailed) => {
-                Err(StoreError::Raced(format!("{}/{}", from.0, from.1)))
+            // The command found another record at the source than the one read, or (with
+            // a condition) the destination failed it: the source's sequence number, which
+            // only grows, tells which.
+            Err(MetaError::PreconditionFailed) if conditional => {
+                match self.head(from.0, from.1).await {
+                    Ok(now) if now.seq == source.seq => Err(StoreError::PreconditionFailed),
+                    Ok(_) => Err(raced()),
+                    Err(e) => Err(e),
+                }
             }
+            Err(MetaError::PreconditionFailed) => Err(raced()),
+            Err(MetaError::NoSuchKey) if conditional => {
+                // The source is gone, or the destination of an If-Match is.
+                match self.head(from.0, from.1).await {
+                    Ok(_) => Err(StoreError::NoSuchKey(to.1.to_string())),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(MetaError::NoSuchKey) => Err(StoreError::NoSuchKey(from.1.to_string())),
             Err(e) => Err(StoreError::meta(e, to.0)),
         }
     }
 
-    /// Deletes up to 1000 keys in one transaction; returns whether each existed.
+    /// Deletes up to 1000 keys in one transaction, each only if its condition (if any)
+    /// holds; what happened to each.
     pub async fn delete_many(
         &self,
         bucket: &str,
-        keys: Vec<String>,
-    ) -> Result<Vec<bool>, StoreError> {
-        self.meta
-            .delete_objects(bucket.to_string(), keys, now_secs())
-            .await
-            .map_err(|e| StoreError::meta(e, bucket))
+        objects: Vec<(String, Option<WritePrecondition>)>,
+    ) -> Result<Vec<DeleteOutcome>, StoreError> {
+        let result = if objects.iter().all(|(_, pre)| pre.is_none()) {
+            // Without conditions, the command every release knows.
+            let keys = objects.into_iter().map(|(k, _)| k).collect();
+            self.meta
+                .delete_objects(bucket.to_string(), keys, now_secs())
+                .await
+                .map(|existed| {
+                    existed
+                        .into_iter()
+                        .map(|e| {
+                            if e {
+                                DeleteOutcome::Deleted
+                            } else {
+                                DeleteOutcome::Absent
+                            }
+                        })
+                        .collect()
+                })
+        } else {
+            self.meta
+                .delete_objects_matching(bucket.to_string(), objects, now_secs())
+                .await
+        };
+        result.map_err(|e| StoreError::meta(e, bucket))
     }
 
     /// Receives a body within the size limit. A body announced at up to
@@ -1201,13 +1247,34 @@ impl ObjectStore {
         }))
     }
 
-    pub async fn delete(&self, bucket: &str, key: &str) -> Result<(), StoreError> {
+    /// Deletes `bucket/key` (nothing to delete is no error), only if `precondition` (the
+    /// `If-Match` of DeleteObject) holds when the command applies.
+    pub async fn delete(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: Option<WritePrecondition>,
+    ) -> Result<(), StoreError> {
         let cmd = Command::DeleteObject {
             bucket: bucket.to_string(),
             key: key.to_string(),
             now_secs: now_secs(),
         };
-        self.execute_in(bucket, cmd).await
+        match precondition {
+            None => self.execute_in(bucket, cmd).await,
+            Some(precondition) => {
+                let cmd = Command::Conditional {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                    precondition,
+                    command: Box::new(cmd),
+                };
+                self.execute(cmd)
+                    .await
+                    .map(drop)
+                    .map_err(|e| StoreError::conditional(e, bucket, key))
+            }
+        }
     }
 }
 

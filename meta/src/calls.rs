@@ -10,7 +10,7 @@
 use placement::{Magic, PairId, PairRecord, Sha1};
 
 use super::MetaError;
-use super::command::{Command, DecOutcome, Response};
+use super::command::{Command, DecOutcome, DeleteOutcome, Response, WritePrecondition};
 use super::raft::Metadata;
 use super::tables::{FileRecord, ObjectRecord};
 
@@ -162,6 +162,25 @@ impl Metadata {
         };
         match self.execute(cmd).await? {
             Response::ObjectsDeleted(existed) => Ok(existed),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Removes keys of a bucket, each only if its condition (if any) holds; what happened
+    /// to each key.
+    pub async fn delete_objects_matching(
+        &self,
+        bucket: String,
+        objects: Vec<(String, Option<WritePrecondition>)>,
+        now_secs: u64,
+    ) -> Result<Vec<DeleteOutcome>, MetaError> {
+        let cmd = Command::DeleteObjectsMatching {
+            bucket,
+            objects,
+            now_secs,
+        };
+        match self.execute(cmd).await? {
+            Response::ObjectsDeletedMatching(outcomes) => Ok(outcomes),
             other => Err(unexpected(other)),
         }
     }

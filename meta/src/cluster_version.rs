@@ -16,17 +16,19 @@
 //! stops its state machine with an error that says so, rather than applying the entries
 //! that follow differently from the others.
 //!
-//! Version 2 adds nothing but the raise itself; the next format changes (versions, groups,
-//! TLS settings) each take the next number.
+//! Version 2 adds nothing but the raise itself. Version 3 adds the write conditions of
+//! CompleteMultipartUpload, CopyObject and the deletes (`Conditional`,
+//! `DeleteObjectsMatching`, `If-Match: *`). The next format changes (versions, groups)
+//! each take the next number.
 
 use redb::WriteTransaction;
 
 use super::MetaError;
-use super::command::Command;
+use super::command::{Command, WritePrecondition};
 use super::tables::RAFT_STATE;
 
 /// The newest format this binary reads and writes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The format of a group that never recorded one (every release before the raise).
 pub const FORMAT_VERSION_INITIAL: u32 = 1;
 /// Key of the group's version in `raft_state` (postcard `u32`).
@@ -37,6 +39,11 @@ impl Command {
     pub fn format_version(&self) -> u32 {
         match self {
             Command::SetClusterVersion { .. } => 2,
+            Command::Conditional { .. } | Command::DeleteObjectsMatching { .. } => 3,
+            Command::PutObject {
+                precondition: Some(WritePrecondition::MatchAny),
+                ..
+            } => 3,
             _ => FORMAT_VERSION_INITIAL,
         }
     }

@@ -8,6 +8,7 @@
 use placement::{Magic, PairFlags, PairId, PairRecord, Sha1};
 use serde::{Deserialize, Serialize};
 
+use crate::MetaError;
 use crate::lifecycle::rules::LifecycleRule;
 
 use super::jobs::{JobOp, JobRecord, JobState};
@@ -33,14 +34,49 @@ pub enum ContentSource {
 /// An object as the caller has stored it; `apply` assigns its `seq`.
 pub type NewObject = ObjectRecord;
 
-/// A conditional write (`If-None-Match: *`, `If-Match: <etag>` on PUT), checked in the
-/// same transaction as the write.
+/// A conditional write (`If-None-Match: *`, `If-Match: <etag>` or `If-Match: *` on PUT,
+/// CompleteMultipartUpload, CopyObject and DeleteObject), checked in the same transaction
+/// as the change, so that of two racing writers at most one passes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum WritePrecondition {
     /// The key must not exist.
     NoneMatchAny,
     /// The key must exist with this ETag (quoted, as S3 shows it).
     Match(String),
+    /// The key must exist (`If-Match: *`). Format version 3: appended, so the two
+    /// variants above keep their encoding.
+    MatchAny,
+}
+
+impl WritePrecondition {
+    /// Whether the current object of the key (None: there is none) lets the write go on:
+    /// `PreconditionFailed`, or `NoSuchKey` for an `If-Match` on a missing key (S3 answers
+    /// 404 there, not 412).
+    pub fn check(&self, current: Option<&ObjectRecord>) -> Result<(), MetaError> {
+        match (self, current) {
+            (WritePrecondition::NoneMatchAny, None) => Ok(()),
+            (WritePrecondition::NoneMatchAny, Some(_)) => Err(MetaError::PreconditionFailed),
+            (WritePrecondition::Match(_) | WritePrecondition::MatchAny, None) => {
+                Err(MetaError::NoSuchKey)
+            }
+            (WritePrecondition::MatchAny, Some(_)) => Ok(()),
+            (WritePrecondition::Match(etag), Some(o)) if o.etag() == *etag => Ok(()),
+            (WritePrecondition::Match(_), Some(_)) => Err(MetaError::PreconditionFailed),
+        }
+    }
+}
+
+/// What `DeleteObjectsMatching` did with one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DeleteOutcome {
+    /// The object was removed and its content released.
+    Deleted,
+    /// There was no object and no condition: S3 reports it deleted all the same.
+    Absent,
+    /// The key's condition did not hold: the object stays.
+    PreconditionFailed,
+    /// The key carried a condition and has no object.
+    NoSuchKey,
 }
 
 /// Every metadata mutation.
@@ -247,6 +283,23 @@ pub enum Command {
     SetClusterVersion {
         version: u32,
     },
+    /// `command` (a `CompleteUpload`, `CopyObject` or `DeleteObject` of `bucket/key`)
+    /// applied only if the key's current object passes `precondition`, in the same
+    /// transaction. Format version 3.
+    Conditional {
+        bucket: String,
+        key: String,
+        precondition: WritePrecondition,
+        command: Box<Command>,
+    },
+    /// `DeleteObjects` where a key may carry a condition (the `ETag` of its `<Object>`):
+    /// each key is removed only if its condition holds; answers `ObjectsDeletedMatching`.
+    /// At most 1000 keys. Format version 3.
+    DeleteObjectsMatching {
+        bucket: String,
+        objects: Vec<(String, Option<WritePrecondition>)>,
+        now_secs: u64,
+    },
 }
 
 impl Command {
@@ -305,4 +358,6 @@ pub enum Response {
     Job(JobRecord),
     /// `SetClusterVersion`: the group's format version after it.
     ClusterVersion(u32),
+    /// `DeleteObjectsMatching`: what happened to each key, in order.
+    ObjectsDeletedMatching(Vec<DeleteOutcome>),
 }

@@ -30,7 +30,7 @@ mod error;
 mod store;
 
 pub use calls::{Answer, ObjectPut, PartPut, Referenced};
-pub use command::{Command, ContentSource, NewObject, Response, WritePrecondition};
+pub use command::{Command, ContentSource, DeleteOutcome, NewObject, Response, WritePrecondition};
 pub use error::MetaError;
 pub use filedb::DecOutcome;
 pub use list::{ListPage, ListQuery};

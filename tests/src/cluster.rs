@@ -583,6 +583,9 @@ pub struct ClusterStatus {
     /// The group's metadata format version as the node applied it (`None`: not sent, a
     /// release from before it).
     pub cluster_version: Option<u64>,
+    /// The newest format the node's binary knows (`None`: not sent, a release from
+    /// before it).
+    pub format_version: Option<u64>,
 }
 
 impl ClusterStatus {
@@ -628,6 +631,7 @@ impl ClusterStatus {
             snapshot: v.get("snapshot").and_then(Value::as_u64),
             purged: v.get("purged").and_then(Value::as_u64),
             cluster_version: v.get("cluster_version").and_then(Value::as_u64),
+            format_version: v.get("format_version").and_then(Value::as_u64),
         })
     }
 }

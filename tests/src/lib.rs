@@ -883,6 +883,16 @@ pub fn sha1_hex(body: &[u8]) -> String {
     hex::encode(sha1_bytes(body))
 }
 
+/// `gateway fsck --data DATA` on a stopped gateway's data folder reports it clean (every
+/// reference count exact, every copy there).
+#[track_caller]
+pub fn assert_fsck_clean(data: &Path) {
+    let data = data.to_str().expect("utf-8 data dir");
+    let run = cluster::run_gateway(&["fsck", "--data", data], &[]);
+    assert_eq!(run.code, Some(0), "fsck should be clean:\n{run}");
+    assert!(run.stdout.contains("fsck: clean"), "{run}");
+}
+
 /// Lowercase hex MD5 of a body (the ETag without its quotes).
 pub fn md5_hex(body: &[u8]) -> String {
     hex::encode(md5::Md5::digest(body).as_slice())

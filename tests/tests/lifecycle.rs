@@ -17,7 +17,6 @@ use aws_sdk_s3::types::{
     AbortIncompleteMultipartUpload, BucketLifecycleConfiguration, ExpirationStatus,
     LifecycleExpiration, LifecycleRule, LifecycleRuleAndOperator, LifecycleRuleFilter,
 };
-use e2e::cluster::run_gateway;
 use e2e::{
     Gateway, create_bucket, get_bytes, poll_until, put_bytes, random_body, s3_error, sha1_hex,
 };
@@ -96,10 +95,7 @@ fn on_both_disks(gw: &Gateway, sha1: &str) -> bool {
 
 #[track_caller]
 fn assert_fsck_clean(gw: &Gateway) {
-    let data = gw.data_dir().to_str().expect("utf-8 data dir").to_string();
-    let run = run_gateway(&["fsck", "--data", &data], &[]);
-    assert_eq!(run.code, Some(0), "fsck should be clean:\n{run}");
-    assert!(run.stdout.contains("fsck: clean"), "{run}");
+    e2e::assert_fsck_clean(gw.data_dir());
 }
 
 fn rule(

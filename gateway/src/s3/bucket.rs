@@ -10,7 +10,7 @@ use super::error::{ErrorCode, S3Error};
 use super::request::{Query, check_bucket_name};
 use super::xml::XmlWriter;
 use crate::state::AppState;
-use meta::ListQuery;
+use meta::{DeleteOutcome, ListQuery};
 
 /// The one owner every bucket and object reports.
 const OWNER_ID: &str = "dedup-gateway";
@@ -234,6 +234,17 @@ pub(crate) struct DeleteBody {
 #[serde(rename_all = "PascalCase")]
 pub(crate) struct DeleteKey {
     pub(crate) key: String,
+    /// The ETag the object must have (`*`: it must exist) to be deleted.
+    #[serde(default, rename = "ETag")]
+    pub(crate) etag: Option<String>,
+    /// Only `null` (the one version of an unversioned bucket's object) is served.
+    #[serde(default)]
+    pub(crate) version_id: Option<String>,
+    /// Conditions S3 keeps for directory buckets: refused, never ignored.
+    #[serde(default)]
+    pub(crate) last_modified_time: Option<String>,
+    #[serde(default)]
+    pub(crate) size: Option<String>,
 }
 
 /// A DeleteObjects body: 1 to [`DELETE_KEYS_MAX`] keys.
@@ -247,6 +258,16 @@ pub(crate) fn parse_delete(text: &str) -> Result<DeleteBody, S3Error> {
     let parsed: DeleteBody = quick_xml::de::from_str(text).map_err(|_| malformed())?;
     if parsed.objects.is_empty() || parsed.objects.len() > DELETE_KEYS_MAX {
         return Err(malformed());
+    }
+    for o in &parsed.objects {
+        if o.version_id.as_deref().is_some_and(|v| v != "null") {
+            return Err(S3Error::not_implemented("VersionId in DeleteObjects"));
+        }
+        if o.last_modified_time.is_some() || o.size.is_some() {
+            return Err(S3Error::not_implemented(
+                "LastModifiedTime or Size conditions in DeleteObjects",
+            ));
+        }
     }
     Ok(parsed)
 }
@@ -274,28 +295,43 @@ pub async fn delete_objects(
     let (valid, invalid): (Vec<_>, Vec<_>) = parsed
         .objects
         .into_iter()
-        .map(|o| o.key)
-        .partition(|k| app.store.check_key(k).is_ok());
-    if !valid.is_empty() {
-        app.store.delete_many(bucket, valid.clone()).await?;
-    }
-    if !parsed.quiet {
-        for key in &valid {
-            w.open("Deleted");
-            w.leaf("Key", key);
-            w.close("Deleted");
-        }
-    }
-    for key in &invalid {
-        let e = match app.store.check_key(key) {
-            Err(e) => S3Error::from(e),
-            Ok(()) => S3Error::internal("key check"),
-        };
+        .map(|o| {
+            let condition = o.etag.as_deref().map(super::object::match_condition);
+            (o.key, condition)
+        })
+        .partition(|(k, _)| app.store.check_key(k).is_ok());
+    let keys: Vec<String> = valid.iter().map(|(k, _)| k.clone()).collect();
+    let outcomes = if valid.is_empty() {
+        Vec::new()
+    } else {
+        app.store.delete_many(bucket, valid).await?
+    };
+    let error = |w: &mut XmlWriter, key: &str, e: S3Error| {
         w.open("Error");
         w.leaf("Key", key);
         w.leaf("Code", e.code.as_str());
         w.leaf("Message", &e.message);
         w.close("Error");
+    };
+    for (key, outcome) in keys.iter().zip(outcomes) {
+        match outcome {
+            DeleteOutcome::Deleted | DeleteOutcome::Absent => {
+                if !parsed.quiet {
+                    w.open("Deleted");
+                    w.leaf("Key", key);
+                    w.close("Deleted");
+                }
+            }
+            DeleteOutcome::PreconditionFailed => error(&mut w, key, S3Error::precondition_failed()),
+            DeleteOutcome::NoSuchKey => error(&mut w, key, S3Error::no_such_key(key)),
+        }
+    }
+    for (key, _) in &invalid {
+        let e = match app.store.check_key(key) {
+            Err(e) => S3Error::from(e),
+            Ok(()) => S3Error::internal("key check"),
+        };
+        error(&mut w, key, e);
     }
     w.close("DeleteResult");
     Ok(xml_response(w.finish()))

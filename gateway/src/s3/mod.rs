@@ -130,7 +130,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             Some(other) => Err(S3Error::not_implemented(&format!("HEAD ?{other}"))),
         },
         (&Method::DELETE, Target::Object { bucket, key }) => match sub {
-            None => object::delete(app, &bucket, &key).await,
+            None => object::delete(app, &bucket, &key, req.headers()).await,
             Some("uploadId") => multipart::abort(app, &bucket, &key, &query).await,
             Some(other) => Err(S3Error::not_implemented(&format!("DELETE ?{other}"))),
         },

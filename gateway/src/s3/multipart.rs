@@ -203,9 +203,13 @@ pub async fn complete(
     req: Request,
 ) -> Result<Response, S3Error> {
     let id = upload_id(q)?.to_string();
+    let precondition = super::object::write_precondition(req.headers())?;
     let text = read_xml_body(req.into_body(), COMPLETE_BODY_BYTES_MAX).await?;
     let parts = parse_complete(&text)?;
-    let record = app.store.complete_upload(bucket, key, &id, parts).await?;
+    let record = app
+        .store
+        .complete_upload(bucket, key, &id, parts, precondition)
+        .await?;
     let mut w = XmlWriter::new();
     w.open_root("CompleteMultipartUploadResult");
     w.leaf("Location", &format!("/{bucket}/{key}"));

@@ -104,18 +104,56 @@ pub fn content_md5_of(headers: &HeaderMap) -> Result<Option<[u8; 16]>, S3Error> 
     bytes.try_into().map(Some).map_err(|_| invalid())
 }
 
-/// `If-None-Match: *` / `If-Match: <etag>` on a write.
-fn write_precondition(headers: &HeaderMap) -> Result<Option<WritePrecondition>, S3Error> {
-    if let Some(v) = header_str(headers, "if-none-match")? {
-        if v.trim() == "*" {
-            return Ok(Some(WritePrecondition::NoneMatchAny));
-        }
-        return Err(S3Error::new(
+/// `If-None-Match: *`, `If-Match: <etag>` or `If-Match: *` on a write (PutObject,
+/// CompleteMultipartUpload, CopyObject's destination). S3 takes only `*` in
+/// `If-None-Match` there, and one of the two headers.
+pub(crate) fn write_precondition(
+    headers: &HeaderMap,
+) -> Result<Option<WritePrecondition>, S3Error> {
+    let none_match = header_str(headers, "if-none-match")?;
+    let if_match = header_str(headers, "if-match")?;
+    match (none_match, if_match) {
+        (None, None) => Ok(None),
+        (None, Some(v)) => Ok(Some(match_condition(v))),
+        (Some(v), None) if v.trim() == "*" => Ok(Some(WritePrecondition::NoneMatchAny)),
+        (Some(_), None) => Err(S3Error::new(
             ErrorCode::NotImplemented,
             "If-None-Match on writes supports only *",
-        ));
+        )),
+        (Some(_), Some(_)) => Err(S3Error::new(
+            ErrorCode::NotImplemented,
+            "If-Match and If-None-Match together on a write are not supported",
+        )),
     }
-    Ok(header_str(headers, "if-match")?.map(|v| WritePrecondition::Match(normalize_etag(v))))
+}
+
+/// `If-Match` on DeleteObject (the current object must exist, `*`, or have this ETag).
+/// The conditions S3 keeps for directory buckets are refused, never ignored.
+pub(crate) fn delete_precondition(
+    headers: &HeaderMap,
+) -> Result<Option<WritePrecondition>, S3Error> {
+    for name in [
+        "if-none-match",
+        "x-amz-if-match-last-modified-time",
+        "x-amz-if-match-size",
+    ] {
+        if headers.contains_key(name) {
+            return Err(S3Error::new(
+                ErrorCode::NotImplemented,
+                format!("{name} on DeleteObject is not supported"),
+            ));
+        }
+    }
+    Ok(header_str(headers, "if-match")?.map(match_condition))
+}
+
+/// An `If-Match` value (or a DeleteObjects `<ETag>`) as a condition.
+pub(crate) fn match_condition(v: &str) -> WritePrecondition {
+    if v.trim() == "*" {
+        WritePrecondition::MatchAny
+    } else {
+        WritePrecondition::Match(normalize_etag(v))
+    }
 }
 
 /// ETags compare with their quotes; clients sometimes send them bare.
@@ -240,6 +278,7 @@ pub async fn copy(
     } else {
         None
     };
+    let precondition = write_precondition(headers)?;
     let mut attempt = 0;
     let record = loop {
         attempt += 1;
@@ -252,6 +291,7 @@ pub async fn copy(
                 (&src_bucket, &src_key),
                 (bucket, key),
                 attrs.clone(),
+                precondition.clone(),
             )
             .await
         {
@@ -607,8 +647,14 @@ pub async fn head(
     Ok(resp)
 }
 
-pub async fn delete(app: &AppState, bucket: &str, key: &str) -> Result<Response, S3Error> {
-    app.store.delete(bucket, key).await?;
+pub async fn delete(
+    app: &AppState,
+    bucket: &str,
+    key: &str,
+    headers: &HeaderMap,
+) -> Result<Response, S3Error> {
+    let precondition = delete_precondition(headers)?;
+    app.store.delete(bucket, key, precondition).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

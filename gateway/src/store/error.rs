@@ -126,6 +126,19 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// The failure of a write to `bucket/key` that carried a condition: a condition that
+    /// did not hold when the command applied (a racing writer got there first) is the
+    /// client's `412`, or `404` for an `If-Match` on a key that is gone.
+    pub fn conditional(e: MetaError, bucket: &str, key: &str) -> Self {
+        match e {
+            MetaError::PreconditionFailed => StoreError::PreconditionFailed,
+            MetaError::NoSuchKey => StoreError::NoSuchKey(key.to_string()),
+            other => StoreError::meta(other, bucket),
+        }
+    }
+}
+
 impl From<MetaError> for StoreError {
     /// A metadata failure with no meaning to the client but "try again later" or "this
     /// store failed".

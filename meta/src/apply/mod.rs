@@ -21,11 +21,14 @@ mod pairs;
 mod refs;
 mod uploads;
 
+#[cfg(test)]
+mod conditional_tests;
+
 use redb::WriteTransaction;
 
 use crate::{Command, MetaError, Response, cluster_version};
 
-pub use objects::EXPIRE_KEYS_MAX;
+pub use objects::{DELETE_KEYS_MAX, EXPIRE_KEYS_MAX};
 
 /// Applies one command inside `txn`.
 pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError> {
@@ -141,6 +144,47 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             cluster_version::apply_raise(txn, *version).map(Response::ClusterVersion)
         }
         Command::JobDeleteBucket { id, now_ms } => jobs::delete_bucket(txn, *id, *now_ms),
+        Command::Conditional {
+            bucket,
+            key,
+            precondition,
+            command,
+        } => {
+            let (target_bucket, target_key) = conditional_target(txn, command)?;
+            if target_bucket != *bucket || target_key != *key {
+                return Err(MetaError::Unexpected(format!(
+                    "a condition on {bucket}/{key} guards a write of {target_bucket}/{target_key}"
+                )));
+            }
+            crate::tables::check_bucket(txn, bucket)?;
+            precondition.check(objects::read_object(txn, bucket, key)?.as_ref())?;
+            apply(txn, command)
+        }
+        Command::DeleteObjectsMatching {
+            bucket,
+            objects,
+            now_secs,
+        } => objects::delete_matching(txn, bucket, objects, *now_secs),
+    }
+}
+
+/// The `bucket/key` that a command guarded by `Conditional` writes: only the writes S3
+/// lets carry a condition (PutObject carries its own).
+fn conditional_target(
+    txn: &WriteTransaction,
+    cmd: &Command,
+) -> Result<(String, String), MetaError> {
+    match cmd {
+        Command::CompleteUpload { upload_id, .. } => {
+            let upload = uploads::read_upload(txn, upload_id)?;
+            Ok((upload.bucket, upload.key))
+        }
+        Command::CopyObject { bucket, key, .. } | Command::DeleteObject { bucket, key, .. } => {
+            Ok((bucket.clone(), key.clone()))
+        }
+        _ => Err(MetaError::Unexpected(
+            "a write condition on a command that cannot carry one".to_string(),
+        )),
     }
 }
 

@@ -4,12 +4,14 @@
 use redb::{ReadableTable, WriteTransaction};
 
 use super::refs::{reference, release};
-use crate::command::{ContentSource, NewObject, WritePrecondition};
+use crate::command::{ContentSource, DeleteOutcome, NewObject, WritePrecondition};
 use crate::tables::{self, COUNTERS, OBJECT_SEQ, OBJECTS, ObjectRecord, check_bucket};
 use crate::{MetaError, Response, lifecycle};
 
 /// Bound on the keys of one `ExpireObjects` (as DeleteObjects): one transaction stays short.
 pub const EXPIRE_KEYS_MAX: usize = 1000;
+/// Bound on the keys of one `DeleteObjectsMatching`: S3's 1000 keys per DeleteObjects.
+pub const DELETE_KEYS_MAX: usize = 1000;
 
 /// The object a `CopyObject` copies, as the caller read it.
 pub(super) struct CopySource<'a> {
@@ -30,7 +32,9 @@ pub(super) fn put(
     precondition: &Option<WritePrecondition>,
 ) -> Result<Response, MetaError> {
     check_bucket(txn, bucket)?;
-    check_precondition(txn, bucket, key, precondition)?;
+    if let Some(pre) = precondition {
+        pre.check(read_object(txn, bucket, key)?.as_ref())?;
+    }
     if !reference(txn, &object.sha1, object.magic, source)? {
         return Ok(Response::ContentGone);
     }
@@ -104,6 +108,48 @@ pub(super) fn delete_many(
     Ok(Response::ObjectsDeleted(existed))
 }
 
+/// `DeleteObjectsMatching`: removes each key whose condition holds (or that has none)
+/// and releases its content; what happened to each.
+pub(super) fn delete_matching(
+    txn: &WriteTransaction,
+    bucket: &str,
+    objects: &[(String, Option<WritePrecondition>)],
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    check_bucket(txn, bucket)?;
+    if objects.len() > DELETE_KEYS_MAX {
+        return Err(MetaError::Unexpected(format!(
+            "DeleteObjectsMatching of {} keys",
+            objects.len()
+        )));
+    }
+    let mut outcomes = Vec::with_capacity(objects.len());
+    for (key, precondition) in objects {
+        if let Some(pre) = precondition {
+            match pre.check(read_object(txn, bucket, key)?.as_ref()) {
+                Ok(()) => {}
+                Err(MetaError::PreconditionFailed) => {
+                    outcomes.push(DeleteOutcome::PreconditionFailed);
+                    continue;
+                }
+                Err(MetaError::NoSuchKey) => {
+                    outcomes.push(DeleteOutcome::NoSuchKey);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        match remove_object(txn, bucket, key)? {
+            Some(old) => {
+                release(txn, &old.sha1, old.magic, now_secs)?;
+                outcomes.push(DeleteOutcome::Deleted);
+            }
+            None => outcomes.push(DeleteOutcome::Absent),
+        }
+    }
+    Ok(Response::ObjectsDeletedMatching(outcomes))
+}
+
 /// `ExpireObjects`: removes the objects the bucket's rules say are due, each only if it
 /// is still the version the caller read (see [`lifecycle::expirable`]).
 pub(super) fn expire(
@@ -171,27 +217,7 @@ pub(super) fn store_object(
     })
 }
 
-fn check_precondition(
-    txn: &WriteTransaction,
-    bucket: &str,
-    key: &str,
-    precondition: &Option<WritePrecondition>,
-) -> Result<(), MetaError> {
-    match precondition {
-        None => Ok(()),
-        Some(WritePrecondition::NoneMatchAny) => match read_object(txn, bucket, key)? {
-            Some(_) => Err(MetaError::PreconditionFailed),
-            None => Ok(()),
-        },
-        Some(WritePrecondition::Match(etag)) => match read_object(txn, bucket, key)? {
-            Some(o) if o.etag() == *etag => Ok(()),
-            Some(_) => Err(MetaError::PreconditionFailed),
-            None => Err(MetaError::NoSuchKey),
-        },
-    }
-}
-
-fn read_object(
+pub(super) fn read_object(
     txn: &WriteTransaction,
     bucket: &str,
     key: &str,

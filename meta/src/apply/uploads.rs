@@ -117,7 +117,10 @@ pub(super) fn drop_upload(
     Ok(())
 }
 
-fn read_upload(txn: &WriteTransaction, upload_id: &str) -> Result<UploadRecord, MetaError> {
+pub(super) fn read_upload(
+    txn: &WriteTransaction,
+    upload_id: &str,
+) -> Result<UploadRecord, MetaError> {
     match txn.open_table(UPLOADS)?.get(upload_id)? {
         Some(v) => tables::decode_versioned("uploads", v.value()),
         None => Err(MetaError::NoSuchUpload),

@@ -207,46 +207,47 @@ pub async fn open(
     Ok(metadata)
 }
 
-/// How often the leader checks whether the group's format version can be raised.
+/// How often a leader whose group is below this binary's format asks its members again,
+/// after they could not all take the new one.
 const RAISE_INTERVAL: Duration = Duration::from_secs(2);
+/// How often the raiser looks whether this node leads: a new leader of a group below its
+/// format asks its members at once, so that a fresh group serves the newest commands
+/// within moments of its first election.
+const RAISE_POLL: Duration = Duration::from_millis(100);
+
+/// What one look at the group's format version did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raise {
+    /// This node does not lead: the leader raises.
+    NotLeader,
+    /// The group already has this binary's format.
+    Current,
+    /// A member does not know a newer format than the group's, or cannot be asked.
+    Waiting,
+    /// The group's version is now this one.
+    Raised(u32),
+}
 
 /// On the leader: raises the group's format version to the newest every member knows
 /// (see `cluster_version.rs`). Ends when the metadata is dropped.
 async fn raise_cluster_version(meta: std::sync::Weak<Metadata>) {
+    let mut next = tokio::time::Instant::now();
     loop {
-        tokio::time::sleep(RAISE_INTERVAL).await;
+        tokio::time::sleep(RAISE_POLL).await;
         let Some(meta) = meta.upgrade() else { return };
-        if !meta.raft.metrics().borrow().state.is_leader() {
+        if tokio::time::Instant::now() < next {
             continue;
         }
-        let have = match meta.read_local(|m| m.cluster_version()).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the cluster's format version");
-                continue;
+        match meta.raise_format().await {
+            // Leadership is looked at again at the next poll; the rest waits.
+            Ok(Raise::NotLeader) => {}
+            Ok(Raise::Current | Raise::Waiting | Raise::Raised(_)) => {
+                next = tokio::time::Instant::now() + RAISE_INTERVAL;
             }
-        };
-        if have >= cluster_version::FORMAT_VERSION {
-            continue;
-        }
-        let Some(known) = meta.members_format_version().await else {
-            continue;
-        };
-        if known <= have {
-            continue;
-        }
-        // The raise is the gate itself: proposed as is, past `execute`'s check.
-        match meta
-            .proposer
-            .submit(Command::SetClusterVersion { version: known })
-            .await
-        {
-            Ok(_) => tracing::info!(
-                from = have,
-                to = known,
-                "raised the cluster's format version"
-            ),
-            Err(e) => tracing::warn!(error = %e, "cannot raise the cluster's format version"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot raise the cluster's format version");
+                next = tokio::time::Instant::now() + RAISE_INTERVAL;
+            }
         }
     }
 }
@@ -377,6 +378,35 @@ impl Metadata {
     /// member's answer to `/_cluster/version`. A member that answers with an HTTP error
     /// is a release from before the question (its router takes the path for an S3
     /// request and answers 403): version 1. `None` while a member cannot be reached.
+    /// If this node leads, raises the group's format version to the newest that every
+    /// member knows. The server calls it once a single node leads, so that a new single
+    /// node starts on the newest format; the raiser task calls it on every leader.
+    pub async fn raise_format(&self) -> Result<Raise, MetaError> {
+        if !self.raft.metrics().borrow().state.is_leader() {
+            return Ok(Raise::NotLeader);
+        }
+        let have = self.read_local(|m| m.cluster_version()).await?;
+        if have >= cluster_version::FORMAT_VERSION {
+            return Ok(Raise::Current);
+        }
+        let Some(known) = self.members_format_version().await else {
+            return Ok(Raise::Waiting);
+        };
+        if known <= have {
+            return Ok(Raise::Waiting);
+        }
+        // The raise is the gate itself: proposed as is, past `execute`'s check.
+        self.proposer
+            .submit(Command::SetClusterVersion { version: known })
+            .await?;
+        tracing::info!(
+            from = have,
+            to = known,
+            "raised the cluster's format version"
+        );
+        Ok(Raise::Raised(known))
+    }
+
     async fn members_format_version(&self) -> Option<u32> {
         let membership = self.raft.metrics().borrow().membership_config.clone();
         let mut lowest = cluster_version::FORMAT_VERSION;
@@ -772,7 +802,9 @@ mod tests {
         meta.wait_leader(Duration::from_secs(10)).await.unwrap();
         let mut raised = false;
         for _ in 0..100 {
-            if meta.read_local(|m| m.cluster_version()).await.unwrap() == 2 {
+            if meta.read_local(|m| m.cluster_version()).await.unwrap()
+                == crate::cluster_version::FORMAT_VERSION
+            {
                 raised = true;
                 break;
             }
@@ -783,7 +815,11 @@ mod tests {
             .execute(Command::SetClusterVersion { version: 2 })
             .await
             .unwrap();
-        assert!(matches!(answer, Response::ClusterVersion(2)), "{answer:?}");
+        // An older raise is a no-op: the version stays where the leader raised it.
+        assert_eq!(
+            answer,
+            Response::ClusterVersion(crate::cluster_version::FORMAT_VERSION)
+        );
         meta.shutdown().await;
     }
 
