@@ -52,9 +52,16 @@ fn run(command: Cmd, runtime: &tokio::runtime::Runtime) -> Result<ExitCode, Stri
                 .block_on(gateway::server::serve(config))
                 .map_err(|e| e.to_string())?;
         }
-        Cmd::Admin { endpoint, command } => {
+        Cmd::Admin {
+            endpoint,
+            ca,
+            command,
+        } => {
             let token = gateway::config::token(env(gateway::api::admin::ADMIN_TOKEN_ENV), None);
-            print!("{}", runtime.block_on(command.run(&endpoint, token))?);
+            print!(
+                "{}",
+                runtime.block_on(command.run(&endpoint, ca.as_deref(), token))?
+            );
         }
         Cmd::Config {
             command: ConfigCmd::Example,

@@ -34,7 +34,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     /// `--admin-listen`: a second listener serving only the operators' routes
-    /// ([`admin_router`]), with its own connection bound; plain HTTP. None: none.
+    /// ([`admin_router`]), with its own connection bound; over TLS with the S3 listener's
+    /// certificate when `tls` is set, else plain HTTP. None: none.
     pub admin_listen: Option<SocketAddr>,
     pub region: String,
     /// Virtual-hosted-style requests: `bucket.<domain>`.
@@ -59,8 +60,8 @@ pub struct Config {
     pub snapshot_logs: u64,
     /// Timeouts and the bound on connections in flight.
     pub connections: ConnectionLimits,
-    /// `--tls-cert`/`--tls-key`: HTTPS on the listener, the certificate reloaded from
-    /// these files. None: plain HTTP.
+    /// `--tls-cert`/`--tls-key`: HTTPS on the listener (and on the admin listener), the
+    /// certificate reloaded from these files. None: plain HTTP.
     pub tls: Option<tls::TlsFiles>,
     /// `--cluster-ca`/`--cluster-cert`/`--cluster-key`: mutual TLS between the nodes, on
     /// the same port ([`tls::cluster`]). None: RPCs over plain HTTP.
@@ -370,9 +371,16 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             max_connections: connections::ADMIN_CONNECTIONS_MAX,
             ..config.connections.clone()
         };
+        // With --tls-cert, TLS here too (the admin token and the metrics travel on it), by
+        // the S3 listener's own acceptor: one certificate, so a reload reaches both. Never
+        // the cluster side: the peers call the S3 port only.
+        let admin_tls = tls::ListenerTls {
+            s3: tls.as_ref().map(|(_, _, acceptor)| acceptor.clone()),
+            cluster: None,
+        };
         let served = tokio::spawn(connections::serve(
             listener,
-            tls::ListenerTls::default(),
+            admin_tls,
             admin_router(state.clone()),
             limits,
             stopped(stop.clone()),
@@ -383,6 +391,10 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         metadata
             .wait_leader(Duration::from_secs(SINGLE_NODE_START_SECS))
             .await?;
+        // A single node is every member: it serves the newest commands from the start.
+        if let Err(e) = metadata.raise_format().await {
+            tracing::warn!(error = %e, "cannot raise the metadata format version");
+        }
         sync_pairs(&metadata, &data_dir, &config.pairs).await?;
         if let Err(e) = state.store.reload_pairs().await {
             tracing::warn!(error = ?e, "loading PairDB");

@@ -142,9 +142,10 @@ settings! {
     data: PathBuf = PathBuf::from(DATA_DIR_DEFAULT);
     /// Address to listen on; port 0 picks a free port, printed at start [default: 127.0.0.1:9000]
     listen: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 9000));
-    /// A second listener (plain HTTP) serving only /_health, /_metrics, /_status and
-    /// /_admin/, with its own connection bound, so that a flood of S3 connections cannot
-    /// lock probes and scrapes out; printed as `admin listening on ADDR`. Without it: none
+    /// A second listener serving only /_health, /_metrics, /_status and /_admin/, with its
+    /// own connection bound, so that a flood of S3 connections cannot lock probes and
+    /// scrapes out; HTTPS with --tls-cert's certificate when given, else plain HTTP;
+    /// printed as `admin listening on ADDR`. Without it: none
     admin_listen: SocketAddr;
     /// Region of the gateway: reported to clients, and the only region a signature's
     /// credential scope may name (see --any-region) [default: us-east-1]

@@ -8,7 +8,8 @@ Usage:
 
 Schema validation says each object is well-formed; this says they fit together: Service
 target ports exist on the pods they select, probes hit /_health on the admin port
-(--admin-listen, plain HTTP) and the ServiceMonitor scrapes it, the TLS flags are given
+(--admin-listen; HTTPS when the S3 port is, since it then serves the S3 certificate) and
+the ServiceMonitor scrapes it (https, checked against the S3 Secret's ca.crt), the TLS flags are given
 where the values turn TLS on and name files of Secrets mounted as folders, volume
 mounts name volumes or claim templates, env entries name keys the Secret has, the
 gateway gets the admin, metrics and catalog tokens (the narrow two not the admin one),
@@ -24,7 +25,9 @@ the exact argv a pod would run. With --gateway-bin / --valkyrie-bin the real bin
 asked too: the gateway must accept the rendered config file and flags (it gets as far as
 probing the storage nodes, which do not exist here; a single node must serve /_metrics
 and /_catalog/ to their own tokens only, over HTTPS with the chart's generated
-certificate, and /_health on its admin listener), and valkyrie must know every flag.
+certificate, and /_health on its admin listener, over HTTPS too when TLS is on, where plain
+HTTP gets no answer, `gateway admin` with the S3 Secret's ca.crt as NOTES.txt runs it, and
+the ServiceMonitor's scrape as Prometheus makes it), and valkyrie must know every flag.
 With --nginx the rendered nginx.conf is started (paths moved into a temp folder) and must
 take the gateway's WebDAV protocol: PUT into tmp/, MOVE to the content address, GET, DELETE
 (over HTTPS with the client certificate, after refusing a client without one), and its
@@ -140,6 +143,8 @@ TLS_FLAGS = {
     "cluster": ("--cluster-ca", "--cluster-cert", "--cluster-key"),
     "storage": ("--storage-ca", "--storage-cert", "--storage-key"),
 }
+# The CA file NOTES.txt gives `gateway admin --ca` inside a gateway pod: the S3 Secret's.
+NOTES_ADMIN_CA = "/etc/tls/s3/ca.crt"
 # Bounds on the processes this test starts.
 SCRIPT_TIMEOUT_SECS = 10
 BINARY_TIMEOUT_SECS = 60
@@ -422,8 +427,8 @@ def check_gateway(r, t, expect, work):
     t.that(s3_port is not None, f"{name}: the gateway container has no port named s3")
     admin_port = port_number(c, "admin")
     t.that(admin_port is not None, f"{name}: the gateway container has no port named admin")
-    # Probes go to the admin listener (plain HTTP, its own connection bound), so a flood of
-    # S3 connections does not get a healthy gateway restarted.
+    # Probes go to the admin listener (its own connection bound), so a flood of S3
+    # connections does not get a healthy gateway restarted.
     for probe in ("livenessProbe", "readinessProbe"):
         get = c.get(probe, {}).get("httpGet", {})
         t.that(get.get("path") == HEALTH_PATH, f"{name}: {probe} path is {get.get('path')!r}, not {HEALTH_PATH}")
@@ -431,7 +436,6 @@ def check_gateway(r, t, expect, work):
             admin_port is not None and port_number(c, get.get("port")) == admin_port,
             f"{name}: {probe} port {get.get('port')!r} is not the admin port {admin_port}",
         )
-        t.that(get.get("scheme", "HTTP") == "HTTP", f"{name}: {probe} is not plain HTTP (the admin listener is)")
     required = set(GATEWAY_ENV) | ({"GATEWAY_CLUSTER_SECRET"} if replicas > 1 else set())
     for env in sorted(required):
         ref = env_ref(c, env)
@@ -467,6 +471,17 @@ def check_gateway(r, t, expect, work):
         if not t.that(argv is not None, err):
             continue
         runs.append((ordinal, argv))
+    # With --tls-cert the admin listener serves HTTPS (the S3 certificate) and refuses plain
+    # HTTP: a plain-HTTP probe would fail on a healthy gateway. The kubelet does not verify
+    # the certificate.
+    s3_tls = any(flag(argv, "--tls-cert") is not None for _, argv in runs)
+    scheme = "HTTPS" if s3_tls else "HTTP"
+    for probe in ("livenessProbe", "readinessProbe"):
+        got = c.get(probe, {}).get("httpGet", {}).get("scheme", "HTTP")
+        t.that(
+            got == scheme,
+            f"{name}: {probe} scheme {got}, but the admin listener is {scheme} (--tls-cert given: {s3_tls})",
+        )
     config, config_text = None, None
     for ordinal, argv in runs:
         t.that(argv[:2] == ["gateway", "serve"], f"{name}-{ordinal} runs {argv[:2]}, not gateway serve")
@@ -522,7 +537,15 @@ def check_gateway(r, t, expect, work):
             ]
             got = [addr for _, addr in entries]
             t.that(got == want, f"{name}: --peers addresses {got}, expected {want}")
-    return {"workload": gw, "config": config, "config_text": config_text, "runs": runs, "s3_port": s3_port, "admin_port": admin_port}
+    return {
+        "workload": gw,
+        "config": config,
+        "config_text": config_text,
+        "runs": runs,
+        "s3_port": s3_port,
+        "admin_port": admin_port,
+        "s3_tls": s3_tls,
+    }
 
 
 def nginx_conf_facts(text):
@@ -690,6 +713,7 @@ def check_service_monitor(r, t, gateway):
     gw_container = container(gw, "gateway") if gw else None
     metrics = env_ref(gw_container, "GATEWAY_METRICS_TOKEN") if gw_container else None
     metrics_open = ((gateway or {}).get("config") or {}).get("metrics_open") is True
+    s3_tls = (gateway or {}).get("s3_tls") is True
     for sm in r.of_kind("ServiceMonitor"):
         name = sm["metadata"]["name"]
         selector = sm["spec"]["selector"]["matchLabels"]
@@ -700,13 +724,25 @@ def check_service_monitor(r, t, gateway):
             t.that(ep.get("path") == "/_metrics", f"ServiceMonitor {name}: path {ep.get('path')}")
             ports = [p for s in services for p in s["spec"]["ports"] if p.get("name") == ep.get("port")]
             t.that(ports, f"ServiceMonitor {name}: port {ep.get('port')!r} is not a named port of the selected Service")
-            # The admin listener: plain HTTP, scraped while S3 connections are at their bound.
+            # The admin listener, scraped while S3 connections are at their bound: HTTPS with
+            # the S3 certificate when the gateway has --tls-cert, else plain HTTP.
+            scheme = "https" if s3_tls else "http"
             t.that(
                 gw_container is not None
                 and all(port_number(gw_container, p.get("targetPort", p["port"])) == admin_port for p in ports)
-                and ep.get("scheme", "http") == "http",
-                f"ServiceMonitor {name}: endpoint {ep.get('port')!r} does not reach the admin port {admin_port} over http",
+                and ep.get("scheme", "http") == scheme,
+                f"ServiceMonitor {name}: endpoint {ep.get('port')!r} does not reach the admin port {admin_port} over {scheme}",
             )
+            for p in ports:
+                t.that(
+                    p.get("appProtocol", scheme) == scheme,
+                    f"ServiceMonitor {name}: the Service's port {p.get('name')!r} says appProtocol {p.get('appProtocol')!r}, the admin listener is {scheme}",
+                )
+            tls = ep.get("tlsConfig")
+            if s3_tls:
+                check_monitor_tls(t, r, name, tls, gateway)
+            else:
+                t.that(tls is None, f"ServiceMonitor {name}: a tlsConfig for a plain-HTTP admin listener")
             if metrics_open and "authorization" not in ep:
                 continue
             # /_metrics answers 401/403 without a token: Prometheus must send the gateway's
@@ -727,6 +763,30 @@ def check_service_monitor(r, t, gateway):
                     metrics is not None and (cred.get("name"), cred.get("key")) == metrics,
                     f"ServiceMonitor {name}: credentials {cred} are not the gateway's GATEWAY_METRICS_TOKEN {metrics}",
                 )
+
+
+def check_monitor_tls(t, r, name, tls, gateway):
+    """A scrape over HTTPS verifies the S3 certificate: against the ca.crt of the Secret the
+    gateway's --tls-cert comes from, for a name the certificate carries (the S3 Service's;
+    check_tokens connects with it), never insecureSkipVerify."""
+    if not t.that(isinstance(tls, dict), f"ServiceMonitor {name}: https without a tlsConfig"):
+        return
+    t.that(not tls.get("insecureSkipVerify"), f"ServiceMonitor {name}: insecureSkipVerify, although the S3 Secret has a CA")
+    ca = ((tls.get("ca") or {}).get("secret")) or {}
+    gw = gateway["workload"]
+    c = container(gw, "gateway")
+    cert_flags = {flag(argv, "--tls-cert") for _, argv in gateway["runs"]} - {None}
+    s3_secrets = {found[0] for f in cert_flags if (found := secret_file(r, gw, c, f))}
+    t.that(
+        ca.get("key") == "ca.crt" and ca.get("name") in s3_secrets,
+        f"ServiceMonitor {name}: tlsConfig.ca {ca} is not ca.crt of the S3 Secret {sorted(s3_secrets)}",
+    )
+    keys = r.secret_keys(ca.get("name"))
+    t.that(
+        keys is None or "ca.crt" in keys,
+        f"ServiceMonitor {name}: the Secret {ca.get('name')!r} has no ca.crt",
+    )
+    t.that(bool(tls.get("serverName")), f"ServiceMonitor {name}: no tlsConfig.serverName (a scrape reaches a pod IP the certificate does not name)")
 
 
 def coalesce(base, over):
@@ -963,7 +1023,8 @@ def check_real_gateway(t, r, gateway, binary, work):
     A single node is also asked whether it reads the token variables the pod gets:
     /_metrics with the metrics token (and, unless metrics_open, not without one),
     /_catalog/ with the catalog token and not with the metrics token, over HTTPS checked
-    against the S3 Secret's ca.crt when TLS is on; and /_health on its admin listener.
+    against the S3 Secret's ca.crt when TLS is on; and its admin listener as the pod's
+    users reach it (check_tokens).
     """
     cfg = os.path.join(work, "gateway.toml")
     with open(cfg, "w", encoding="utf-8") as f:
@@ -988,6 +1049,23 @@ def check_real_gateway(t, r, gateway, binary, work):
         pod_env = {e["name"] for e in container(gateway["workload"], "gateway").get("env", [])}
         env.update({k: v for k, v in TEST_TOKENS.items() if k in pod_env})
         metrics_open = (gateway["config"] or {}).get("metrics_open") is True
+        if ca is not None:
+            # NOTES.txt's `gateway admin --ca` names this file of the pod.
+            t.that(
+                secret_file(r, gateway["workload"], c, NOTES_ADMIN_CA) is not None,
+                f"{NOTES_ADMIN_CA} (NOTES.txt's gateway admin --ca) is not a file of a mounted Secret",
+            )
+        monitors = [
+            (ep.get("tlsConfig") or {})
+            for sm in r.of_kind("ServiceMonitor")
+            for ep in sm["spec"]["endpoints"]
+            if ep.get("scheme") == "https"
+        ]
+
+        def while_up(addr, admin):
+            check_tokens(t, addr, metrics_open, ca, work)
+            check_admin_listener(t, r, binary, admin, ca is not None, monitors, env, work)
+
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # A cluster node probes every disk before it serves, and so does any node for an
         # https:// disk (its TLS is checked at start).
@@ -998,7 +1076,7 @@ def check_real_gateway(t, r, gateway, binary, work):
             if probes:
                 out, err = proc.communicate(timeout=BINARY_TIMEOUT_SECS)
             else:
-                out, err = first_line(proc, lambda addr, admin: check_tokens(t, addr, admin, metrics_open, ca, work))
+                out, err = first_line(proc, while_up)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
@@ -1013,27 +1091,108 @@ def check_real_gateway(t, r, gateway, binary, work):
             t.that("listening on" in out, f"the gateway did not start on the rendered config: {err.strip()[-500:]}")
 
 
-def check_tokens(t, addr, admin, metrics_open, ca, work):
-    """Which token opens which internal API of a gateway listening on `addr` (HTTPS
-    checked against `ca` when given), and /_health on its admin listener `admin`."""
-    host, port = addr.rsplit(":", 1)
+def s3_ca_file(ca, work):
+    """The S3 Secret's ca.crt `ca` written to a file; its path."""
+    path = os.path.join(work, "s3-ca.crt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(ca)
+    return path
+
+
+def https_status(host, port, server_name, context, path, token=None):
+    """The status of GET `path` over HTTPS to host:port, the certificate checked by
+    `context` for `server_name` (which a Prometheus scrape of a pod IP sets, and
+    http.client cannot)."""
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        with context.wrap_socket(raw, server_hostname=server_name) as s:
+            auth = f"Authorization: Bearer {token}\r\n" if token else ""
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: {server_name}\r\n{auth}Connection: close\r\n\r\n".encode())
+            answer = b""
+            while chunk := s.recv(65536):
+                answer += chunk
+    return int(answer.split(b" ", 2)[1])
+
+
+def plain_answer(host, port):
+    """What a plain-HTTP GET of /_health gets back before the server closes (bounded)."""
+    answer = b""
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(f"GET {HEALTH_PATH} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+        except (ConnectionResetError, socket.timeout):
+            pass
+    return answer
+
+
+def check_admin_listener(t, r, binary, admin, tls, monitors, env, work):
+    """The admin listener `admin` as the pod's users reach it: the probes' /_health, plain
+    HTTP or, with `tls` (--tls-cert), HTTPS with the S3 certificate checked against the S3
+    Secret's ca.crt for 127.0.0.1 (which it names) and plain HTTP unanswered; `gateway
+    admin` as NOTES.txt runs it in a pod; and each ServiceMonitor endpoint's scrape over
+    HTTPS (`monitors`: their tlsConfig), with its CA Secret and serverName, as Prometheus
+    makes it."""
     if not t.that(admin is not None, "the gateway printed no `admin listening on` (--admin-listen)"):
         return
     a_host, a_port = admin.rsplit(":", 1)
-    c = http.client.HTTPConnection(a_host, int(a_port), timeout=10)
-    try:
-        c.request("GET", HEALTH_PATH)
-        got = c.getresponse().status
-    finally:
-        c.close()
-    t.that(got == 200, f"/_health on the admin listener answered {got}")
+    ca_path = os.path.join(work, "s3-ca.crt") if tls else None
+    if tls:
+        context = ssl.create_default_context(cafile=ca_path)
+        try:
+            got = https_status(a_host, a_port, "127.0.0.1", context, HEALTH_PATH)
+        except OSError as e:
+            got = f"an error: {e}"
+        t.that(got == 200, f"/_health over HTTPS on the admin listener answered {got}")
+        answer = plain_answer(a_host, a_port)
+        t.that(
+            not answer.startswith(b"HTTP/"),
+            f"plain HTTP on the admin listener of a TLS gateway was answered: {answer[:200]!r}",
+        )
+    else:
+        c = http.client.HTTPConnection(a_host, int(a_port), timeout=10)
+        try:
+            c.request("GET", HEALTH_PATH)
+            got = c.getresponse().status
+        finally:
+            c.close()
+        t.that(got == 200, f"/_health on the admin listener answered {got}")
+    cli = [binary, "admin", "--endpoint", f"{'https' if tls else 'http'}://127.0.0.1:{a_port}"]
+    cli += ["--ca", ca_path] if tls else []
+    cli_env = {k: v for k, v in env.items() if k not in ("GATEWAY_ADMIN_CA", "SSL_CERT_FILE", "SSL_CERT_DIR")}
+    run = subprocess.run(cli + ["pairs", "list"], env=cli_env, capture_output=True, text=True, timeout=BINARY_TIMEOUT_SECS)
+    t.that(
+        run.returncode == 0 and run.stdout.startswith("PAIR"),
+        f"{' '.join(cli[1:])} pairs list (as NOTES.txt says): exit {run.returncode}: {run.stdout[-300:]}{run.stderr[-500:]}",
+    )
+    for tls_config in monitors:
+        ca_ref = (tls_config.get("ca") or {}).get("secret") or {}
+        monitor_ca = r.secret_value(ca_ref.get("name"), ca_ref.get("key"))
+        server_name = tls_config.get("serverName")
+        if not t.that(
+            monitor_ca is not None and server_name,
+            f"the ServiceMonitor's tlsConfig {tls_config}: no rendered CA or no serverName to scrape with",
+        ):
+            continue
+        path = os.path.join(work, "monitor-ca.crt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(monitor_ca)
+        context = ssl.create_default_context(cafile=path)
+        try:
+            got = https_status(a_host, a_port, server_name, context, "/_metrics", TEST_TOKENS["GATEWAY_METRICS_TOKEN"])
+        except OSError as e:
+            got = f"an error: {e}"
+        t.that(got == 200, f"the ServiceMonitor's scrape (CA {ca_ref}, serverName {server_name}) got {got}, not 200")
+
+
+def check_tokens(t, addr, metrics_open, ca, work):
+    """Which token opens which internal API of a gateway listening on `addr` (HTTPS
+    checked against `ca` when given); the admin listener is check_admin_listener's."""
+    host, port = addr.rsplit(":", 1)
     context = None
     if ca is not None:
-        path = os.path.join(work, "s3-ca.crt")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(ca)
         # The chart's certificate names 127.0.0.1 (kubectl port-forward), checked here.
-        context = ssl.create_default_context(cafile=path)
+        context = ssl.create_default_context(cafile=s3_ca_file(ca, work))
 
     def status(path, token=None):
         if context is not None:

@@ -992,3 +992,195 @@ fn a_missing_client_says_how_to_install_it() {
         "{message}"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// The admin listener (`--admin-listen`) and `gateway admin` over HTTPS
+// ---------------------------------------------------------------------------------------
+
+/// A gateway with `--tls-cert` from `cert`, `key` and an admin listener on a free port;
+/// the admin listener's port.
+fn start_with_admin(cert: &Path, key: &Path, extra: &[&str]) -> (Gateway, u16) {
+    let mut args = tls_args(cert, key);
+    args.extend(["--admin-listen", "127.0.0.1:0"]);
+    args.extend(extra);
+    let gw = Gateway::start_with(&args, &[]);
+    let admin = gw
+        .admin_addr()
+        .unwrap_or_else(|| panic!("no `admin listening on` line\n{}", gw.log_tail(30)));
+    (gw, admin.port())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_serves_the_s3_certificate_and_refuses_plain_http() {
+    let pki = Pki::new();
+    let first = pki.server("v1");
+    let second = pki.server("v2");
+    let (cert, key) = pki.point_live(&first);
+    let (gw, admin) = start_with_admin(&cert, &key, &["--header-read-timeout-secs", "2"]);
+    assert_ne!(admin, gw.port());
+
+    // HTTPS checked against the test CA for 127.0.0.1, HTTP/1.1 and HTTP/2.
+    assert_eq!(served_cert(admin, &pki.ca_der).await, first.der);
+    let all = [&version::TLS13, &version::TLS12];
+    for (offered, h2) in [(b"http/1.1".as_slice(), false), (b"h2".as_slice(), true)] {
+        let stream = connect(admin, &pki.ca_der, &[offered], &all).await.unwrap();
+        let (status, body) = health(stream, admin, h2).await;
+        assert_eq!(
+            (status, body.as_ref()),
+            (200, b"ok\n".as_slice()),
+            "/_health over HTTPS on the admin listener (h2: {h2})"
+        );
+    }
+    // Plain HTTP: no HTTP answer (the admin token would travel in clear text), the
+    // connection closes.
+    let answer = answer_to(admin, b"GET /_health HTTP/1.1\r\nhost: x\r\n\r\n").await;
+    assert!(
+        !answer.starts_with(b"HTTP/") && !answer.windows(3).any(|w| w == b"ok\n"),
+        "plain HTTP on the admin listener answered {:?}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    // One certificate for both listeners: a reload reaches the admin listener too.
+    pki.point_live(&second);
+    hangup(&gw);
+    assert!(
+        wait_served(gw.port(), &pki.ca_der, &second.der, RELOAD_WAIT).await,
+        "the S3 listener kept the first certificate\n{}",
+        gw.log_tail(40)
+    );
+    assert!(
+        wait_served(admin, &pki.ca_der, &second.der, RELOAD_WAIT).await,
+        "the admin listener kept the first certificate\n{}",
+        gw.log_tail(40)
+    );
+}
+
+/// Bound on one `gateway admin` run.
+const ADMIN_CLI_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How `gateway admin` is told what to trust.
+#[derive(Clone, Copy, Debug)]
+enum Trust<'a> {
+    /// `--ca FILE`.
+    Flag(&'a Path),
+    /// `GATEWAY_ADMIN_CA=FILE`.
+    Env(&'a Path),
+    /// Neither.
+    Nothing,
+}
+
+/// `gateway admin --endpoint ENDPOINT [--ca] pairs list` with the admin token in the
+/// environment; `system`: the system's trusted CAs (`SSL_CERT_FILE`; None: the platform's
+/// own store). Its success and output (stdout then stderr).
+fn admin_pairs_list(
+    gw: &Gateway,
+    endpoint: &str,
+    trust: Trust<'_>,
+    system: Option<&Path>,
+) -> (bool, String) {
+    let mut cmd = Command::new(e2e::gateway_bin());
+    cmd.args(["admin", "--endpoint", endpoint]);
+    for var in ["GATEWAY_ADMIN_CA", "SSL_CERT_FILE", "SSL_CERT_DIR"] {
+        cmd.env_remove(var);
+    }
+    match trust {
+        Trust::Flag(ca) => {
+            cmd.arg("--ca").arg(ca);
+        }
+        Trust::Env(ca) => {
+            cmd.env("GATEWAY_ADMIN_CA", ca);
+        }
+        Trust::Nothing => {}
+    }
+    if let Some(system) = system {
+        cmd.env("SSL_CERT_FILE", system);
+    }
+    let child = cmd
+        .args(["pairs", "list"])
+        .env("GATEWAY_ADMIN_TOKEN", gw.admin_token())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    finish(child, ADMIN_CLI_TIMEOUT)
+}
+
+#[test]
+fn gateway_admin_over_https_trusts_its_ca_only_and_names_an_untrusted_certificate() {
+    let pki = Pki::new();
+    let server = pki.server("a");
+    let (gw, admin) = start_with_admin(&server.cert, &server.key, &[]);
+    let ca = pki.ca_pem();
+    let other_ca = Ca::new("another CA").write_cert(&pki.dir.path().join("other-ca.pem"));
+    let s3_endpoint = format!("https://127.0.0.1:{}", gw.port());
+    let admin_endpoint = format!("https://127.0.0.1:{admin}");
+
+    // With the CA, on the S3 port and on the admin port: the single node's pair 0 listed.
+    for endpoint in [&s3_endpoint, &admin_endpoint] {
+        let (ok, out) = admin_pairs_list(&gw, endpoint, Trust::Flag(&ca), None);
+        assert!(
+            ok && out.starts_with("PAIR") && out.contains("disk0"),
+            "gateway admin --endpoint {endpoint} --ca: {out}"
+        );
+    }
+    let (ok, out) = admin_pairs_list(&gw, &admin_endpoint, Trust::Env(&ca), None);
+    assert!(
+        ok && out.contains("disk0"),
+        "gateway admin with GATEWAY_ADMIN_CA: {out}"
+    );
+
+    // Another CA's file: refused on the certificate, named, even with the right CA among
+    // the system's (those are not asked when --ca is given).
+    for endpoint in [&s3_endpoint, &admin_endpoint] {
+        let (ok, out) = admin_pairs_list(&gw, endpoint, Trust::Flag(&other_ca), Some(&ca));
+        assert!(!ok, "served with another CA's --ca:\n{out}");
+        assert!(
+            out.contains("UnknownIssuer") && out.contains("not trusted") && !out.contains("disk0"),
+            "another CA's --ca: the output does not name the untrusted certificate:\n{out}"
+        );
+    }
+
+    // Without --ca the system's CAs are asked: the test CA among them is enough ...
+    let (ok, out) = admin_pairs_list(&gw, &admin_endpoint, Trust::Nothing, Some(&ca));
+    assert!(
+        ok && out.contains("disk0"),
+        "without --ca, with the test CA as the system's: {out}"
+    );
+    // ... and another one is not.
+    let (ok, out) = admin_pairs_list(&gw, &admin_endpoint, Trust::Nothing, Some(&other_ca));
+    assert!(!ok, "served without --ca:\n{out}");
+    assert!(
+        out.contains("UnknownIssuer") && out.contains("--ca FILE") && !out.contains("disk0"),
+        "without --ca: the output does not name the untrusted certificate:\n{out}"
+    );
+    // The platform's own store (or none, on a machine without one) does not know the test
+    // CA either.
+    let (ok, out) = admin_pairs_list(&gw, &s3_endpoint, Trust::Nothing, None);
+    assert!(!ok, "served without --ca by the platform's CAs:\n{out}");
+    assert!(
+        (out.contains("UnknownIssuer") || out.contains("the system's trusted CAs cannot be read"))
+            && out.contains("--ca FILE"),
+        "without --ca, the platform's CAs: {out}"
+    );
+
+    // Plain HTTP to the TLS ports: nothing answers; --ca with an http:// endpoint is a
+    // mistake said at once (the token would go in clear text).
+    let plain = format!("http://127.0.0.1:{admin}");
+    let (ok, out) = admin_pairs_list(&gw, &plain, Trust::Nothing, None);
+    assert!(
+        !ok && !out.contains("disk0"),
+        "plain HTTP to the admin port: {out}"
+    );
+    let (ok, out) = admin_pairs_list(&gw, &plain, Trust::Flag(&ca), None);
+    assert!(
+        !ok && out.contains("is for an https:// endpoint"),
+        "--ca with http://: {out}"
+    );
+    // A CA file that is not one: named by the flag.
+    let (ok, out) = admin_pairs_list(&gw, &admin_endpoint, Trust::Flag(&server.key), None);
+    assert!(
+        !ok && out.contains(&format!("--ca {}", server.key.display())),
+        "a key as --ca: {out}"
+    );
+}

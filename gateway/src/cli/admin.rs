@@ -1,15 +1,28 @@
 //! The client side of the admin API, behind `gateway admin ...`.
+//!
+//! The endpoint is `http://HOST:PORT`, or `https://HOST:PORT` when the gateway serves TLS
+//! (`--tls-cert`, on its S3 and admin listeners alike). Over HTTPS the gateway's
+//! certificate is checked against `--ca FILE` (`GATEWAY_ADMIN_CA`) only, and against the
+//! system's trusted CAs only when no `--ca` is given: a gateway certificate of a private CA
+//! is not vouched for by a public one, and the other way round. HTTP/1.1 only (no ALPN).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::progress::{Display, Item, drain_items, scrub_items};
 use bytes::Bytes;
-use http::{Method, Request, header};
+use http::{Method, Request, Uri, header};
 use http_body_util::{BodyExt as _, Full};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use placement::disk::{StorageTls, StorageTlsError};
 
 /// Whole-request bound for an admin call.
 const REQUEST_TIMEOUT_SECS: u64 = 30;
+/// Environment variable of `--ca`.
+pub const ADMIN_CA_ENV: &str = "GATEWAY_ADMIN_CA";
 
 #[derive(Clone, Debug, clap::Subcommand)]
 pub enum PairsCommand {
@@ -27,23 +40,116 @@ pub enum PairsCommand {
     ReadWrite { id: u32 },
 }
 
+/// Why `gateway admin` cannot set up its client; each names the flag or file at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    #[error("--endpoint {0:?}: only http://HOST:PORT or https://HOST:PORT is supported")]
+    Url(String),
+    #[error(
+        "--ca {ca} is for an https:// endpoint, and {endpoint} is plain HTTP (the admin token \
+         would travel in clear text)"
+    )]
+    CaWithoutTls { ca: PathBuf, endpoint: String },
+    #[error("--ca {path}: {source}")]
+    CaRead {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("--ca {path}: larger than {max} bytes, not a PEM CA bundle", max = placement::disk::tls::PEM_FILE_BYTES_MAX)]
+    CaTooLarge { path: PathBuf },
+    #[error("--ca {path}: {message}")]
+    CaPem { path: PathBuf, message: String },
+    #[error(
+        "{endpoint}: no --ca given, and the system's trusted CAs cannot be read ({why}): give \
+         the CA bundle the gateway's certificate chains to with --ca FILE"
+    )]
+    NoSystemRoots { endpoint: String, why: String },
+    #[error("TLS client setup: {0}")]
+    Setup(String),
+}
+
+impl EndpointError {
+    /// The CA file's error, named by the admin client's flag (the loader is the storage
+    /// nodes' and says "storage CA").
+    fn of_ca(e: StorageTlsError) -> Self {
+        match e {
+            StorageTlsError::Read { path, source, .. } => EndpointError::CaRead { path, source },
+            StorageTlsError::TooLarge { path, .. } => EndpointError::CaTooLarge { path },
+            StorageTlsError::Pem { path, message, .. } => EndpointError::CaPem { path, message },
+            other => EndpointError::Setup(other.to_string()),
+        }
+    }
+}
+
+/// What the gateway's certificate is checked against.
+#[derive(Debug)]
+enum Trust {
+    /// `http://`: no TLS.
+    Plain,
+    /// `--ca FILE`: its certificates only.
+    Ca(PathBuf),
+    /// No `--ca`: the system's trusted CAs.
+    System,
+}
+
+enum Connector {
+    Plain(Client<HttpConnector, Full<Bytes>>),
+    Tls(Client<HttpsConnector<HttpConnector>, Full<Bytes>>),
+}
+
 pub struct AdminClient {
     base: String,
     token: Option<String>,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Connector,
+    trust: Trust,
 }
 
 impl AdminClient {
-    pub fn new(endpoint: &str, token: Option<String>) -> Result<Self, String> {
+    /// A client of the gateway at `endpoint` (`http://` or `https://`); `ca`: the PEM CA
+    /// bundle an `https://` gateway's certificate is checked against (None: the system's).
+    pub fn new(
+        endpoint: &str,
+        ca: Option<&Path>,
+        token: Option<String>,
+    ) -> Result<Self, EndpointError> {
         let base = endpoint.trim_end_matches('/').to_string();
-        if !base.starts_with("http://") {
-            return Err(format!("endpoint must be an http:// URL, got {endpoint}"));
+        let uri: Uri = base
+            .parse()
+            .map_err(|_| EndpointError::Url(endpoint.to_string()))?;
+        if uri.authority().is_none() {
+            return Err(EndpointError::Url(endpoint.to_string()));
         }
-        let client = Client::builder(TokioExecutor::new()).build_http();
+        let builder = Client::builder(TokioExecutor::new());
+        let (client, trust) = match (uri.scheme_str(), ca) {
+            (Some("http"), None) => (Connector::Plain(builder.build_http()), Trust::Plain),
+            (Some("http"), Some(ca)) => {
+                return Err(EndpointError::CaWithoutTls {
+                    ca: ca.to_path_buf(),
+                    endpoint: base,
+                });
+            }
+            (Some("https"), ca) => {
+                let (config, trust) = match ca {
+                    Some(ca) => {
+                        let tls = StorageTls::from_files(ca, None).map_err(EndpointError::of_ca)?;
+                        (tls.client_config().clone(), Trust::Ca(ca.to_path_buf()))
+                    }
+                    None => (system_client_config(&base)?, Trust::System),
+                };
+                let mut http = HttpConnector::new();
+                // The TCP connector under TLS sees `https://` URIs.
+                http.enforce_http(false);
+                let mut https = HttpsConnector::from((http, Arc::new(config)));
+                https.enforce_https();
+                (Connector::Tls(builder.build(https)), trust)
+            }
+            _ => return Err(EndpointError::Url(endpoint.to_string())),
+        };
         Ok(AdminClient {
             base,
             token,
             client,
+            trust,
         })
     }
 
@@ -66,10 +172,41 @@ impl AdminClient {
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| e.to_string())?;
-        self.client
-            .request(req)
-            .await
-            .map_err(|e| format!("{}: {e}", self.base))
+        match &self.client {
+            Connector::Plain(client) => client.request(req).await,
+            Connector::Tls(client) => client.request(req).await,
+        }
+        .map_err(|e| self.exchange_error(&e))
+    }
+
+    /// A failed exchange in words: every cause (hyper's "client error (Connect)" alone
+    /// hides a refused connection or a certificate that does not verify), and, for a
+    /// certificate that does not verify, what it was checked against.
+    fn exchange_error(&self, e: &hyper_util::client::legacy::Error) -> String {
+        let mut text = format!("{}: {e}", self.base);
+        let mut untrusted = false;
+        let mut source = std::error::Error::source(e);
+        while let Some(cause) = source {
+            text.push_str(": ");
+            text.push_str(&cause.to_string());
+            untrusted |= matches!(
+                rustls_error(cause),
+                Some(rustls::Error::InvalidCertificate(_))
+            );
+            source = cause.source();
+        }
+        if untrusted {
+            text.push_str(&match &self.trust {
+                Trust::Ca(ca) => format!(
+                    " (the gateway's certificate is not trusted: it does not verify against --ca {})",
+                    ca.display()
+                ),
+                Trust::System | Trust::Plain => " (the gateway's certificate is not trusted by \
+                     the system's CAs: give the CA it chains to with --ca FILE)"
+                    .to_string(),
+            });
+        }
+        text
     }
 
     /// One admin call and its JSON answer; an error status is an error with the answer's
@@ -125,6 +262,45 @@ impl AdminClient {
         let v = self.call(Method::POST, &path, body).await?;
         Ok(render(&[v]))
     }
+}
+
+/// The rustls error inside `e`, if it is one: it arrives wrapped in io::Errors (tokio-rustls
+/// wraps it, and hyper-rustls wraps that again), whose `source` skips it.
+fn rustls_error<'a>(mut e: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    loop {
+        if let Some(tls) = e.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        e = e.downcast_ref::<std::io::Error>()?.get_ref()?;
+    }
+}
+
+/// The TLS client of an `https://` endpoint without `--ca`: the system's trusted CAs
+/// (rustls-native-certs: the platform store, or `SSL_CERT_FILE` / `SSL_CERT_DIR` when
+/// set), TLS 1.2 and 1.3 with the aws-lc-rs provider as every TLS client of the process.
+fn system_client_config(endpoint: &str) -> Result<rustls::ClientConfig, EndpointError> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _unusable) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why = if found.errors.is_empty() {
+            "none found".to_string()
+        } else {
+            let errors: Vec<String> = found.errors.iter().map(|e| e.to_string()).collect();
+            errors.join("; ")
+        };
+        return Err(EndpointError::NoSystemRoots {
+            endpoint: endpoint.to_string(),
+            why,
+        });
+    }
+    // The provider is named, not taken from the process default, as in StorageTls.
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| EndpointError::Setup(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 fn human_bytes(n: u64) -> String {

@@ -48,12 +48,9 @@ fn server(t: &mut Example, d: &Settings) {
     t.set("data", &d.data);
     t.comment("Address to listen on (S3, admin, metrics, status, node-to-node); port 0 picks one.");
     t.set("listen", &d.listen);
-    t.comment(
-        "A second listener (plain HTTP) for /_health, /_metrics, /_status and /_admin/ only,",
-    );
-    t.comment(
-        "with its own connection bound: probes answer while S3 connections are at their bound.",
-    );
+    t.comment("A second listener for /_health, /_metrics, /_status and /_admin/ only, with");
+    t.comment("its own connection bound: probes answer while S3 connections are at their bound.");
+    t.comment("HTTPS with the certificate of tls_cert when it is set, else plain HTTP.");
     t.example("admin_listen", &SocketAddr::from(([0, 0, 0, 0], 9001)));
     t.comment("Region reported to clients and required in signatures (see any_region).");
     t.set("region", &d.region);

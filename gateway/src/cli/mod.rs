@@ -14,7 +14,7 @@ pub mod admin_tls;
 pub mod config_example;
 pub mod progress;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 use gateway::settings::{DATA_DIR_DEFAULT, Flags};
@@ -78,9 +78,14 @@ pub enum Cmd {
     },
     /// Operate a running gateway through its admin API (token from GATEWAY_ADMIN_TOKEN).
     Admin {
-        /// The gateway's address.
+        /// The gateway's address: http://HOST:PORT, or https://HOST:PORT when it serves TLS
+        /// (--tls-cert), on its S3 port or its --admin-listen port.
         #[arg(long, default_value = "http://127.0.0.1:9000")]
         endpoint: String,
+        /// An https:// endpoint: the CA bundle (PEM) its certificate must chain to, and the
+        /// only CAs trusted then. Without it: the system's trusted CAs.
+        #[arg(long, env = admin::ADMIN_CA_ENV, value_name = "FILE")]
+        ca: Option<PathBuf>,
         #[command(subcommand)]
         command: AdminCmd,
     },
@@ -144,14 +149,20 @@ pub enum AdminCmd {
 }
 
 impl AdminCmd {
-    /// Runs the command against the gateway at `endpoint`; the text to print.
-    pub async fn run(self, endpoint: &str, token: Option<String>) -> Result<String, String> {
+    /// Runs the command against the gateway at `endpoint` (an https:// one checked against
+    /// `ca`, else the system's CAs); the text to print.
+    pub async fn run(
+        self,
+        endpoint: &str,
+        ca: Option<&Path>,
+        token: Option<String>,
+    ) -> Result<String, String> {
         // Made here: no gateway is asked (one may not be running yet).
         let command = match self {
             AdminCmd::Tls { command } => return command.run(),
             other => other,
         };
-        let client = AdminClient::new(endpoint, token)?;
+        let client = AdminClient::new(endpoint, ca, token).map_err(|e| e.to_string())?;
         match command {
             AdminCmd::Pairs { command } => client.pairs(command).await,
             AdminCmd::Scrub { command } => client.scrub(command).await,
