@@ -768,3 +768,93 @@ fn a_key_created_on_one_node_signs_on_the_others() {
         }
     });
 }
+
+/// Each access key is a distinct owner: ListBuckets names the caller, GetBucketAcl,
+/// GetObjectAcl, ListObjects and ListMultipartUploads the bucket's creator; the ID is 64
+/// hex digits, the display name the access key id, and both hold across a restart.
+#[tokio::test]
+async fn each_key_is_a_distinct_owner() {
+    let mut gw = Gateway::start();
+    let (ak, sk) = create_key(&gw, "webmail");
+    let root = gw.client();
+    let webmail = gw.client_with(&ak, &sk);
+    create_bucket(&webmail, "inbox").await;
+    put_bytes(&webmail, "inbox", "m1", b"hello").await;
+    create_bucket(&root, "admin").await;
+
+    let caller_owner = |out: &aws_sdk_s3::operation::list_buckets::ListBucketsOutput| {
+        let o = out.owner().expect("Owner");
+        (
+            o.id().expect("ID").to_string(),
+            o.display_name().expect("DisplayName").to_string(),
+        )
+    };
+    let (root_id, root_name) = caller_owner(&root.list_buckets().send().await.expect("list"));
+    let (web_id, web_name) = caller_owner(&webmail.list_buckets().send().await.expect("list"));
+    assert_ne!(root_id, web_id);
+    assert_eq!(web_name, ak);
+    assert_eq!(root_name, gw.access_key());
+    for id in [&root_id, &web_id] {
+        assert_eq!(id.len(), 64, "{id}");
+        assert!(id.bytes().all(|c| c.is_ascii_hexdigit()), "{id}");
+    }
+
+    // The bucket's creator, whoever asks.
+    let acl = root
+        .get_bucket_acl()
+        .bucket("inbox")
+        .send()
+        .await
+        .expect("acl");
+    assert_eq!(acl.owner().and_then(|o| o.id()), Some(web_id.as_str()));
+    let grantee = acl.grants()[0].grantee().expect("grantee");
+    assert_eq!(grantee.id(), Some(web_id.as_str()));
+    let acl = root
+        .get_object_acl()
+        .bucket("inbox")
+        .key("m1")
+        .send()
+        .await
+        .expect("object acl");
+    assert_eq!(acl.owner().and_then(|o| o.id()), Some(web_id.as_str()));
+    let acl = root
+        .get_bucket_acl()
+        .bucket("admin")
+        .send()
+        .await
+        .expect("acl");
+    assert_eq!(acl.owner().and_then(|o| o.id()), Some(root_id.as_str()));
+    let listed = root
+        .list_objects_v2()
+        .bucket("inbox")
+        .fetch_owner(true)
+        .send()
+        .await
+        .expect("list");
+    assert_eq!(
+        listed.contents()[0].owner().and_then(|o| o.id()),
+        Some(web_id.as_str())
+    );
+    let upload = webmail
+        .create_multipart_upload()
+        .bucket("inbox")
+        .key("big")
+        .send()
+        .await
+        .expect("create upload");
+    let uploads = root
+        .list_multipart_uploads()
+        .bucket("inbox")
+        .send()
+        .await
+        .expect("uploads");
+    let u = &uploads.uploads()[0];
+    assert_eq!(u.upload_id(), upload.upload_id());
+    assert_eq!(u.owner().and_then(|o| o.id()), Some(web_id.as_str()));
+    assert_eq!(u.initiator().and_then(|o| o.id()), Some(web_id.as_str()));
+
+    gw.restart();
+    let webmail = gw.client_with(&ak, &sk);
+    let again = caller_owner(&webmail.list_buckets().send().await.expect("list"));
+    assert_eq!(again, (web_id, web_name), "stable across a restart");
+}

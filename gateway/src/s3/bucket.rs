@@ -7,23 +7,14 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use super::access::Caller;
 use super::dates::iso8601;
 use super::error::{ErrorCode, S3Error};
+use super::owner::Owner;
 use super::request::{Query, check_bucket_name};
 use super::xml::XmlWriter;
 use crate::state::AppState;
 use meta::{DeleteOutcome, ListQuery};
 
-/// The one owner every bucket and object reports.
-const OWNER_ID: &str = "dedup-gateway";
-
 fn xml_response(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/xml")], body).into_response()
-}
-
-fn owner(w: &mut XmlWriter) {
-    w.open("Owner");
-    w.leaf("ID", OWNER_ID);
-    w.leaf("DisplayName", OWNER_ID);
-    w.close("Owner");
 }
 
 /// The caller's buckets: its own and those it was granted rights on (every bucket for the
@@ -33,7 +24,7 @@ pub async fn list_buckets(app: &AppState, caller: &Caller) -> Result<Response, S
     buckets.retain(|(name, record)| caller.sees(app, name, record));
     let mut w = XmlWriter::new();
     w.open_root("ListAllMyBucketsResult");
-    owner(&mut w);
+    Owner::of_caller(app, caller).write(&mut w, "Owner");
     w.open("Buckets");
     for (name, record) in buckets {
         w.open("Bucket");
@@ -196,14 +187,19 @@ pub async fn list_objects(app: &AppState, bucket: &str, q: &Query) -> Result<Res
         }
     }
     let fetch_owner = !v2 || q.get("fetch-owner") == Some("true");
+    let owner = if fetch_owner {
+        Some(Owner::of_bucket(app, &app.store.bucket(bucket).await?))
+    } else {
+        None
+    };
     for (key, record) in &page.objects {
         w.open("Contents");
         w.leaf("Key", &enc(key));
         w.leaf("LastModified", &iso8601(record.created_ms));
         w.leaf("ETag", &record.etag());
         w.leaf("Size", &record.size_bytes.to_string());
-        if fetch_owner {
-            owner(&mut w);
+        if let Some(o) = &owner {
+            o.write(&mut w, "Owner");
         }
         w.leaf("StorageClass", "STANDARD");
         w.close("Contents");

@@ -18,6 +18,7 @@ pub mod lifecycle;
 pub(crate) mod multipart;
 pub(crate) mod object;
 pub mod operation;
+mod owner;
 pub mod request;
 pub mod request_log;
 mod settings;

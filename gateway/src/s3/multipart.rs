@@ -10,6 +10,7 @@ use super::auth::read_xml_body;
 use super::dates::iso8601;
 use super::error::{ErrorCode, S3Error};
 use super::object::{READ_RACE_ATTEMPTS, attrs_from, check_copy_conditions};
+use super::owner::Owner;
 use super::request::{Query, copy_source, header_str};
 use super::xml::XmlWriter;
 use crate::multipart::{PartRef, PartTarget};
@@ -18,7 +19,6 @@ use crate::store::StoreError;
 
 /// Bound on a CompleteMultipartUpload body: 10 000 parts of about 100 bytes each.
 const COMPLETE_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
-const OWNER_ID: &str = "dedup-gateway";
 
 fn xml(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/xml")], body).into_response()
@@ -230,13 +230,11 @@ pub async fn abort(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-fn owner_and_initiator(w: &mut XmlWriter) {
-    for tag in ["Initiator", "Owner"] {
-        w.open(tag);
-        w.leaf("ID", OWNER_ID);
-        w.leaf("DisplayName", OWNER_ID);
-        w.close(tag);
-    }
+/// Uploads report their bucket's owner as owner and initiator: the key that started an
+/// upload is not recorded.
+fn owner_and_initiator(w: &mut XmlWriter, owner: &Owner) {
+    owner.write(w, "Initiator");
+    owner.write(w, "Owner");
 }
 
 pub async fn list_parts(
@@ -257,12 +255,13 @@ pub async fn list_parts(
         .collect();
     let truncated = page.len() > max;
     let page = &page[..page.len().min(max)];
+    let owner = Owner::of_bucket(app, &app.store.bucket(bucket).await?);
     let mut w = XmlWriter::new();
     w.open_root("ListPartsResult");
     w.leaf("Bucket", bucket);
     w.leaf("Key", key);
     w.leaf("UploadId", id);
-    owner_and_initiator(&mut w);
+    owner_and_initiator(&mut w, &owner);
     w.leaf("StorageClass", "STANDARD");
     w.leaf("PartNumberMarker", &marker.to_string());
     if let Some((n, _)) = page.last() {
@@ -296,6 +295,7 @@ pub async fn list_uploads(app: &AppState, bucket: &str, q: &Query) -> Result<Res
         }
     });
     let (uploads, truncated) = app.store.uploads(bucket, prefix, after, max).await?;
+    let owner = Owner::of_bucket(app, &app.store.bucket(bucket).await?);
     let mut w = XmlWriter::new();
     w.open_root("ListMultipartUploadsResult");
     w.leaf("Bucket", bucket);
@@ -312,7 +312,7 @@ pub async fn list_uploads(app: &AppState, bucket: &str, q: &Query) -> Result<Res
         w.open("Upload");
         w.leaf("Key", &u.key);
         w.leaf("UploadId", id);
-        owner_and_initiator(&mut w);
+        owner_and_initiator(&mut w, &owner);
         w.leaf("StorageClass", "STANDARD");
         w.leaf("Initiated", &iso8601(u.created_ms));
         w.close("Upload");

@@ -7,10 +7,9 @@ use axum::response::{IntoResponse, Response};
 use http::header;
 
 use super::error::{ErrorCode, S3Error};
+use super::owner::Owner;
 use super::xml::XmlWriter;
 use crate::state::AppState;
-
-const OWNER_ID: &str = "dedup-gateway";
 
 fn xml(body: Vec<u8>) -> Response {
     ([(header::CONTENT_TYPE, "application/xml")], body).into_response()
@@ -22,18 +21,34 @@ pub async fn bucket_setting(
     bucket: &str,
     sub: &str,
 ) -> Option<Result<Response, S3Error>> {
-    let not_found = |code: ErrorCode, message: &'static str| {
-        Some(Err(S3Error::new(code, message).with_resource(bucket)))
+    const ANSWERED: [&str; 6] = [
+        "versioning",
+        "acl",
+        "policy",
+        "encryption",
+        "tagging",
+        "object-lock",
+    ];
+    if !ANSWERED.contains(&sub) {
+        return None;
+    }
+    // The bucket must exist for any of these answers.
+    let record = match app.store.bucket(bucket).await {
+        Ok(r) => r,
+        Err(e) => return Some(Err(e.into())),
     };
-    let answer = match sub {
+    let not_found = |code: ErrorCode, message: &'static str| {
+        Err(S3Error::new(code, message).with_resource(bucket))
+    };
+    Some(match sub {
         // Unversioned: an empty configuration, no Status element.
         "versioning" => {
             let mut w = XmlWriter::new();
             w.open_root("VersioningConfiguration");
             w.close("VersioningConfiguration");
-            Some(Ok(xml(w.finish())))
+            Ok(xml(w.finish()))
         }
-        "acl" => Some(Ok(owner_full_control())),
+        "acl" => Ok(owner_full_control(&Owner::of_bucket(app, &record))),
         "policy" => not_found(
             ErrorCode::NoSuchBucketPolicy,
             "The bucket policy does not exist",
@@ -43,16 +58,10 @@ pub async fn bucket_setting(
             "The server side encryption configuration was not found",
         ),
         "tagging" => not_found(ErrorCode::NoSuchTagSet, "The TagSet does not exist"),
-        "object-lock" => not_found(
+        _ => not_found(
             ErrorCode::ObjectLockConfigurationNotFoundError,
             "Object Lock configuration does not exist for this bucket",
         ),
-        _ => None,
-    }?;
-    // The bucket must exist for any of these answers.
-    Some(match app.store.bucket(bucket).await {
-        Ok(_) => answer,
-        Err(e) => Err(e.into()),
     })
 }
 
@@ -63,41 +72,40 @@ pub async fn object_setting(
     key: &str,
     sub: &str,
 ) -> Option<Result<Response, S3Error>> {
-    let answer = match sub {
-        "acl" => owner_full_control(),
-        // No tags are kept: an empty tag set.
-        "tagging" => {
-            let mut w = XmlWriter::new();
-            w.open_root("Tagging");
-            w.open("TagSet");
-            w.close("TagSet");
-            w.close("Tagging");
-            xml(w.finish())
-        }
-        _ => return None,
+    if sub != "acl" && sub != "tagging" {
+        return None;
+    }
+    let record = match app.store.bucket(bucket).await {
+        Ok(r) => r,
+        Err(e) => return Some(Err(e.into())),
     };
-    Some(
-        app.store
-            .head(bucket, key)
-            .await
-            .map(|_| answer)
-            .map_err(S3Error::from),
-    )
+    if let Err(e) = app.store.head(bucket, key).await {
+        return Some(Err(e.into()));
+    }
+    Some(Ok(if sub == "acl" {
+        // The object's owner is its bucket's: the key that wrote it is not recorded.
+        owner_full_control(&Owner::of_bucket(app, &record))
+    } else {
+        // No tags are kept: an empty tag set.
+        let mut w = XmlWriter::new();
+        w.open_root("Tagging");
+        w.open("TagSet");
+        w.close("TagSet");
+        w.close("Tagging");
+        xml(w.finish())
+    }))
 }
 
-/// The only access policy there is: the one owner has full control.
-fn owner_full_control() -> Response {
+/// The only access policy there is: the owner has full control.
+fn owner_full_control(owner: &Owner) -> Response {
     let mut w = XmlWriter::new();
     w.open_root("AccessControlPolicy");
-    w.open("Owner");
-    w.leaf("ID", OWNER_ID);
-    w.leaf("DisplayName", OWNER_ID);
-    w.close("Owner");
+    owner.write(&mut w, "Owner");
     w.open("AccessControlList");
     w.open("Grant");
     w.open_grantee();
-    w.leaf("ID", OWNER_ID);
-    w.leaf("DisplayName", OWNER_ID);
+    w.leaf("ID", &owner.id);
+    w.leaf("DisplayName", &owner.display_name);
     w.close("Grantee");
     w.leaf("Permission", "FULL_CONTROL");
     w.close("Grant");
