@@ -28,7 +28,12 @@ if [ ! -x "$bin" ]; then
         git worktree prune
     fi
     git worktree add --detach "$src" "$commit" >&2
-    (cd "$src" && CARGO_TARGET_DIR="$root/target" cargo build -p gateway >&2)
+    # With the current tree's dev profile (Cargo.toml), not the old one's: the same
+    # settings are what lets the dependencies' builds be shared.
+    (cd "$src" && CARGO_TARGET_DIR="$root/target" cargo build -p gateway \
+        --config 'profile.dev.debug="line-tables-only"' \
+        --config 'profile.dev.package."*".debug=false' \
+        --config 'profile.dev.package."*".opt-level=2' >&2)
     cp "$root/target/debug/gateway" "$bin.tmp"
     mv "$bin.tmp" "$bin"
     git worktree remove --force "$src"
