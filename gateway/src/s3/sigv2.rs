@@ -1,8 +1,11 @@
 //! Signature Version 2 presigned URLs (`AWSAccessKeyId`, `Expires`, `Signature`).
 //!
 //! botocore (boto3, aws cli v1) still presigns with V2 by default against a custom
-//! endpoint, and webmail back ends hand those URLs to browsers, so the gateway accepts
-//! them for GET and HEAD. Everything else must be signed with SigV4.
+//! endpoint (and aws-sdk-js v2 does for every operation), and webmail back ends hand those
+//! URLs to browsers, so the gateway accepts them for GET, HEAD and PUT (an upload straight
+//! from the browser). Everything else must be signed with SigV4. A V2 signature covers no
+//! body: a PUT's bytes are checked against its `Content-MD5` or `x-amz-content-sha256`
+//! when it sends one (both are signed), as S3 does.
 //!
 //! The resource signed is S3's CanonicalizedResource: `/bucket/key` whatever the addressing
 //! style, so a virtual-hosted URL (bucket in the Host) signs its bucket too and cannot be
@@ -88,7 +91,7 @@ pub fn verify_presigned(
     check: Presigned<'_>,
 ) -> Result<String, AuthError> {
     let now_secs = check.now_secs;
-    if method != Method::GET && method != Method::HEAD {
+    if method != Method::GET && method != Method::HEAD && method != Method::PUT {
         return Err(AuthError::UnsupportedAlgorithm);
     }
     let mut access_key = None;
@@ -214,8 +217,13 @@ mod tests {
             verify_presigned(&Method::GET, &tampered, &headers, secret, at(1_175_139_000)),
             Err(AuthError::SignatureMismatch)
         );
+        // The method is signed: a GET's URL does not upload.
         assert_eq!(
             verify_presigned(&Method::PUT, &uri, &headers, secret, at(1_175_139_000)),
+            Err(AuthError::SignatureMismatch)
+        );
+        assert_eq!(
+            verify_presigned(&Method::DELETE, &uri, &headers, secret, at(1_175_139_000)),
             Err(AuthError::UnsupportedAlgorithm)
         );
     }

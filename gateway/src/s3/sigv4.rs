@@ -118,7 +118,7 @@ pub enum Payload {
 impl Payload {
     /// Interprets an `x-amz-content-sha256` value; anything S3 would not accept is refused so
     /// that a typo cannot silently turn into an unchecked body.
-    fn parse(value: &[u8]) -> Result<Payload, AuthError> {
+    pub fn parse(value: &[u8]) -> Result<Payload, AuthError> {
         match value {
             b"UNSIGNED-PAYLOAD" => Ok(Payload::Unsigned),
             b"STREAMING-AWS4-HMAC-SHA256-PAYLOAD" => Ok(Payload::StreamingSigned),
