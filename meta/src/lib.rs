@@ -25,6 +25,7 @@ pub mod list;
 pub mod native_refs;
 pub mod raft;
 pub mod tables;
+pub mod versions;
 
 mod error;
 mod store;

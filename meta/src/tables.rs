@@ -24,6 +24,10 @@ pub const BUCKETS: TableDefinition<&str, &[u8]> = TableDefinition::new("buckets"
 /// The S3 index: (bucket, key bytes) -> postcard [`ObjectRecord`]. Keys are bytes so that
 /// listing can seek past a common prefix by incrementing its last byte.
 pub const OBJECTS: TableDefinition<(&str, &[u8]), &[u8]> = TableDefinition::new("objects");
+/// Noncurrent object versions and delete markers of versioned buckets (see
+/// `docs/versions.md`): (bucket, key bytes, `u64::MAX - number`, newest first) ->
+/// [`crate::versions::VersionRecord`]. The current version of a key stays in [`OBJECTS`].
+pub const VERSIONS: TableDefinition<(&str, &[u8], u64), &[u8]> = TableDefinition::new("versions");
 /// Multipart uploads in progress: upload id -> postcard [`UploadRecord`].
 pub const UPLOADS: TableDefinition<&str, &[u8]> = TableDefinition::new("uploads");
 /// Parts of uploads in progress: (upload id, part number) -> postcard [`PartRecord`].
@@ -67,6 +71,15 @@ impl DeletingRecord {
     }
 }
 
+/// A bucket's versioning state. It leaves `Unversioned` once and never comes back.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Versioning {
+    #[default]
+    Unversioned,
+    Enabled,
+    Suspended,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BucketRecord {
     pub created_ms: u64,
@@ -75,6 +88,16 @@ pub struct BucketRecord {
     /// The access key that created the bucket; `None` is the bootstrap key (and every
     /// bucket created before keys existed).
     pub owner: Option<String>,
+    /// Whether PUT and DELETE keep the versions they replace (see `docs/versions.md`).
+    pub versioning: Versioning,
+}
+
+/// A bucket record as written before versioning (format 2).
+#[derive(Serialize, Deserialize)]
+struct BucketRecordV2 {
+    created_ms: u64,
+    cors: Option<Vec<CorsRule>>,
+    owner: Option<String>,
 }
 
 /// A bucket record as written before owners: read as owned by the bootstrap key.
@@ -86,20 +109,42 @@ struct BucketRecordV1 {
 
 /// Version byte of bucket records with an owner.
 const BUCKET_FORMAT_V2: u8 = 2;
+/// Version byte of bucket records with a versioning state, written only for a bucket whose
+/// state is not `Unversioned`: a group that never turns versioning on keeps format 2.
+const BUCKET_FORMAT_V3: u8 = 3;
 
 impl BucketRecord {
     pub fn encode(&self) -> Result<Vec<u8>, MetaError> {
-        let mut out = vec![BUCKET_FORMAT_V2];
-        out.extend(postcard::to_stdvec(self).map_err(|e| MetaError::Corrupt(e.to_string()))?);
+        let corrupt = |e: postcard::Error| MetaError::Corrupt(e.to_string());
+        if self.versioning == Versioning::Unversioned {
+            let v2 = BucketRecordV2 {
+                created_ms: self.created_ms,
+                cors: self.cors.clone(),
+                owner: self.owner.clone(),
+            };
+            let mut out = vec![BUCKET_FORMAT_V2];
+            out.extend(postcard::to_stdvec(&v2).map_err(corrupt)?);
+            return Ok(out);
+        }
+        let mut out = vec![BUCKET_FORMAT_V3];
+        out.extend(postcard::to_stdvec(self).map_err(corrupt)?);
         Ok(out)
     }
 
-    /// Reads both versions, so a data folder from before owners opens unchanged (its
-    /// records are rewritten as version 2 only when a command changes them).
+    /// Reads every version, so a data folder from before owners or versions opens
+    /// unchanged (its records are rewritten only when a command changes them).
     pub fn decode(bytes: &[u8]) -> Result<Self, MetaError> {
+        let corrupt = |e: postcard::Error| MetaError::Corrupt(format!("buckets: {e}"));
         match bytes.split_first() {
+            Some((&BUCKET_FORMAT_V3, rest)) => postcard::from_bytes(rest).map_err(corrupt),
             Some((&BUCKET_FORMAT_V2, rest)) => {
-                postcard::from_bytes(rest).map_err(|e| MetaError::Corrupt(format!("buckets: {e}")))
+                let v2: BucketRecordV2 = postcard::from_bytes(rest).map_err(corrupt)?;
+                Ok(BucketRecord {
+                    created_ms: v2.created_ms,
+                    cors: v2.cors,
+                    owner: v2.owner,
+                    versioning: Versioning::Unversioned,
+                })
             }
             _ => {
                 let v1: BucketRecordV1 = decode_versioned("buckets", bytes)?;
@@ -107,6 +152,7 @@ impl BucketRecord {
                     created_ms: v1.created_ms,
                     cors: v1.cors,
                     owner: None,
+                    versioning: Versioning::Unversioned,
                 })
             }
         }
@@ -296,8 +342,23 @@ mod tests {
             created_ms: 5,
             cors: None,
             owner: Some("GKAPP".into()),
+            versioning: Versioning::Unversioned,
         };
-        assert_eq!(BucketRecord::decode(&b.encode().unwrap()).unwrap(), b);
+        let bytes = b.encode().unwrap();
+        assert_eq!(
+            bytes[0], BUCKET_FORMAT_V2,
+            "unversioned: the bytes of before versions"
+        );
+        assert_eq!(BucketRecord::decode(&bytes).unwrap(), b);
+        for versioning in [Versioning::Enabled, Versioning::Suspended] {
+            let v = BucketRecord {
+                versioning,
+                ..b.clone()
+            };
+            let bytes = v.encode().unwrap();
+            assert_eq!(bytes[0], BUCKET_FORMAT_V3);
+            assert_eq!(BucketRecord::decode(&bytes).unwrap(), v);
+        }
     }
 
     #[test]
@@ -318,6 +379,7 @@ mod tests {
                 created_ms: 7,
                 cors: None,
                 owner: None,
+                versioning: Versioning::Unversioned,
             }
         );
     }

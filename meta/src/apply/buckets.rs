@@ -29,6 +29,7 @@ pub(super) fn create(
         created_ms,
         cors: None,
         owner: owner.clone(),
+        versioning: Default::default(),
     };
     buckets.insert(bucket, record.encode()?.as_slice())?;
     drop(buckets);

@@ -29,7 +29,7 @@ use super::super::keys::KEYS;
 use super::super::lifecycle::LIFECYCLE;
 use super::super::native_refs::{self, NATIVE_REFS};
 use super::super::tables::{
-    BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
+    BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS, VERSIONS,
 };
 
 const MAGIC: &[u8; 8] = b"DGWSNAP1";
@@ -142,6 +142,7 @@ macro_rules! for_each_table {
         $m!(10u8, LIFECYCLE, $($args)*);
         $m!(11u8, KEYS, $($args)*);
         $m!(12u8, JOBS, $($args)*);
+        $m!(13u8, VERSIONS, $($args)*);
     }};
 }
 
@@ -382,7 +383,11 @@ pub fn digest(db: &Database) -> Result<Digest, SnapshotError> {
     let mut tables = std::collections::BTreeMap::new();
     macro_rules! hash {
         ($tag:expr, $def:expr,) => {
-            if $def.name() != RAFT_STATE.name() {
+            // A table added by a newer format is left out while it is empty, so that
+            // the members of two releases agree during a rolling upgrade.
+            let newer_and_empty =
+                $def.name() == VERSIONS.name() && txn.open_table($def)?.is_empty()?;
+            if $def.name() != RAFT_STATE.name() && !newer_and_empty {
                 let mut h = HashWriter(<sha2::Sha256 as sha2::Digest>::new());
                 dump_table(&txn, $def, $tag, &mut h)?;
                 tables.insert(
@@ -406,4 +411,53 @@ pub fn digest(db: &Database) -> Result<Digest, SnapshotError> {
         last_applied: applied,
         tables,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use placement::Magic;
+
+    use super::*;
+    use crate::MetaStore;
+    use crate::versions::{VersionRecord, VersionStamp, order_of};
+
+    /// The `versions` table travels in snapshots, and stays out of the digest while empty
+    /// (members of the release before it have no such table).
+    #[test]
+    fn versions_travel_in_snapshots_and_join_the_digest_once_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        assert!(!store.digest().unwrap().tables.contains_key("versions"));
+        let record = VersionRecord::DeleteMarker {
+            stamp: VersionStamp {
+                number: 2,
+                null: false,
+            },
+            created_ms: 5,
+            magic: Magic::new(9).unwrap(),
+        };
+        let db = store.db();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(VERSIONS)
+            .unwrap()
+            .insert(
+                ("b", &b"k"[..], order_of(2)),
+                record.encode().unwrap().as_slice(),
+            )
+            .unwrap();
+        txn.commit().unwrap();
+        let want = store.digest().unwrap();
+        assert!(want.tables.contains_key("versions"));
+
+        let file = dir.path().join("snap");
+        let read = db.begin_read().unwrap();
+        write(&read, Vec::new(), std::fs::File::create(&file).unwrap()).unwrap();
+        let restored = dir.path().join("restored.redb");
+        load(&file, &restored).unwrap();
+        let loaded = Database::open(&restored).unwrap();
+        let txn = loaded.begin_read().unwrap();
+        let table = txn.open_table(VERSIONS).unwrap();
+        let got = table.get(("b", &b"k"[..], order_of(2))).unwrap().unwrap();
+        assert_eq!(VersionRecord::decode(got.value()).unwrap(), record);
+    }
 }

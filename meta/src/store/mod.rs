@@ -21,7 +21,7 @@ use redb::{Database, ReadableDatabase};
 use crate::jobs::JOBS;
 use crate::lifecycle::LIFECYCLE;
 use crate::tables::{
-    BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
+    BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS, VERSIONS,
 };
 use crate::{Command, MetaError, Response, apply, cluster_version, keys, native_refs, raft};
 
@@ -72,6 +72,7 @@ impl MetaStore {
         txn.open_table(PAIRS)?;
         txn.open_table(BUCKETS)?;
         txn.open_table(OBJECTS)?;
+        txn.open_table(VERSIONS)?;
         txn.open_table(COUNTERS)?;
         txn.open_table(UPLOADS)?;
         txn.open_table(PARTS)?;
