@@ -16,9 +16,7 @@ use http::{HeaderMap, HeaderValue, Method, Uri};
 use crate::s3::chunked::{self, ChunkMode};
 use crate::s3::sigv4::{self, SigningContext};
 use crate::s3::{cors, sigv2};
-use meta::{
-    BucketRecord, Command, DeletingRecord, FileRecord, ObjectRecord, PartRecord, UploadRecord,
-};
+use meta::{BucketRecord, Command, DeletingRecord, FileRecord, PartRecord, UploadRecord};
 
 /// One fuzz target: arbitrary bytes in, a panic on a bug.
 pub type Target = fn(&[u8]);
@@ -257,10 +255,12 @@ pub fn command(data: &[u8]) {
 /// error, never a panic.
 pub fn records(data: &[u8]) {
     use meta::tables::decode_versioned;
-    let _ = decode_versioned::<ObjectRecord>("objects", data);
+    let _ = meta::versions::decode_current(data);
+    let _ = meta::versions::VersionRecord::decode(data);
     let _ = decode_versioned::<UploadRecord>("uploads", data);
     let _ = decode_versioned::<PartRecord>("parts", data);
     let _ = decode_versioned::<BucketRecord>("buckets", data);
+    let _ = BucketRecord::decode(data);
     let _ = decode_versioned::<placement::PairRecord>("pairs", data);
     if let Some(fixed) = data.first_chunk::<16>() {
         let sha1 = placement::Sha1([0x5a; 20]);

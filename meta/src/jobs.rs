@@ -244,7 +244,7 @@ pub fn chunk(
                 )));
             }
             let current = match objects.get((bucket, key.as_bytes()))? {
-                Some(v) => tables::decode_versioned::<ObjectRecord>("objects", v.value())?,
+                Some(v) => crate::versions::decode_object(v.value())?,
                 // Deleted by a client meanwhile: nothing to release, and never twice.
                 None => continue,
             };

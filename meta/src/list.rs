@@ -9,7 +9,7 @@ use std::ops::Bound;
 use redb::ReadableTable;
 
 use super::MetaError;
-use super::tables::{self, ObjectRecord};
+use super::tables::ObjectRecord;
 
 /// Keys returned per page at most, as S3 does.
 pub const MAX_KEYS_LIMIT: usize = 1000;
@@ -105,7 +105,7 @@ pub fn list(
             page.truncated = true;
             break;
         }
-        let record: ObjectRecord = tables::decode_versioned("objects", v.value())?;
+        let record: ObjectRecord = crate::versions::decode_object(v.value())?;
         page.objects.push((utf8(key)?, record));
         page.last = Some(key.to_vec());
         cursor = Bound::Excluded(key.to_vec());

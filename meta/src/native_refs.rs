@@ -112,7 +112,7 @@ pub fn build(txn: &WriteTransaction) -> Result<(), MetaError> {
     };
     for entry in txn.open_table(OBJECTS)?.iter()? {
         let (_, v) = entry?;
-        let o: ObjectRecord = tables::decode_versioned("objects", v.value())?;
+        let o: ObjectRecord = crate::versions::decode_object(v.value())?;
         add(o.sha1, o.magic);
     }
     for entry in txn.open_table(PARTS)?.iter()? {

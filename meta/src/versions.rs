@@ -172,6 +172,12 @@ pub fn decode_current(bytes: &[u8]) -> Result<(ObjectRecord, VersionStamp), Meta
     }
 }
 
+/// The record of an `objects` value of either format, without its stamp: what every
+/// reader that is not about versions needs.
+pub fn decode_object(bytes: &[u8]) -> Result<ObjectRecord, MetaError> {
+    decode_current(bytes).map(|(record, _)| record)
+}
+
 /// The `versions` key part that orders a key's versions newest first.
 pub fn order_of(number: u64) -> u64 {
     u64::MAX - number

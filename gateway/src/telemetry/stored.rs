@@ -186,7 +186,7 @@ fn scan_meta(meta: &MetaStore, batch: usize) -> Result<(StoredStats, Unsized), M
         let mut n = 0;
         for entry in range.take(batch) {
             let (k, v) = entry?;
-            let o: ObjectRecord = tables::decode_versioned("objects", v.value())?;
+            let o: ObjectRecord = meta::versions::decode_object(v.value())?;
             stats.objects += 1;
             stats.logical_bytes += o.size_bytes;
             sizes.insert(o.sha1, o.size_bytes);

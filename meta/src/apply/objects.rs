@@ -200,10 +200,7 @@ pub(super) fn store_object(
         .open_table(OBJECTS)?
         .insert((bucket, key.as_bytes()), bytes.as_slice())?
     {
-        Some(v) => Some(tables::decode_versioned::<ObjectRecord>(
-            "objects",
-            v.value(),
-        )?),
+        Some(v) => Some(crate::versions::decode_object(v.value())?),
         None => None,
     };
     let released = match &replaced {
@@ -223,7 +220,7 @@ pub(super) fn read_object(
     key: &str,
 ) -> Result<Option<ObjectRecord>, MetaError> {
     match txn.open_table(OBJECTS)?.get((bucket, key.as_bytes()))? {
-        Some(v) => Ok(Some(tables::decode_versioned("objects", v.value())?)),
+        Some(v) => Ok(Some(crate::versions::decode_object(v.value())?)),
         None => Ok(None),
     }
 }
@@ -237,6 +234,6 @@ fn remove_object(
 ) -> Result<Option<ObjectRecord>, MetaError> {
     txn.open_table(OBJECTS)?
         .remove((bucket, key.as_bytes()))?
-        .map(|v| tables::decode_versioned::<ObjectRecord>("objects", v.value()))
+        .map(|v| crate::versions::decode_object(v.value()))
         .transpose()
 }

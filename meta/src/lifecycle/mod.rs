@@ -83,7 +83,7 @@ pub(super) fn expirable(
         for (key, seq) in objects {
             let current: Option<ObjectRecord> = table
                 .get((bucket, key.as_bytes()))?
-                .map(|v| tables::decode_versioned("objects", v.value()))
+                .map(|v| crate::versions::decode_object(v.value()))
                 .transpose()?;
             let due = current.is_some_and(|o| {
                 o.seq == *seq

@@ -3,7 +3,7 @@
 use redb::{ReadableDatabase, ReadableTable};
 
 use super::MetaStore;
-use crate::tables::{self, BUCKETS, BucketRecord, OBJECTS, ObjectRecord};
+use crate::tables::{BUCKETS, BucketRecord, OBJECTS, ObjectRecord};
 use crate::{ListPage, ListQuery, MetaError, list};
 
 impl MetaStore {
@@ -31,7 +31,7 @@ impl MetaStore {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(OBJECTS)?;
         match table.get((bucket, key.as_bytes()))? {
-            Some(v) => Ok(Some(tables::decode_versioned("objects", v.value())?)),
+            Some(v) => Ok(Some(crate::versions::decode_object(v.value())?)),
             None => Ok(None),
         }
     }
@@ -53,7 +53,7 @@ impl MetaStore {
         for entry in table.iter()? {
             let (k, v) = entry?;
             let (bucket, key) = k.value();
-            let record: ObjectRecord = tables::decode_versioned("objects", v.value())?;
+            let record: ObjectRecord = crate::versions::decode_object(v.value())?;
             f(bucket, &String::from_utf8_lossy(key), record);
         }
         Ok(())
@@ -109,7 +109,7 @@ impl MetaStore {
             }
             out.push((
                 String::from_utf8_lossy(key).into_owned(),
-                tables::decode_versioned("objects", v.value())?,
+                crate::versions::decode_object(v.value())?,
             ));
         }
         Ok(out)
