@@ -216,6 +216,31 @@ async fn a_virtual_hosted_v2_url_signs_its_bucket() {
     assert_eq!(resp.body, alpha);
 }
 
+/// Runs a python script with boto3, given the gateway's port, access key and secret as
+/// arguments; its output, or None (the test skips, saying so) without python3 and boto3.
+fn boto3(gw: &Gateway, script: &str) -> Option<std::process::Output> {
+    match Command::new("python3")
+        .args(["-c", script, &gw.port().to_string()])
+        .args([gw.access_key(), gw.secret_key()])
+        .output()
+    {
+        Ok(out) if out.status.success() => Some(out),
+        Ok(out) if String::from_utf8_lossy(&out.stderr).contains("No module named") => {
+            eprintln!("SKIPPED: python3 with boto3 is not available here");
+            None
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: python3 is not available here: {e}");
+            None
+        }
+        Ok(out) => panic!(
+            "the boto3 script failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
 /// What botocore generates (`signature_version='s3'`, `addressing_style='virtual'`) is
 /// accepted, and only on its own bucket. Needs python3 with boto3 (CI installs it); without
 /// it the test says so and checks nothing more than the hand-signed test above.
@@ -232,16 +257,8 @@ c = boto3.client("s3", endpoint_url="http://s3.test:" + port, aws_access_key_id=
 print(c.generate_presigned_url("get_object",
     Params={"Bucket": "alpha", "Key": "dir/a b+c.txt"}, ExpiresIn=600))
 "#;
-    let out = match Command::new("python3")
-        .args(["-c", script, &gw.port().to_string()])
-        .args([gw.access_key(), gw.secret_key()])
-        .output()
-    {
-        Ok(out) if out.status.success() => out,
-        other => {
-            eprintln!("SKIPPED: python3 with boto3 is not available here: {other:?}");
-            return;
-        }
+    let Some(out) = boto3(&gw, script) else {
+        return;
     };
     let url = String::from_utf8(out.stdout).expect("utf-8 URL");
     let url = url.trim();
@@ -376,17 +393,8 @@ req = urllib.request.Request(url, data=b"%PDF-1.7 boto3 v2 upload", method="PUT"
     headers={"Content-Type": "application/pdf"})
 print(urllib.request.urlopen(req).status)
 "#;
-    let out = match Command::new("python3")
-        .args(["-c", script, &gw.port().to_string()])
-        .args([gw.access_key(), gw.secret_key()])
-        .output()
-    {
-        Ok(out) if out.status.success() => out,
-        Ok(out) if String::from_utf8_lossy(&out.stderr).contains("No module named") => {
-            eprintln!("SKIPPED: python3 with boto3 is not available here");
-            return;
-        }
-        other => panic!("the boto3 upload failed: {other:?}"),
+    let Some(out) = boto3(&gw, script) else {
+        return;
     };
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200");
     let s3 = gw.client();

@@ -5,7 +5,7 @@
 //! at start with the reason.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e::nginx::{Nginx, NodeTls};
@@ -44,10 +44,23 @@ fn config_file(dir: &Path, nginx: &Nginx, pki: &StoragePki, client: Option<&Iden
     path
 }
 
+/// Waits for `child` to exit (killed and a panic past `limit`); its output.
+fn exited_within(mut child: Child, limit: Duration, what: &str) -> Output {
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("output")
+}
+
 /// Runs `gateway serve` expecting it to stop at start; its stderr.
 fn refused_start(config: &Path) -> String {
     let data = tempfile::tempdir().expect("temp dir");
-    let mut child = Command::new(e2e::gateway_bin())
+    let child = Command::new(e2e::gateway_bin())
         .args(["serve", "--listen", "127.0.0.1:0", "--data"])
         .arg(data.path())
         .arg("--config")
@@ -57,15 +70,7 @@ fn refused_start(config: &Path) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn gateway serve");
-    let deadline = Instant::now() + START_EXIT_WAIT;
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("gateway serve did not stop within {START_EXIT_WAIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().expect("output");
+    let out = exited_within(child, START_EXIT_WAIT, "gateway serve");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "started: {stdout}");
     assert!(!stdout.contains("listening on"), "{stdout}");
@@ -258,7 +263,7 @@ async fn unmove_beside_a_survivor_relocates_to_an_https_pair() {
     assert!(pairs.stdout.contains("DRAINING"), "{pairs}");
 
     let survivor = nginx.disk_dir("d1");
-    let mut child = Command::new(e2e::remote::valkyrie_bin())
+    let child = Command::new(e2e::remote::valkyrie_bin())
         .arg("--disk")
         .arg(&survivor)
         .args(["--pair", "0", "--index", "1", "--unmove"])
@@ -275,15 +280,7 @@ async fn unmove_beside_a_survivor_relocates_to_an_https_pair() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn valkyrie --unmove");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while child.try_wait().expect("wait").is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("valkyrie --unmove did not finish within 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let out = child.wait_with_output().expect("output");
+    let out = exited_within(child, Duration::from_secs(120), "valkyrie --unmove");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
