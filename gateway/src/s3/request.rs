@@ -251,10 +251,23 @@ pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a s
     }
 }
 
-/// `x-amz-copy-source`: `[/]bucket/key[?versionId=...]`, URL-encoded.
+/// `x-amz-copy-source`: `[/]bucket/key[?versionId=...]`, URL-encoded. Buckets have no
+/// versions yet: `versionId=null` names the object itself, any other id is refused
+/// (NotImplemented) rather than ignored, which would copy another version than the one
+/// asked for.
 pub fn copy_source(headers: &HeaderMap) -> Result<(String, String), S3Error> {
     let raw = header_str(headers, "x-amz-copy-source")?.unwrap_or("");
-    let raw = raw.split_once('?').map_or(raw, |(path, _)| path);
+    let (raw, query) = raw.split_once('?').unwrap_or((raw, ""));
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        match param.split_once('=') {
+            Some(("versionId", "null")) => {}
+            _ => {
+                return Err(S3Error::not_implemented(
+                    "a version of the copy source other than null",
+                ));
+            }
+        }
+    }
     let decoded = percent_encoding::percent_decode_str(raw.trim_start_matches('/'))
         .decode_utf8()
         .map_err(|_| {
@@ -275,6 +288,30 @@ pub fn copy_source(headers: &HeaderMap) -> Result<(String, String), S3Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_source_version_other_than_null_is_refused_not_ignored() {
+        let source = |v: &str| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert("x-amz-copy-source", v.parse().unwrap());
+            copy_source(&headers)
+        };
+        assert_eq!(source("/b/k%20x").unwrap(), ("b".into(), "k x".into()));
+        assert_eq!(
+            source("b/k?versionId=null").unwrap(),
+            ("b".into(), "k".into())
+        );
+        for v in [
+            "b/k?versionId=3HL4kqtJlcpXroDTDmjVBH40Nrjfkd",
+            "b/k?other=1",
+        ] {
+            assert_eq!(
+                source(v).unwrap_err().code,
+                ErrorCode::NotImplemented,
+                "{v}"
+            );
+        }
+    }
 
     #[test]
     fn a_header_section_over_8_kb_is_refused() {
