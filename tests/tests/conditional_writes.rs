@@ -383,3 +383,42 @@ async fn complete_copy_and_deletes_honour_their_conditions() {
     gw.kill9();
     e2e::assert_fsck_clean(gw.data_dir());
 }
+
+/// Several CompleteMultipartUploads of one upload at once: one completes it, every other
+/// gets 404 NoSuchUpload (never a 5xx), and the object is the upload's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_completes_of_one_upload_answer_one_200_and_404s() {
+    let mut gw = Gateway::start();
+    let s3 = gw.client();
+    create_bucket(&s3, "bkt").await;
+    for round in 0..3 {
+        let key = format!("mp-{round}");
+        let (id, upload, whole) = upload_two_parts(&s3, &key).await;
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..RACERS {
+            let (s3, key, id, upload) = (gw.client(), key.clone(), id.clone(), upload.clone());
+            tasks.spawn(async move {
+                s3.complete_multipart_upload()
+                    .bucket("bkt")
+                    .key(&key)
+                    .upload_id(&id)
+                    .multipart_upload(upload)
+                    .send()
+                    .await
+                    .map(drop)
+                    .map_err(|e| s3_error::<(), _>(Err(e)))
+            });
+        }
+        let mut done = 0;
+        while let Some(joined) = tasks.join_next().await {
+            match joined.expect("racer") {
+                Ok(()) => done += 1,
+                Err(answer) => assert_eq!(answer, (404, "NoSuchUpload".to_string())),
+            }
+        }
+        assert_eq!(done, 1, "{key}: one completion");
+        assert_eq!(get_bytes(&s3, "bkt", &key).await, whole);
+    }
+    gw.kill9();
+    e2e::assert_fsck_clean(gw.data_dir());
+}

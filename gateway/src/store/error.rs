@@ -121,6 +121,9 @@ impl StoreError {
             MetaError::BucketExists => StoreError::BucketExists(bucket.to_string()),
             MetaError::BucketOwnedByAnother => StoreError::BucketTaken(bucket.to_string()),
             MetaError::BucketNotEmpty => StoreError::BucketNotEmpty(bucket.to_string()),
+            // A racing request ended the upload between the early check and the command
+            // (two CompleteMultipartUploads at once): the loser's 404, not a 500.
+            MetaError::NoSuchUpload => StoreError::NoSuchUpload,
             other => other.into(),
         }
     }
