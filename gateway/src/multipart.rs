@@ -47,6 +47,25 @@ pub struct PartRef {
     pub etag: String,
 }
 
+/// The ETag S3 gives the object that `parts` (with the ETags the client names) complete:
+/// the MD5 of the parts' binary MD5s, `-<count>`. None if an ETag is not an MD5.
+fn multipart_etag(parts: &[PartRef]) -> Option<String> {
+    if parts.is_empty() {
+        return None;
+    }
+    let mut md5s = md5::Md5::new();
+    for p in parts {
+        let mut md5 = [0u8; 16];
+        hex::decode_to_slice(p.etag.trim().trim_matches('"'), &mut md5).ok()?;
+        md5s.update(md5);
+    }
+    Some(format!(
+        "\"{}-{}\"",
+        hex::encode(md5s.finalize()),
+        parts.len()
+    ))
+}
+
 impl ObjectStore {
     async fn upload_record(&self, upload_id: &str) -> Result<UploadRecord, StoreError> {
         let id = upload_id.to_string();
@@ -236,7 +255,12 @@ impl ObjectStore {
         requested: Vec<PartRef>,
         precondition: Option<WritePrecondition>,
     ) -> Result<ObjectRecord, StoreError> {
-        let upload = self.check_upload(bucket, key, upload_id).await?;
+        let upload = match self.check_upload(bucket, key, upload_id).await {
+            Err(StoreError::NoSuchUpload) => {
+                return self.completed_already(bucket, key, &requested).await;
+            }
+            other => other?,
+        };
         if let Some(pre) = &precondition {
             self.check_write_precondition(bucket, key, pre).await?;
         }
@@ -336,10 +360,34 @@ impl ObjectStore {
         };
         match self.commit_content::<ObjectPut>(staged, command).await {
             Ok(put) => Ok(object.into_record(put.seq)),
+            // A racing completion of the same upload got there first.
+            Err(CommitError::Meta(MetaError::NoSuchUpload)) => {
+                self.completed_already(bucket, key, &requested).await
+            }
             Err(CommitError::Meta(e)) if precondition.is_some() => {
                 Err(StoreError::conditional(e, bucket, key))
             }
             Err(e) => Err(e.in_bucket(bucket)),
+        }
+    }
+
+    /// A CompleteMultipartUpload of an upload that is gone: if the key's object is what
+    /// the named parts make (its multipart ETag is theirs), the upload was completed, by a
+    /// first attempt whose answer was lost or by a racing one, and that object is the
+    /// answer, as S3 answers such a retry. Otherwise `NoSuchUpload`.
+    async fn completed_already(
+        &self,
+        bucket: &str,
+        key: &str,
+        requested: &[PartRef],
+    ) -> Result<ObjectRecord, StoreError> {
+        let Some(etag) = multipart_etag(requested) else {
+            return Err(StoreError::NoSuchUpload);
+        };
+        match self.head(bucket, key).await {
+            Ok(record) if record.etag() == etag => Ok(record),
+            Ok(_) | Err(StoreError::NoSuchKey(_)) => Err(StoreError::NoSuchUpload),
+            Err(e) => Err(e),
         }
     }
 

@@ -384,20 +384,21 @@ async fn complete_copy_and_deletes_honour_their_conditions() {
     e2e::assert_fsck_clean(gw.data_dir());
 }
 
-/// Several CompleteMultipartUploads of one upload at once: one completes it, every other
-/// gets 404 NoSuchUpload (never a 5xx), and the object is the upload's.
+/// Several CompleteMultipartUploads of one upload at once, and one retried after the
+/// first answer (as after a lost reply): every one answers 200 with the object's ETag
+/// (S3 answers a completed upload's retry so), never a 5xx; a completion naming other
+/// parts, or made after the key was overwritten, is 404 NoSuchUpload.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_completes_of_one_upload_answer_one_200_and_404s() {
+async fn racing_and_retried_completes_of_one_upload_all_succeed() {
     let mut gw = Gateway::start();
     let s3 = gw.client();
     create_bucket(&s3, "bkt").await;
     for round in 0..3 {
         let key = format!("mp-{round}");
         let (id, upload, whole) = upload_two_parts(&s3, &key).await;
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..RACERS {
-            let (s3, key, id, upload) = (gw.client(), key.clone(), id.clone(), upload.clone());
-            tasks.spawn(async move {
+        let complete = |s3: Client, upload: CompletedMultipartUpload| {
+            let (key, id) = (key.clone(), id.clone());
+            async move {
                 s3.complete_multipart_upload()
                     .bucket("bkt")
                     .key(&key)
@@ -405,19 +406,55 @@ async fn racing_completes_of_one_upload_answer_one_200_and_404s() {
                     .multipart_upload(upload)
                     .send()
                     .await
-                    .map(drop)
+                    .map(|out| out.e_tag().map(str::to_string))
                     .map_err(|e| s3_error::<(), _>(Err(e)))
-            });
-        }
-        let mut done = 0;
-        while let Some(joined) = tasks.join_next().await {
-            match joined.expect("racer") {
-                Ok(()) => done += 1,
-                Err(answer) => assert_eq!(answer, (404, "NoSuchUpload".to_string())),
             }
+        };
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..RACERS {
+            tasks.spawn(complete(gw.client(), upload.clone()));
         }
-        assert_eq!(done, 1, "{key}: one completion");
+        let mut etags = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            etags.push(
+                joined
+                    .expect("racer")
+                    .expect("every completion answers 200"),
+            );
+        }
+        let head = s3
+            .head_object()
+            .bucket("bkt")
+            .key(&key)
+            .send()
+            .await
+            .expect("HEAD");
+        assert!(
+            etags.iter().all(|e| e.as_deref() == head.e_tag()),
+            "{etags:?}"
+        );
         assert_eq!(get_bytes(&s3, "bkt", &key).await, whole);
+        // The retry after a lost reply.
+        let again = complete(gw.client(), upload.clone()).await;
+        assert_eq!(again, Ok(head.e_tag().map(str::to_string)));
+        // Other parts than the object's: not this upload's completion.
+        let other = CompletedMultipartUpload::builder()
+            .parts(
+                CompletedPart::builder()
+                    .part_number(1)
+                    .e_tag(etag_of(b"another part"))
+                    .build(),
+            )
+            .build();
+        assert_eq!(
+            complete(gw.client(), other).await,
+            Err((404, "NoSuchUpload".to_string()))
+        );
+        put_bytes(&s3, "bkt", &key, b"overwritten").await;
+        assert_eq!(
+            complete(gw.client(), upload).await,
+            Err((404, "NoSuchUpload".to_string()))
+        );
     }
     gw.kill9();
     e2e::assert_fsck_clean(gw.data_dir());
