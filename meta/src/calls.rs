@@ -23,6 +23,8 @@ pub struct ObjectPut {
     pub replaced: Option<ObjectRecord>,
     /// What happened to the overwritten object's content.
     pub released: Option<DecOutcome>,
+    /// The new version's id, in a versioned bucket (where nothing is overwritten).
+    pub version_id: Option<String>,
 }
 
 /// `PutPart` stored the part.
@@ -57,6 +59,13 @@ impl Answer for ObjectPut {
                 seq,
                 replaced,
                 released,
+                version_id: None,
+            }),
+            Response::VersionStored { seq, version_id } => Ok(ObjectPut {
+                seq,
+                replaced: None,
+                released: None,
+                version_id: Some(version_id),
             }),
             other => Err(unexpected(other)),
         }
@@ -217,6 +226,7 @@ mod tests {
                 seq: 7,
                 replaced: None,
                 released: None,
+                version_id: None,
             })
         );
     }

@@ -28,7 +28,7 @@ use super::command::{Command, WritePrecondition};
 use super::tables::RAFT_STATE;
 
 /// The newest format this binary reads and writes.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The format of a group that never recorded one (every release before the raise).
 pub const FORMAT_VERSION_INITIAL: u32 = 1;
 /// Key of the group's version in `raft_state` (postcard `u32`).
@@ -40,6 +40,7 @@ impl Command {
         match self {
             Command::SetClusterVersion { .. } => 2,
             Command::Conditional { .. } | Command::DeleteObjectsMatching { .. } => 3,
+            Command::SetBucketVersioning { .. } | Command::DeleteVersion { .. } => 4,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

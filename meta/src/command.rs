@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
 use crate::lifecycle::rules::LifecycleRule;
+use crate::versions::{VersionId, Versioning};
 
 use super::jobs::{JobOp, JobRecord, JobState};
 use super::keys::{KeyRecord, Rights};
@@ -300,6 +301,19 @@ pub enum Command {
         objects: Vec<(String, Option<WritePrecondition>)>,
         now_secs: u64,
     },
+    /// Sets a bucket's versioning state (see `docs/versions.md`). Format version 4.
+    SetBucketVersioning {
+        bucket: String,
+        state: Versioning,
+    },
+    /// Removes one version (or delete marker) of `bucket/key`, releasing its content
+    /// once; the next newest becomes current. Format version 4.
+    DeleteVersion {
+        bucket: String,
+        key: String,
+        version: VersionId,
+        now_secs: u64,
+    },
 }
 
 impl Command {
@@ -360,4 +374,18 @@ pub enum Response {
     ClusterVersion(u32),
     /// `DeleteObjectsMatching`: what happened to each key, in order.
     ObjectsDeletedMatching(Vec<DeleteOutcome>),
+    /// A PUT, copy or completion in a versioned bucket stored this version.
+    VersionStored {
+        seq: u64,
+        version_id: String,
+    },
+    /// A DELETE in a versioned bucket added this delete marker.
+    MarkerAdded {
+        version_id: String,
+    },
+    /// `DeleteVersion` removed this version (a delete marker if `marker`).
+    VersionDeleted {
+        version_id: String,
+        marker: bool,
+    },
 }

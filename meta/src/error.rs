@@ -49,6 +49,10 @@ pub enum MetaError {
     /// A command that no caller of this version builds (a key outside a job's chunk).
     #[error("invalid command: {0}")]
     InvalidCommand(String),
+    /// A version id that names no version of the key (format 4: only commands of that
+    /// format answer it).
+    #[error("no such version")]
+    NoSuchVersion,
 }
 
 /// `From` every redb error type into `$target::$variant(String)`: the metadata's and the

@@ -226,6 +226,16 @@ pub fn chunk(
         )));
     }
     let (bucket, prefix) = job.op.scope();
+    // Jobs over versioned buckets come with versions in listings and lifecycle
+    // (`docs/versions.md`); until then a chunk there is refused, never applied as an
+    // unversioned delete.
+    if let Some(v) = txn.open_table(tables::BUCKETS)?.get(bucket)?
+        && tables::BucketRecord::decode(v.value())?.versioning != tables::Versioning::Unversioned
+    {
+        return Err(MetaError::InvalidCommand(format!(
+            "job {id}: a chunk in the versioned bucket {bucket}"
+        )));
+    }
     let after_cursor = |k: &str| job.cursor.as_deref().is_none_or(|c| k > c);
     // An empty `through`: the worker found no key at all (the chunk names none).
     let through_ok = through.starts_with(prefix) || (through.is_empty() && keys.is_empty());

@@ -43,7 +43,7 @@ impl VersionStamp {
 }
 
 /// A version id as a client gave it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum VersionId {
     Null,
     /// The number and the magic part of a non-null id.
@@ -102,6 +102,62 @@ pub enum VersionRecord {
         /// The id's magic part, chosen by the caller (`apply` has no randomness).
         magic: Magic,
     },
+}
+
+/// One version as a read sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VersionView {
+    /// The object version's record; None for a delete marker.
+    pub record: Option<ObjectRecord>,
+    pub stamp: VersionStamp,
+    /// The magic of the id: the reference's, or the marker's.
+    pub magic: Magic,
+    /// When it was written.
+    pub created_ms: u64,
+    /// Whether it is the key's current version.
+    pub latest: bool,
+}
+
+impl VersionView {
+    /// The current object version (from `objects`).
+    pub fn current(record: ObjectRecord, stamp: VersionStamp) -> VersionView {
+        VersionView {
+            magic: record.magic,
+            created_ms: record.created_ms,
+            record: Some(record),
+            stamp,
+            latest: true,
+        }
+    }
+
+    /// A `versions` entry; `latest` only for a delete marker that is the newest version.
+    pub fn of(entry: VersionRecord, latest: bool) -> VersionView {
+        match entry {
+            VersionRecord::Object { record, stamp, .. } => VersionView {
+                magic: record.magic,
+                created_ms: record.created_ms,
+                record: Some(*record),
+                stamp,
+                latest,
+            },
+            VersionRecord::DeleteMarker {
+                stamp,
+                created_ms,
+                magic,
+            } => VersionView {
+                record: None,
+                stamp,
+                magic,
+                created_ms,
+                latest,
+            },
+        }
+    }
+
+    /// The id clients see.
+    pub fn id(&self) -> String {
+        self.stamp.id(self.magic)
+    }
 }
 
 /// Format byte of a `versions` value.

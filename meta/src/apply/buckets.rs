@@ -71,7 +71,7 @@ pub(super) fn set_lifecycle(
 /// `DeleteBucket`: refused while the bucket holds objects or uploads in progress.
 pub(super) fn delete(txn: &WriteTransaction, bucket: &str) -> Result<Response, MetaError> {
     check_bucket(txn, bucket)?;
-    if tables::first_key_of(txn, bucket)?.is_some() {
+    if tables::first_key_of(txn, bucket)?.is_some() || super::versions::any_in(txn, bucket)? {
         return Err(MetaError::BucketNotEmpty);
     }
     // As S3: uploads in progress keep the bucket from being deleted, so that no

@@ -20,9 +20,12 @@ mod objects;
 mod pairs;
 mod refs;
 mod uploads;
+mod versions;
 
 #[cfg(test)]
 mod conditional_tests;
+#[cfg(test)]
+mod versions_tests;
 
 use redb::WriteTransaction;
 
@@ -165,6 +168,15 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             objects,
             now_secs,
         } => objects::delete_matching(txn, bucket, objects, *now_secs),
+        Command::SetBucketVersioning { bucket, state } => {
+            versions::set_versioning(txn, bucket, *state)
+        }
+        Command::DeleteVersion {
+            bucket,
+            key,
+            version,
+            now_secs,
+        } => versions::delete_version(txn, bucket, key, *version, *now_secs),
     }
 }
 

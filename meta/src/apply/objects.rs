@@ -4,8 +4,10 @@
 use redb::{ReadableTable, WriteTransaction};
 
 use super::refs::{reference, release};
+use super::versions;
 use crate::command::{ContentSource, DeleteOutcome, NewObject, WritePrecondition};
-use crate::tables::{self, COUNTERS, OBJECT_SEQ, OBJECTS, ObjectRecord, check_bucket};
+use crate::tables::{self, OBJECTS, ObjectRecord, check_bucket};
+use crate::versions::Versioning;
 use crate::{MetaError, Response, lifecycle};
 
 /// Bound on the keys of one `ExpireObjects` (as DeleteObjects): one transaction stays short.
@@ -79,7 +81,9 @@ pub(super) fn delete(
     key: &str,
     now_secs: u64,
 ) -> Result<Response, MetaError> {
-    check_bucket(txn, bucket)?;
+    if versions::versioning_of(txn, bucket)? != Versioning::Unversioned {
+        return versions::add_marker(txn, bucket, key, now_secs.saturating_mul(1000));
+    }
     let removed = remove_object(txn, bucket, key)?;
     let released = match &removed {
         Some(old) => Some(release(txn, &old.sha1, old.magic, now_secs)?),
@@ -97,6 +101,7 @@ pub(super) fn delete_many(
     now_secs: u64,
 ) -> Result<Response, MetaError> {
     check_bucket(txn, bucket)?;
+    refuse_versioned(txn, bucket)?;
     let mut existed = Vec::with_capacity(keys.len());
     for key in keys {
         let removed = remove_object(txn, bucket, key)?;
@@ -117,6 +122,7 @@ pub(super) fn delete_matching(
     now_secs: u64,
 ) -> Result<Response, MetaError> {
     check_bucket(txn, bucket)?;
+    refuse_versioned(txn, bucket)?;
     if objects.len() > DELETE_KEYS_MAX {
         return Err(MetaError::Unexpected(format!(
             "DeleteObjectsMatching of {} keys",
@@ -161,6 +167,7 @@ pub(super) fn expire(
     now_secs: u64,
 ) -> Result<Response, MetaError> {
     check_bucket(txn, bucket)?;
+    refuse_versioned(txn, bucket)?;
     if objects.len() > EXPIRE_KEYS_MAX {
         return Err(MetaError::Unexpected(format!(
             "ExpireObjects of {} keys",
@@ -180,7 +187,8 @@ pub(super) fn expire(
 }
 
 /// Stores `object` under bucket/key with the next sequence number and releases the
-/// content of the object it replaces. The new content must already be referenced.
+/// content of the object it replaces; in a versioned bucket the replaced version is kept
+/// instead ([`versions::put`]). The new content must already be referenced.
 pub(super) fn store_object(
     txn: &WriteTransaction,
     bucket: &str,
@@ -188,13 +196,11 @@ pub(super) fn store_object(
     object: &NewObject,
     now_secs: u64,
 ) -> Result<Response, MetaError> {
-    let seq = {
-        let mut counters = txn.open_table(COUNTERS)?;
-        let next = counters.get(OBJECT_SEQ)?.map(|v| v.value()).unwrap_or(0) + 1;
-        counters.insert(OBJECT_SEQ, next)?;
-        next
-    };
+    let seq = versions::next_seq(txn)?;
     let record = object.clone().into_record(seq);
+    if versions::versioning_of(txn, bucket)? != Versioning::Unversioned {
+        return versions::put(txn, bucket, key, &record, now_secs.saturating_mul(1000));
+    }
     let bytes = tables::encode_versioned(&record)?;
     let replaced = match txn
         .open_table(OBJECTS)?
@@ -212,6 +218,18 @@ pub(super) fn store_object(
         replaced,
         released,
     })
+}
+
+/// The many-key deletes of a versioned bucket (markers per key, versions expiring) come
+/// with ListObjectVersions and lifecycle on versions (`docs/versions.md`, steps 3 and 4);
+/// until then they are refused, never applied as unversioned deletes.
+fn refuse_versioned(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
+    match versions::versioning_of(txn, bucket)? {
+        Versioning::Unversioned => Ok(()),
+        _ => Err(MetaError::InvalidCommand(
+            "a many-key delete in a versioned bucket".to_string(),
+        )),
+    }
 }
 
 pub(super) fn read_object(

@@ -12,6 +12,7 @@ mod lifecycle;
 mod objects;
 mod pairs;
 mod uploads;
+mod versions;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

@@ -1,0 +1,259 @@
+//! The writes of versioned buckets (see `docs/versions.md`): a PUT keeps the version it
+//! replaces, a DELETE without a version id adds a delete marker, a DELETE with one
+//! removes that version and releases its content once.
+//!
+//! The current object version of a key stays in `objects`; noncurrent versions and
+//! delete markers are in `versions`, newest first. Every function here keeps the
+//! invariants of the design: the `objects` record (if any) is newer than every `versions`
+//! entry of its key, and a noncurrent object is never the newest entry while `objects`
+//! has none.
+
+use placement::Magic;
+use redb::{ReadableTable, WriteTransaction};
+
+use super::refs::release;
+use crate::tables::{BUCKETS, BucketRecord, COUNTERS, OBJECT_SEQ, OBJECTS, ObjectRecord, VERSIONS};
+use crate::versions::{
+    VersionId, VersionRecord, VersionStamp, Versioning, decode_current, encode_current, order_of,
+};
+use crate::{MetaError, Response};
+
+/// The bucket's versioning state (NoSuchBucket if there is no bucket).
+pub(super) fn versioning_of(txn: &WriteTransaction, bucket: &str) -> Result<Versioning, MetaError> {
+    match txn.open_table(BUCKETS)?.get(bucket)? {
+        Some(v) => Ok(BucketRecord::decode(v.value())?.versioning),
+        None => Err(MetaError::NoSuchBucket),
+    }
+}
+
+/// `SetBucketVersioning`: Enabled (Suspended comes with the null-version index).
+pub(super) fn set_versioning(
+    txn: &WriteTransaction,
+    bucket: &str,
+    state: Versioning,
+) -> Result<Response, MetaError> {
+    if state != Versioning::Enabled {
+        return Err(MetaError::InvalidCommand(format!(
+            "versioning cannot be set to {state:?}"
+        )));
+    }
+    let mut buckets = txn.open_table(BUCKETS)?;
+    let mut record = match buckets.get(bucket)? {
+        Some(v) => BucketRecord::decode(v.value())?,
+        None => return Err(MetaError::NoSuchBucket),
+    };
+    record.versioning = state;
+    buckets.insert(bucket, record.encode()?.as_slice())?;
+    Ok(Response::Done)
+}
+
+/// The next object sequence number (also the source of a delete marker's magic: `apply`
+/// has no randomness, and every node derives the same one).
+pub(super) fn next_seq(txn: &WriteTransaction) -> Result<u64, MetaError> {
+    let mut counters = txn.open_table(COUNTERS)?;
+    let next = counters.get(OBJECT_SEQ)?.map(|v| v.value()).unwrap_or(0) + 1;
+    counters.insert(OBJECT_SEQ, next)?;
+    Ok(next)
+}
+
+/// The newest `versions` entry of a key, with its number.
+fn newest_entry(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<(u64, VersionRecord)>, MetaError> {
+    let table = txn.open_table(VERSIONS)?;
+    let k = key.as_bytes();
+    let mut range = table.range((bucket, k, 0)..=(bucket, k, u64::MAX))?;
+    match range.next() {
+        Some(entry) => {
+            let (key, value) = entry?;
+            let (_, _, order) = key.value();
+            Ok(Some((
+                u64::MAX - order,
+                VersionRecord::decode(value.value())?,
+            )))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Moves the current object version of a key (if any) to `versions`, as noncurrent since
+/// `now_ms`; the highest number the key has in either table after it.
+fn retire_current(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    now_ms: u64,
+) -> Result<Option<u64>, MetaError> {
+    let current = txn
+        .open_table(OBJECTS)?
+        .remove((bucket, key.as_bytes()))?
+        .map(|v| decode_current(v.value()))
+        .transpose()?;
+    match current {
+        Some((record, stamp)) => {
+            let entry = VersionRecord::Object {
+                record: Box::new(record),
+                stamp,
+                noncurrent_since_ms: now_ms,
+            };
+            txn.open_table(VERSIONS)?.insert(
+                (bucket, key.as_bytes(), order_of(stamp.number)),
+                entry.encode()?.as_slice(),
+            )?;
+            // It was newer than every entry there (invariant 1).
+            Ok(Some(stamp.number))
+        }
+        None => Ok(newest_entry(txn, bucket, key)?.map(|(n, _)| n)),
+    }
+}
+
+/// An Enabled bucket's PUT (or copy, or completion) of `record`, whose content is already
+/// referenced: the current version becomes noncurrent, `record` the current one.
+pub(super) fn put(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    record: &ObjectRecord,
+    now_ms: u64,
+) -> Result<Response, MetaError> {
+    let highest = retire_current(txn, bucket, key, now_ms)?;
+    let stamp = VersionStamp {
+        number: highest.map_or(1, |n| n + 1),
+        null: false,
+    };
+    txn.open_table(OBJECTS)?.insert(
+        (bucket, key.as_bytes()),
+        encode_current(record, stamp)?.as_slice(),
+    )?;
+    Ok(Response::VersionStored {
+        seq: record.seq,
+        version_id: stamp.id(record.magic),
+    })
+}
+
+/// An Enabled bucket's DELETE without a version id: the current version becomes
+/// noncurrent and a delete marker the newest version (even where there was no object,
+/// as S3 does).
+pub(super) fn add_marker(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    now_ms: u64,
+) -> Result<Response, MetaError> {
+    let seq = next_seq(txn)?;
+    let highest = retire_current(txn, bucket, key, now_ms)?;
+    let stamp = VersionStamp {
+        number: highest.map_or(1, |n| n + 1),
+        null: false,
+    };
+    // Any nonzero value: the seq's low bits differ between the markers of a key.
+    let magic = Magic::new((seq as u32).max(1))
+        .map_err(|e| MetaError::Unexpected(format!("marker magic: {e}")))?;
+    let marker = VersionRecord::DeleteMarker {
+        stamp,
+        created_ms: now_ms,
+        magic,
+    };
+    txn.open_table(VERSIONS)?.insert(
+        (bucket, key.as_bytes(), order_of(stamp.number)),
+        marker.encode()?.as_slice(),
+    )?;
+    Ok(Response::MarkerAdded {
+        version_id: stamp.id(magic),
+    })
+}
+
+/// A DELETE with a version id: removes that version (releasing an object version's
+/// content once) and makes the next newest current: an object moves back to `objects`, a
+/// delete marker stays where it is. A version that does not exist is NoSuchVersion.
+pub(super) fn delete_version(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    id: VersionId,
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    versioning_of(txn, bucket)?;
+    let k = key.as_bytes();
+    let current = match txn.open_table(OBJECTS)?.get((bucket, k))? {
+        Some(v) => Some(decode_current(v.value())?),
+        None => None,
+    };
+    if let Some((record, stamp)) = &current
+        && id.names(*stamp, Some(record.magic))
+    {
+        txn.open_table(OBJECTS)?.remove((bucket, k))?;
+        release(txn, &record.sha1, record.magic, now_secs)?;
+        promote(txn, bucket, key)?;
+        return Ok(Response::VersionDeleted {
+            version_id: stamp.id(record.magic),
+            marker: false,
+        });
+    }
+    // The null version of an Enabled bucket is one from before versioning: number 0.
+    let number = match id {
+        VersionId::Numbered { number, .. } => number,
+        VersionId::Null => 0,
+    };
+    let entry = {
+        let table = txn.open_table(VERSIONS)?;
+        let found = table.get((bucket, k, order_of(number)))?;
+        match found {
+            Some(v) => VersionRecord::decode(v.value())?,
+            None => return Err(MetaError::NoSuchVersion),
+        }
+    };
+    let magic = entry.magic();
+    if !id.names(entry.stamp(), Some(magic)) {
+        return Err(MetaError::NoSuchVersion);
+    }
+    let was_newest =
+        current.is_none() && newest_entry(txn, bucket, key)?.is_some_and(|(n, _)| n == number);
+    txn.open_table(VERSIONS)?
+        .remove((bucket, k, order_of(number)))?;
+    let marker = match &entry {
+        VersionRecord::Object { record, .. } => {
+            release(txn, &record.sha1, record.magic, now_secs)?;
+            false
+        }
+        VersionRecord::DeleteMarker { .. } => true,
+    };
+    if was_newest {
+        promote(txn, bucket, key)?;
+    }
+    Ok(Response::VersionDeleted {
+        version_id: entry.stamp().id(magic),
+        marker,
+    })
+}
+
+/// After the current version went: the newest `versions` entry, if it is an object,
+/// becomes the current one (a marker stays current where it is).
+fn promote(txn: &WriteTransaction, bucket: &str, key: &str) -> Result<(), MetaError> {
+    if let Some((number, VersionRecord::Object { record, stamp, .. })) =
+        newest_entry(txn, bucket, key)?
+    {
+        txn.open_table(VERSIONS)?
+            .remove((bucket, key.as_bytes(), order_of(number)))?;
+        txn.open_table(OBJECTS)?.insert(
+            (bucket, key.as_bytes()),
+            encode_current(&record, stamp)?.as_slice(),
+        )?;
+    }
+    Ok(())
+}
+
+/// Whether a bucket holds any version or marker (DeleteBucket refuses it then).
+pub(super) fn any_in(txn: &WriteTransaction, bucket: &str) -> Result<bool, MetaError> {
+    let table = txn.open_table(VERSIONS)?;
+    let mut range = table.range((bucket, &[][..], 0)..)?;
+    match range.next() {
+        Some(entry) => {
+            let (k, _) = entry?;
+            Ok(k.value().0 == bucket)
+        }
+        None => Ok(false),
+    }
+}

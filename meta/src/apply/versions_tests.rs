@@ -1,0 +1,338 @@
+//! Versioned buckets against a model: a seeded random sequence of PUTs, DELETEs (delete
+//! markers) and DELETEs of one version, on a few keys whose first versions come from
+//! before versioning, checked after every step: the versions of each key newest first
+//! with their ids and kinds, the current version, the design's invariants, and every
+//! content's reference count in FileDB (one per object version).
+
+use std::collections::BTreeMap;
+
+use placement::{Magic, PairId, Sha1};
+use redb::ReadableDatabase;
+
+use crate::tables::{OBJECTS, VERSIONS};
+use crate::versions::{VersionId, VersionRecord, Versioning, decode_current};
+use crate::{Command, ContentSource, MetaError, MetaStore, NewObject, Response};
+
+const KEYS: [&str; 3] = ["a", "b", "c"];
+const STEPS: usize = 600;
+
+/// One version in the model: its id and its content (None: a delete marker).
+#[derive(Clone, Debug, PartialEq)]
+struct Model {
+    id: String,
+    content: Option<u8>,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn sha(n: u8) -> Sha1 {
+    Sha1([n; 20])
+}
+
+fn put(s: &MetaStore, key: &str, n: u8, magic: u32) -> Response {
+    s.execute(&Command::PutObject {
+        bucket: "bkt".into(),
+        key: key.into(),
+        object: NewObject::new(sha(n), Magic::new(magic).unwrap(), 1, 0, [n; 16]),
+        source: ContentSource::Stored(PairId(0)),
+        now_secs: 10,
+        precondition: None,
+    })
+    .unwrap()
+}
+
+/// The invariants of `docs/versions.md` for one key, read from the tables themselves.
+fn check_invariants(s: &MetaStore, key: &str) {
+    let db = s.db();
+    let txn = db.begin_read().unwrap();
+    let current = txn
+        .open_table(OBJECTS)
+        .unwrap()
+        .get(("bkt", key.as_bytes()))
+        .unwrap()
+        .map(|v| decode_current(v.value()).unwrap());
+    let table = txn.open_table(VERSIONS).unwrap();
+    let entries: Vec<(u64, VersionRecord)> = table
+        .range(("bkt", key.as_bytes(), 0)..=("bkt", key.as_bytes(), u64::MAX))
+        .unwrap()
+        .map(|e| {
+            let (k, v) = e.unwrap();
+            (
+                u64::MAX - k.value().2,
+                VersionRecord::decode(v.value()).unwrap(),
+            )
+        })
+        .collect();
+    for w in entries.windows(2) {
+        assert!(w[0].0 > w[1].0, "{key}: versions newest first");
+    }
+    for (number, entry) in &entries {
+        assert_eq!(*number, entry.stamp().number, "{key}: keyed by its number");
+    }
+    match (&current, entries.first()) {
+        (Some((_, stamp)), Some((newest, _))) => {
+            assert!(stamp.number > *newest, "{key}: invariant 1")
+        }
+        (None, Some((_, VersionRecord::Object { .. }))) => {
+            panic!("{key}: invariant 2, a noncurrent object is the newest version")
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn versions_follow_the_model_through_random_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+    s.execute(&Command::CreateBucket {
+        bucket: "bkt".into(),
+        created_ms: 1,
+    })
+    .unwrap();
+    let mut model: BTreeMap<&str, Vec<Model>> = KEYS.iter().map(|k| (*k, Vec::new())).collect();
+    // The first two keys have an object from before versioning: the null version.
+    for (i, key) in KEYS[..2].iter().enumerate() {
+        assert!(matches!(
+            put(&s, key, i as u8 + 1, 7),
+            Response::ObjectPut { .. }
+        ));
+        model.get_mut(key).unwrap().push(Model {
+            id: "null".into(),
+            content: Some(i as u8 + 1),
+        });
+    }
+    s.execute(&Command::SetBucketVersioning {
+        bucket: "bkt".into(),
+        state: Versioning::Enabled,
+    })
+    .unwrap();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let (mut puts, mut markers, mut removed, mut missing) = (0, 0, 0, 0);
+    for step in 0..STEPS {
+        let key = KEYS[rng.below(KEYS.len() as u64) as usize];
+        let versions = model.get_mut(key).unwrap();
+        match rng.below(10) {
+            0..=4 => {
+                let n = rng.below(6) as u8 + 1;
+                let magic = (rng.next() as u32).max(1);
+                let Response::VersionStored { version_id, .. } = put(&s, key, n, magic) else {
+                    panic!("step {step}: a versioned PUT answers its version");
+                };
+                versions.insert(
+                    0,
+                    Model {
+                        id: version_id,
+                        content: Some(n),
+                    },
+                );
+                puts += 1;
+            }
+            5..=6 => {
+                let r = s
+                    .execute(&Command::DeleteObject {
+                        bucket: "bkt".into(),
+                        key: key.into(),
+                        now_secs: 11,
+                    })
+                    .unwrap();
+                let Response::MarkerAdded { version_id } = r else {
+                    panic!("step {step}: {r:?}");
+                };
+                versions.insert(
+                    0,
+                    Model {
+                        id: version_id,
+                        content: None,
+                    },
+                );
+                markers += 1;
+            }
+            _ => {
+                let pick = if versions.is_empty() || rng.below(8) == 0 {
+                    None
+                } else {
+                    Some(rng.below(versions.len() as u64) as usize)
+                };
+                let id = match pick {
+                    Some(i) => versions[i].id.clone(),
+                    None => format!("{:016x}{:08x}", rng.below(1000), 1),
+                };
+                let r = s.execute(&Command::DeleteVersion {
+                    bucket: "bkt".into(),
+                    key: key.into(),
+                    version: VersionId::parse(&id).unwrap(),
+                    now_secs: 12,
+                });
+                match pick {
+                    Some(i) => {
+                        let gone = versions.remove(i);
+                        assert_eq!(
+                            r,
+                            Ok(Response::VersionDeleted {
+                                version_id: gone.id,
+                                marker: gone.content.is_none(),
+                            }),
+                            "step {step}"
+                        );
+                        removed += 1;
+                    }
+                    None => {
+                        assert_eq!(r, Err(MetaError::NoSuchVersion), "step {step}: {id}");
+                        missing += 1;
+                    }
+                }
+            }
+        }
+        // The key's versions, newest first, as the model has them.
+        let got = s.versions_of("bkt", key, 10_000).unwrap();
+        let want = &model[key];
+        assert_eq!(got.len(), want.len(), "step {step} {key}");
+        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+            assert_eq!(g.id(), w.id, "step {step} {key} #{i}");
+            assert_eq!(
+                g.record.as_ref().map(|r| r.sha1),
+                w.content.map(sha),
+                "step {step}"
+            );
+            assert_eq!(g.latest, i == 0, "step {step} {key} #{i} latest");
+            let by_id = s
+                .version("bkt", key, VersionId::parse(&w.id).unwrap())
+                .unwrap()
+                .unwrap_or_else(|| panic!("step {step}: {} not found by id", w.id));
+            assert_eq!(&by_id, g);
+        }
+        let current = s.object("bkt", key).unwrap();
+        let want_current = want.first().and_then(|m| m.content);
+        assert_eq!(
+            current.map(|r| r.sha1),
+            want_current.map(sha),
+            "step {step}"
+        );
+        check_invariants(&s, key);
+        // One reference per object version, none for markers.
+        for n in 1..=6u8 {
+            let versions_of_n = model
+                .values()
+                .flatten()
+                .filter(|m| m.content == Some(n))
+                .count() as u32;
+            let refs = s.file(&sha(n)).unwrap().map_or(0, |f| f.refs);
+            assert_eq!(
+                refs, versions_of_n,
+                "step {step}: references of content {n}"
+            );
+        }
+    }
+    assert!(
+        puts > 100 && markers > 50 && removed > 50 && missing > 5,
+        "{puts} {markers} {removed} {missing}"
+    );
+
+    // A bucket with versions left is not empty; once every version is gone, it deletes.
+    let delete = Command::DeleteBucket {
+        bucket: "bkt".into(),
+    };
+    assert_eq!(s.execute(&delete), Err(MetaError::BucketNotEmpty));
+    for key in KEYS {
+        for v in model[key].clone() {
+            s.execute(&Command::DeleteVersion {
+                bucket: "bkt".into(),
+                key: key.into(),
+                version: VersionId::parse(&v.id).unwrap(),
+                now_secs: 13,
+            })
+            .unwrap();
+        }
+    }
+    for n in 1..=6u8 {
+        assert_eq!(s.file(&sha(n)).unwrap().map_or(0, |f| f.refs), 0);
+    }
+    s.execute(&delete).unwrap();
+}
+
+#[test]
+fn only_enabled_is_set_and_many_key_deletes_wait_for_their_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+    s.execute(&Command::CreateBucket {
+        bucket: "bkt".into(),
+        created_ms: 1,
+    })
+    .unwrap();
+    for state in [Versioning::Unversioned, Versioning::Suspended] {
+        let r = s.execute(&Command::SetBucketVersioning {
+            bucket: "bkt".into(),
+            state,
+        });
+        assert!(matches!(r, Err(MetaError::InvalidCommand(_))), "{state:?}");
+    }
+    let r = s.execute(&Command::SetBucketVersioning {
+        bucket: "nope".into(),
+        state: Versioning::Enabled,
+    });
+    assert_eq!(r, Err(MetaError::NoSuchBucket));
+    s.execute(&Command::SetBucketVersioning {
+        bucket: "bkt".into(),
+        state: Versioning::Enabled,
+    })
+    .unwrap();
+    assert_eq!(
+        s.bucket("bkt").unwrap().unwrap().versioning,
+        Versioning::Enabled
+    );
+    let r = s.execute(&Command::DeleteObjects {
+        bucket: "bkt".into(),
+        keys: vec!["a".into()],
+        now_secs: 1,
+    });
+    assert!(matches!(r, Err(MetaError::InvalidCommand(_))), "{r:?}");
+    for cmd in [
+        Command::SetBucketVersioning {
+            bucket: "bkt".into(),
+            state: Versioning::Enabled,
+        },
+        Command::DeleteVersion {
+            bucket: "bkt".into(),
+            key: "k".into(),
+            version: VersionId::Null,
+            now_secs: 1,
+        },
+    ] {
+        assert_eq!(cmd.format_version(), 4);
+        let bytes = postcard::to_stdvec(&cmd).unwrap();
+        assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
+    }
+    for r in [
+        Response::VersionStored {
+            seq: 3,
+            version_id: "x".into(),
+        },
+        Response::MarkerAdded {
+            version_id: "y".into(),
+        },
+        Response::VersionDeleted {
+            version_id: "z".into(),
+            marker: true,
+        },
+    ] {
+        let bytes = postcard::to_stdvec(&r).unwrap();
+        assert_eq!(postcard::from_bytes::<Response>(&bytes).unwrap(), r);
+    }
+    let e = postcard::to_stdvec(&MetaError::NoSuchVersion).unwrap();
+    assert_eq!(
+        postcard::from_bytes::<MetaError>(&e).unwrap(),
+        MetaError::NoSuchVersion
+    );
+}
