@@ -2,9 +2,9 @@
 //!
 //! - every object's content has a FileDB record, and is on both disks of its pair with
 //!   the right hash;
-//! - every FileDB record's refs equals the number of objects and upload parts that
-//!   reference it (a DO_NOT_DELETE record is reported, not counted as an error: it is
-//!   the article's own alarm, already raised);
+//! - every FileDB record's refs equals the number of object versions (current and
+//!   noncurrent) and upload parts that reference it (a DO_NOT_DELETE record is
+//!   reported, not counted as an error: it is the article's own alarm, already raised);
 //! - no content file lies on a local disk without a record, outside quarantine, the
 //!   `deleting` queue and the grace period of uploads in flight.
 //!
@@ -22,6 +22,7 @@ use valkyrie::layout::FileName;
 use valkyrie::walk::{Entry, Walk};
 
 use meta::native_refs::NativeRefs;
+use meta::versions::VersionRecord;
 use meta::{MetaError, MetaStore};
 
 /// Problems listed in full up to this many; beyond, only counted.
@@ -39,6 +40,9 @@ pub enum FsckError {
 pub struct Report {
     pub objects: u64,
     pub parts: u64,
+    /// Object versions that are not current (each holds its own reference).
+    pub noncurrent_versions: u64,
+    pub delete_markers: u64,
     pub files: u64,
     pub copies_checked: u64,
     pub junk: u64,
@@ -75,7 +79,7 @@ impl fmt::Display for Report {
         }
         writeln!(
             f,
-            "fsck: {} objects, {} parts, {} files, {} copies verified, {} junk, {} deleting, {} quarantined, {} young orphans, {} DO_NOT_DELETE, {} with native references, {} live copies in quarantine, {} errors",
+            "fsck: {} objects, {} parts, {} files, {} copies verified, {} junk, {} deleting, {} quarantined, {} young orphans, {} DO_NOT_DELETE, {} with native references, {} noncurrent versions, {} delete markers, {} live copies in quarantine, {} errors",
             self.objects,
             self.parts,
             self.files,
@@ -86,6 +90,8 @@ impl fmt::Display for Report {
             self.young_orphans,
             self.do_not_delete,
             self.native_refs,
+            self.noncurrent_versions,
+            self.delete_markers,
             self.restorable,
             self.errors
         )?;
@@ -170,6 +176,17 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
         objects.push((format!("{b}/{k}"), o.sha1));
     })?;
     report.objects = objects.len() as u64;
+    meta.for_each_version(|b, k, v| match v {
+        VersionRecord::Object { record, stamp, .. } => {
+            add(record.sha1, 1, record.magic.get());
+            objects.push((
+                format!("{b}/{k} version {}", stamp.id(record.magic)),
+                record.sha1,
+            ));
+            report.noncurrent_versions += 1;
+        }
+        VersionRecord::DeleteMarker { .. } => report.delete_markers += 1,
+    })?;
     meta.for_each_part(|_, _, p| {
         add(p.sha1, 1, p.magic.get());
         report.parts += 1;

@@ -17,8 +17,8 @@ use placement::read::Expect;
 use placement::{Magic, Sha1};
 
 use crate::store::{
-    CommitError, ContentReadError, ObjectAttrs, ObjectStore, ReadBody, StoreError, UploadError,
-    now_ms,
+    CommitError, ContentReadError, ObjectAttrs, ObjectStore, ReadBody, StoreError, Stored,
+    UploadError, now_ms,
 };
 use meta::{
     Command, MetaError, NewObject, ObjectPut, ObjectRecord, PartPut, PartRecord, Referenced,
@@ -254,7 +254,7 @@ impl ObjectStore {
         upload_id: &str,
         requested: Vec<PartRef>,
         precondition: Option<WritePrecondition>,
-    ) -> Result<ObjectRecord, StoreError> {
+    ) -> Result<Stored, StoreError> {
         let upload = match self.check_upload(bucket, key, upload_id).await {
             Err(StoreError::NoSuchUpload) => {
                 return self.completed_already(bucket, key, &requested).await;
@@ -359,7 +359,10 @@ impl ObjectStore {
             }
         };
         match self.commit_content::<ObjectPut>(staged, command).await {
-            Ok(put) => Ok(object.into_record(put.seq)),
+            Ok(put) => Ok(Stored {
+                record: object.into_record(put.seq),
+                version_id: put.version_id,
+            }),
             // A racing completion of the same upload got there first.
             Err(CommitError::Meta(MetaError::NoSuchUpload)) => {
                 self.completed_already(bucket, key, &requested).await
@@ -380,13 +383,15 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
         requested: &[PartRef],
-    ) -> Result<ObjectRecord, StoreError> {
+    ) -> Result<Stored, StoreError> {
         let Some(etag) = multipart_etag(requested) else {
             return Err(StoreError::NoSuchUpload);
         };
-        match self.head(bucket, key).await {
-            Ok(record) if record.etag() == etag => Ok(record),
-            Ok(_) | Err(StoreError::NoSuchKey(_)) => Err(StoreError::NoSuchUpload),
+        match self.head_current(bucket, key).await {
+            Ok((record, version_id)) if record.etag() == etag => Ok(Stored { record, version_id }),
+            Ok(_) | Err(StoreError::NoSuchKey(_) | StoreError::CurrentIsDeleteMarker { .. }) => {
+                Err(StoreError::NoSuchUpload)
+            }
             Err(e) => Err(e),
         }
     }

@@ -11,6 +11,7 @@
 //! admin) each turn them into their own answers.
 
 mod error;
+mod versions;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -27,12 +28,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use meta::raft::Metadata;
 use meta::{
-    Answer, BucketRecord, Checksum, Command, ContentSource, DeleteOutcome, FileRecord, ListPage,
-    ListQuery, MetaError, MetaStore, NewObject, ObjectPut, ObjectRecord, Referenced, Response,
-    WritePrecondition,
+    Answer, BucketRecord, Checksum, Command, ContentSource, DeleteOutcome, Deleted, FileRecord,
+    ListPage, ListQuery, MetaError, MetaStore, NewObject, ObjectPut, ObjectRecord, Referenced,
+    Response, WritePrecondition,
 };
 
 pub use error::{ContentReadError, PART_BYTES_MIN, PART_NUMBER_MAX, StoreError, UploadError};
+pub use versions::{Stored, parse_version_id};
 
 /// Free and total bytes assumed for a disk that cannot report them (a WebDAV node).
 pub const UNKNOWN_DISK_BYTES: u64 = 1 << 40;
@@ -526,20 +528,12 @@ impl ObjectStore {
             .map_err(|e| StoreError::meta(e, bucket))
     }
 
-    /// The object's record, or NoSuchBucket / NoSuchKey.
+    /// The object's record, or NoSuchBucket / NoSuchKey (a key whose current version is
+    /// a delete marker: [`StoreError::CurrentIsDeleteMarker`]).
     pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectRecord, StoreError> {
-        let (b, k) = (bucket.to_string(), key.to_string());
-        let found = self
-            .meta(move |m| m.object(&b, &k))
+        self.head_current(bucket, key)
             .await
-            .map_err(|e| StoreError::meta(e, bucket))?;
-        match found {
-            Some(record) => Ok(record),
-            None => {
-                self.bucket(bucket).await?;
-                Err(StoreError::NoSuchKey(key.to_string()))
-            }
-        }
+            .map(|(record, _)| record)
     }
 
     /// The content's FileDB record, linearizable (Valkyrie's "is this live?" and the
@@ -574,7 +568,7 @@ impl ObjectStore {
     /// Stores a body under bucket/key. `body` yields the decoded bytes; an error item
     /// aborts the upload, nothing is stored, and the item's error is returned as
     /// [`UploadError::Body`].
-    pub async fn put<S, E>(&self, req: PutRequest, body: S) -> Result<ObjectRecord, UploadError<E>>
+    pub async fn put<S, E>(&self, req: PutRequest, body: S) -> Result<Stored, UploadError<E>>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
     {
@@ -612,7 +606,10 @@ impl ObjectStore {
             precondition: precondition.clone(),
         };
         match self.commit_content::<ObjectPut>(staged, command).await {
-            Ok(put) => Ok(object.into_record(put.seq)),
+            Ok(put) => Ok(Stored {
+                record: object.into_record(put.seq),
+                version_id: put.version_id,
+            }),
             Err(CommitError::Meta(e)) => Err(StoreError::conditional(e, &bucket, &key).into()),
             Err(e) => Err(e.in_bucket(&bucket).into()),
         }
@@ -650,7 +647,10 @@ impl ObjectStore {
     /// is read or written. `attrs` replaces the source's attributes (REPLACE directive).
     ///
     /// `precondition` is the destination's (`If-None-Match`, `If-Match` on CopyObject),
-    /// checked in the copy's command.
+    /// checked in the copy's command. A source read by version id (`pinned`) is a record
+    /// that never changes: the copy only needs its content to be still referenced (the
+    /// dedup path's check), and a version deleted meanwhile is NoSuchVersion. Any other
+    /// source must still be the key's current object when the command applies.
     pub async fn copy(
         &self,
         source: &ObjectRecord,
@@ -658,7 +658,8 @@ impl ObjectStore {
         to: (&str, &str),
         attrs: Option<ObjectAttrs>,
         precondition: Option<WritePrecondition>,
-    ) -> Result<ObjectRecord, StoreError> {
+        pinned: Option<&str>,
+    ) -> Result<Stored, StoreError> {
         self.check_key(to.1)?;
         if let Some(pre) = &precondition {
             self.check_write_precondition(to.0, to.1, pre).await?;
@@ -670,14 +671,24 @@ impl ObjectStore {
             self.check_attrs(&a)?;
             a.apply_to(&mut object);
         }
-        let cmd = Command::CopyObject {
-            bucket: to.0.to_string(),
-            key: to.1.to_string(),
-            object: object.clone(),
-            from_bucket: from.0.to_string(),
-            from_key: from.1.to_string(),
-            from_seq: source.seq,
-            now_secs: now_secs(),
+        let cmd = match pinned {
+            Some(_) => Command::PutObject {
+                bucket: to.0.to_string(),
+                key: to.1.to_string(),
+                object: object.clone(),
+                source: ContentSource::Existing,
+                now_secs: now_secs(),
+                precondition: None,
+            },
+            None => Command::CopyObject {
+                bucket: to.0.to_string(),
+                key: to.1.to_string(),
+                object: object.clone(),
+                from_bucket: from.0.to_string(),
+                from_key: from.1.to_string(),
+                from_seq: source.seq,
+                now_secs: now_secs(),
+            },
         };
         let conditional = precondition.is_some();
         let cmd = match precondition {
@@ -689,9 +700,26 @@ impl ObjectStore {
             },
             None => cmd,
         };
+        if let Some(id) = pinned {
+            return match self.meta.referencing::<ObjectPut>(cmd).await {
+                Ok(Referenced::Done(put)) => Ok(Stored {
+                    record: object.into_record(put.seq),
+                    version_id: put.version_id,
+                }),
+                // Its last reference went with the version: the version is gone.
+                Ok(Referenced::ContentGone) => Err(StoreError::NoSuchVersion {
+                    key: from.1.to_string(),
+                    version_id: id.to_string(),
+                }),
+                Err(e) => Err(StoreError::conditional(e, to.0, to.1)),
+            };
+        }
         let raced = || StoreError::Raced(format!("{}/{}", from.0, from.1));
         match self.meta.call::<ObjectPut>(cmd).await {
-            Ok(put) => Ok(object.into_record(put.seq)),
+            Ok(put) => Ok(Stored {
+                record: object.into_record(put.seq),
+                version_id: put.version_id,
+            }),
             // The command found another record at the source than the one read, or (with
             // a condition) the destination failed it: the source's sequence number, which
             // only grows, tells which.
@@ -1248,20 +1276,25 @@ impl ObjectStore {
     }
 
     /// Deletes `bucket/key` (nothing to delete is no error), only if `precondition` (the
-    /// `If-Match` of DeleteObject) holds when the command applies.
+    /// `If-Match` of DeleteObject) holds when the command applies. In a versioned bucket
+    /// this adds a delete marker, which the answer names.
     pub async fn delete(
         &self,
         bucket: &str,
         key: &str,
         precondition: Option<WritePrecondition>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<Deleted, StoreError> {
         let cmd = Command::DeleteObject {
             bucket: bucket.to_string(),
             key: key.to_string(),
             now_secs: now_secs(),
         };
         match precondition {
-            None => self.execute_in(bucket, cmd).await,
+            None => self
+                .meta
+                .call::<Deleted>(cmd)
+                .await
+                .map_err(|e| StoreError::meta(e, bucket)),
             Some(precondition) => {
                 let cmd = Command::Conditional {
                     bucket: bucket.to_string(),
@@ -1269,9 +1302,9 @@ impl ObjectStore {
                     precondition,
                     command: Box::new(cmd),
                 };
-                self.execute(cmd)
+                self.meta
+                    .call::<Deleted>(cmd)
                     .await
-                    .map(drop)
                     .map_err(|e| StoreError::conditional(e, bucket, key))
             }
         }

@@ -27,6 +27,32 @@ pub struct ObjectPut {
     pub version_id: Option<String>,
 }
 
+/// What a DELETE of a key (`DeleteObject`) or of one version (`DeleteVersion`) did, as
+/// S3 reports it: the version it added or removed, and whether that is a delete marker.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Deleted {
+    /// None in an unversioned bucket (nothing to name).
+    pub version_id: Option<String>,
+    pub marker: bool,
+}
+
+impl Answer for Deleted {
+    fn take(response: Response) -> Result<Self, MetaError> {
+        match response {
+            Response::ObjectDeleted { .. } => Ok(Deleted::default()),
+            Response::MarkerAdded { version_id } => Ok(Deleted {
+                version_id: Some(version_id),
+                marker: true,
+            }),
+            Response::VersionDeleted { version_id, marker } => Ok(Deleted {
+                version_id: Some(version_id),
+                marker,
+            }),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
 /// `PutPart` stored the part.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartPut;

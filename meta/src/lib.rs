@@ -30,12 +30,12 @@ pub mod versions;
 mod error;
 mod store;
 
-pub use calls::{Answer, ObjectPut, PartPut, Referenced};
+pub use calls::{Answer, Deleted, ObjectPut, PartPut, Referenced};
 pub use command::{Command, ContentSource, DeleteOutcome, NewObject, Response, WritePrecondition};
 pub use error::MetaError;
 pub use filedb::DecOutcome;
 pub use list::{ListPage, ListQuery};
-pub use store::MetaStore;
+pub use store::{CurrentVersion, MetaStore};
 pub use tables::{
     BucketRecord, Checksum, CorsRule, DeletingRecord, FileRecord, ObjectRecord, PartRecord,
     UploadRecord,

@@ -131,6 +131,15 @@ impl BucketRecord {
         Ok(out)
     }
 
+    /// The versioning state of an encoded record, without decoding the rest of it: every
+    /// format before 3 is unversioned (a GET asks this of every read).
+    pub fn versioning_of(bytes: &[u8]) -> Result<Versioning, MetaError> {
+        match bytes.first() {
+            Some(&BUCKET_FORMAT_V3) => Ok(Self::decode(bytes)?.versioning),
+            _ => Ok(Versioning::Unversioned),
+        }
+    }
+
     /// Reads every version, so a data folder from before owners or versions opens
     /// unchanged (its records are rewritten only when a command changes them).
     pub fn decode(bytes: &[u8]) -> Result<Self, MetaError> {

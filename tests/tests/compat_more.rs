@@ -782,7 +782,7 @@ async fn unknown_subresources_and_bad_arguments() {
 
     for (method, target) in [
         ("GET", "/bkt?website"),
-        ("PUT", "/bkt?versioning"),
+        ("PUT", "/bkt?replication"),
         ("GET", "/bkt/k?torrent"),
     ] {
         let resp = gw.signed(method, target).send();

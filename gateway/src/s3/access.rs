@@ -109,7 +109,7 @@ pub fn needs(
             let mut out = vec![(bucket.clone(), rights)];
             // CopyObject and UploadPartCopy read their source.
             if m == Method::PUT && headers.contains_key("x-amz-copy-source") {
-                let (source, _) = super::request::copy_source(headers)?;
+                let (source, _, _) = super::request::copy_source(headers)?;
                 out.push((source, Rights::READ));
             }
             out

@@ -233,7 +233,7 @@ pub(crate) struct DeleteKey {
     /// The ETag the object must have (`*`: it must exist) to be deleted.
     #[serde(default, rename = "ETag")]
     pub(crate) etag: Option<String>,
-    /// Only `null` (the one version of an unversioned bucket's object) is served.
+    /// The version to remove (in an unversioned bucket only `null` names anything).
     #[serde(default)]
     pub(crate) version_id: Option<String>,
     /// Conditions S3 keeps for directory buckets: refused, never ignored.
@@ -256,9 +256,6 @@ pub(crate) fn parse_delete(text: &str) -> Result<DeleteBody, S3Error> {
         return Err(malformed());
     }
     for o in &parsed.objects {
-        if o.version_id.as_deref().is_some_and(|v| v != "null") {
-            return Err(S3Error::not_implemented("VersionId in DeleteObjects"));
-        }
         if o.last_modified_time.is_some() || o.size.is_some() {
             return Err(S3Error::not_implemented(
                 "LastModifiedTime or Size conditions in DeleteObjects",
@@ -285,7 +282,14 @@ pub async fn delete_objects(
         ));
     }
     let parsed = parse_delete(&text)?;
-    app.store.bucket(bucket).await?;
+    let record = app.store.bucket(bucket).await?;
+    let by_version = parsed
+        .objects
+        .iter()
+        .any(|o| o.version_id.as_deref().is_some_and(|v| v != "null"));
+    if by_version || record.versioning != meta::versions::Versioning::Unversioned {
+        return delete_versions(app, bucket, parsed).await;
+    }
     let mut w = XmlWriter::new();
     w.open_root("DeleteResult");
     let (valid, invalid): (Vec<_>, Vec<_>) = parsed
@@ -328,6 +332,84 @@ pub async fn delete_objects(
             Ok(()) => S3Error::internal("key check"),
         };
         error(&mut w, key, e);
+    }
+    w.close("DeleteResult");
+    Ok(xml_response(w.finish()))
+}
+
+/// How many keys of one DeleteObjects request are deleted at once in a versioned bucket.
+const DELETE_VERSIONS_IN_FLIGHT: usize = 32;
+
+/// DeleteObjects in a versioned bucket, or naming versions: each key is its own command
+/// (a delete marker added, or one version removed), as S3 answers each key on its own.
+/// The commands of one request travel to the leader in the same batches.
+async fn delete_versions(
+    app: &AppState,
+    bucket: &str,
+    parsed: DeleteBody,
+) -> Result<Response, S3Error> {
+    use futures_util::StreamExt;
+    let quiet = parsed.quiet;
+    let results: Vec<_> = futures_util::stream::iter(parsed.objects)
+        .map(|o| async move {
+            let result = async {
+                app.store.check_key(&o.key)?;
+                match (&o.version_id, &o.etag) {
+                    (Some(_), Some(_)) => Err(S3Error::not_implemented(
+                        "an ETag condition on a DeleteObjects entry naming a version",
+                    )),
+                    (Some(id), None) => Ok(app.store.delete_version(bucket, &o.key, id).await?),
+                    (None, etag) => {
+                        let condition = etag.as_deref().map(super::object::match_condition);
+                        Ok(app.store.delete(bucket, &o.key, condition).await?)
+                    }
+                }
+            }
+            .await;
+            (o, result)
+        })
+        .buffered(DELETE_VERSIONS_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut w = XmlWriter::new();
+    w.open_root("DeleteResult");
+    for (o, result) in results {
+        match result {
+            Ok(deleted) => {
+                if quiet {
+                    continue;
+                }
+                w.open("Deleted");
+                w.leaf("Key", &o.key);
+                match (&o.version_id, deleted.version_id) {
+                    // One version removed, named as asked; a marker says so.
+                    (Some(asked), _) => {
+                        w.leaf("VersionId", asked);
+                        if deleted.marker {
+                            w.leaf("DeleteMarker", "true");
+                            w.leaf("DeleteMarkerVersionId", asked);
+                        }
+                    }
+                    // A delete marker added.
+                    (None, Some(marker)) if deleted.marker => {
+                        w.leaf("DeleteMarker", "true");
+                        w.leaf("DeleteMarkerVersionId", &marker);
+                    }
+                    (None, _) => {}
+                }
+                w.close("Deleted");
+            }
+            Err(e) => {
+                w.open("Error");
+                w.leaf("Key", &o.key);
+                if let Some(id) = &o.version_id {
+                    w.leaf("VersionId", id);
+                }
+                w.leaf("Code", e.code.as_str());
+                w.leaf("Message", &e.message);
+                w.close("Error");
+            }
+        }
     }
     w.close("DeleteResult");
     Ok(xml_response(w.finish()))

@@ -35,6 +35,8 @@ pub enum ErrorCode {
     RequestHeaderSectionTooLarge,
     NoSuchBucket,
     NoSuchKey,
+    NoSuchVersion,
+    IllegalVersioningConfigurationException,
     NoSuchCORSConfiguration,
     NoSuchBucketPolicy,
     NoSuchLifecycleConfiguration,
@@ -84,6 +86,8 @@ impl ErrorCode {
             RequestHeaderSectionTooLarge => "RequestHeaderSectionTooLarge",
             NoSuchBucket => "NoSuchBucket",
             NoSuchKey => "NoSuchKey",
+            NoSuchVersion => "NoSuchVersion",
+            IllegalVersioningConfigurationException => "IllegalVersioningConfigurationException",
             NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
             NoSuchBucketPolicy => "NoSuchBucketPolicy",
             NoSuchLifecycleConfiguration => "NoSuchLifecycleConfiguration",
@@ -116,6 +120,7 @@ impl ErrorCode {
             }
             NoSuchBucket
             | NoSuchKey
+            | NoSuchVersion
             | NoSuchUpload
             | NoSuchCORSConfiguration
             | NoSuchBucketPolicy
@@ -140,6 +145,7 @@ impl ErrorCode {
             | InvalidPart
             | InvalidPartOrder
             | IncompleteBody
+            | IllegalVersioningConfigurationException
             | InvalidArgument
             | InvalidBucketName
             | InvalidDigest
@@ -161,6 +167,9 @@ pub struct S3Error {
     pub message: Cow<'static, str>,
     /// The bucket or key the error is about, echoed as `<Resource>`.
     pub resource: Option<String>,
+    /// Headers S3 sends with this error (a delete marker's `x-amz-delete-marker` and
+    /// `x-amz-version-id`).
+    pub headers: Vec<(&'static str, String)>,
 }
 
 impl S3Error {
@@ -169,11 +178,17 @@ impl S3Error {
             code,
             message: message.into(),
             resource: None,
+            headers: Vec::new(),
         }
     }
 
     pub fn with_resource(mut self, resource: impl Into<String>) -> Self {
         self.resource = Some(resource.into());
+        self
+    }
+
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
         self
     }
 
@@ -237,6 +252,11 @@ impl IntoResponse for S3Error {
         );
         if let Ok(v) = HeaderValue::from_str(&request_id) {
             h.insert("x-amz-request-id", v);
+        }
+        for (name, value) in &self.headers {
+            if let Ok(v) = HeaderValue::from_str(value) {
+                h.insert(*name, v);
+            }
         }
         resp
     }
@@ -324,6 +344,31 @@ impl From<StoreError> for S3Error {
                 "No disk pair has room for this object",
             ),
             StoreError::SlowDown => S3Error::new(C::SlowDown, "Please reduce your request rate."),
+            StoreError::InvalidVersionId(_) => {
+                S3Error::new(C::InvalidArgument, "Invalid version id specified")
+            }
+            StoreError::NoSuchVersion { key, .. } => S3Error::new(
+                C::NoSuchVersion,
+                "The specified version does not exist.",
+            )
+            .with_resource(key),
+            StoreError::CurrentIsDeleteMarker { key, version_id } => S3Error::no_such_key(&key)
+                .with_header("x-amz-delete-marker", "true")
+                .with_header("x-amz-version-id", version_id),
+            StoreError::VersionIsDeleteMarker {
+                version_id,
+                created_ms,
+            } => S3Error::new(
+                C::MethodNotAllowed,
+                "The specified method is not allowed against this resource.",
+            )
+            .with_header("x-amz-delete-marker", "true")
+            .with_header("x-amz-version-id", version_id)
+            .with_header("last-modified", super::http_date(created_ms))
+            .with_header("allow", "DELETE"),
+            StoreError::IllegalVersioning(why) => {
+                S3Error::new(C::IllegalVersioningConfigurationException, why)
+            }
             // Only after READ_RACE_ATTEMPTS reads each found the key changed again.
             StoreError::Raced(what) => S3Error::new(
                 C::SlowDown,

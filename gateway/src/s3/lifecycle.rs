@@ -349,6 +349,13 @@ pub fn render_configuration(rules: &[LifecycleRule]) -> Vec<u8> {
 pub async fn put(app: &AppState, bucket: &str, req: Request) -> Result<Response, S3Error> {
     let text = super::auth::read_xml_body(req.into_body(), LIFECYCLE_BODY_BYTES_MAX).await?;
     let rules = parse_configuration(&text)?;
+    // The worker does not yet expire noncurrent versions or add delete markers: refused
+    // rather than rules it cannot apply (see `docs/versions.md`).
+    if app.store.versioning(bucket).await? != meta::versions::Versioning::Unversioned {
+        return Err(S3Error::not_implemented(
+            "lifecycle rules on a versioned bucket",
+        ));
+    }
     app.store.set_lifecycle(bucket, Some(rules)).await?;
     Ok(StatusCode::OK.into_response())
 }

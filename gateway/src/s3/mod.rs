@@ -24,6 +24,7 @@ pub mod request_log;
 mod settings;
 pub mod sigv2;
 pub mod sigv4;
+mod versioning;
 pub mod xml;
 
 use std::sync::Arc;
@@ -81,6 +82,9 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
         (&Method::DELETE, Target::Bucket(b)) if sub == Some("lifecycle") => {
             lifecycle::delete(app, &b).await
         }
+        (&Method::PUT, Target::Bucket(b)) if sub == Some("versioning") => {
+            versioning::put(app, &b, req).await
+        }
         (&Method::PUT, Target::Bucket(b)) if sub.is_none() => {
             bucket::create(app, &b, caller.owner()).await
         }
@@ -90,6 +94,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             Some("location") => bucket::location(app, &b).await,
             Some("uploads") => multipart::list_uploads(app, &b, &query).await,
             Some("lifecycle") => lifecycle::get(app, &b).await,
+            Some("versioning") => versioning::get(app, &b).await,
             None => bucket::list_objects(app, &b, &query).await,
             Some(other) if let Some(answer) = settings::bucket_setting(app, &b, other).await => {
                 answer
@@ -131,7 +136,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             Some(other) => Err(S3Error::not_implemented(&format!("HEAD ?{other}"))),
         },
         (&Method::DELETE, Target::Object { bucket, key }) => match sub {
-            None => object::delete(app, &bucket, &key, req.headers()).await,
+            None => object::delete(app, &bucket, &key, req.headers(), &query).await,
             Some("uploadId") => multipart::abort(app, &bucket, &key, &query).await,
             Some(other) => Err(S3Error::not_implemented(&format!("DELETE ?{other}"))),
         },

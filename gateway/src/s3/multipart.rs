@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::auth::read_xml_body;
 use super::dates::iso8601;
 use super::error::{ErrorCode, S3Error};
-use super::object::{READ_RACE_ATTEMPTS, attrs_from, check_copy_conditions};
+use super::object::{READ_RACE_ATTEMPTS, attrs_from, check_copy_conditions, copy_source_version};
 use super::owner::Owner;
 use super::request::{Query, copy_source, header_str};
 use super::xml::XmlWriter;
@@ -129,11 +129,12 @@ async fn upload_part_copy(
     number: u32,
     headers: &HeaderMap,
 ) -> Result<Response, S3Error> {
-    let (src_bucket, src_key) = copy_source(headers)?;
+    let (src_bucket, src_key, src_version) = copy_source(headers)?;
     let mut attempt = 0;
-    let (modified, part) = loop {
+    let (modified, part, source_version) = loop {
         attempt += 1;
-        let source = app.store.head(&src_bucket, &src_key).await?;
+        let (source, source_version) =
+            copy_source_version(app, &src_bucket, &src_key, src_version.as_deref()).await?;
         check_copy_conditions(headers, &source)?;
         let range = copy_range(headers, source.size_bytes)?;
         let modified = source.created_ms;
@@ -154,7 +155,7 @@ async fn upload_part_copy(
         {
             // The source was overwritten or deleted while it was read.
             Err(StoreError::Raced(_)) if attempt < READ_RACE_ATTEMPTS => continue,
-            part => break (modified, part?),
+            part => break (modified, part?, source_version),
         }
     };
     let mut w = XmlWriter::new();
@@ -162,7 +163,13 @@ async fn upload_part_copy(
     w.leaf("LastModified", &iso8601(modified.max(part.created_ms)));
     w.leaf("ETag", &part.etag());
     w.close("CopyPartResult");
-    Ok(xml(w.finish()))
+    let mut resp = xml(w.finish());
+    if let Some(id) = source_version
+        && let Ok(v) = http::HeaderValue::from_str(&id)
+    {
+        resp.headers_mut().insert("x-amz-copy-source-version-id", v);
+    }
+    Ok(resp)
 }
 
 #[derive(Deserialize)]
@@ -206,7 +213,7 @@ pub async fn complete(
     let precondition = super::object::write_precondition(req.headers())?;
     let text = read_xml_body(req.into_body(), COMPLETE_BODY_BYTES_MAX).await?;
     let parts = parse_complete(&text)?;
-    let record = app
+    let stored = app
         .store
         .complete_upload(bucket, key, &id, parts, precondition)
         .await?;
@@ -215,9 +222,15 @@ pub async fn complete(
     w.leaf("Location", &format!("/{bucket}/{key}"));
     w.leaf("Bucket", bucket);
     w.leaf("Key", key);
-    w.leaf("ETag", &record.etag());
+    w.leaf("ETag", &stored.record.etag());
     w.close("CompleteMultipartUploadResult");
-    Ok(xml(w.finish()))
+    let mut resp = xml(w.finish());
+    if let Some(id) = stored.version_id
+        && let Ok(v) = http::HeaderValue::from_str(&id)
+    {
+        resp.headers_mut().insert("x-amz-version-id", v);
+    }
+    Ok(resp)
 }
 
 pub async fn abort(

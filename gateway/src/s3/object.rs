@@ -236,9 +236,11 @@ pub async fn put(
         precondition: write_precondition(&parts.headers)?,
         checksum,
     };
-    let record = app.store.put(request, stream).await?;
+    let stored = app.store.put(request, stream).await?;
+    let record = stored.record;
     let mut resp = StatusCode::OK.into_response();
     set(resp.headers_mut(), header::ETAG, &record.etag());
+    version_header(resp.headers_mut(), stored.version_id.as_deref());
     checksum_headers(resp.headers_mut(), &record, true);
     super::lifecycle::expiration_header(app, bucket, key, &record, resp.headers_mut()).await;
     Ok(resp)
@@ -259,7 +261,7 @@ pub async fn copy(
     key: &str,
     headers: &HeaderMap,
 ) -> Result<Response, S3Error> {
-    let (src_bucket, src_key) = copy_source(headers)?;
+    let (src_bucket, src_key, src_version) = copy_source(headers)?;
     refuse_tags(headers)?;
     let replace = match header_str(headers, "x-amz-metadata-directive")? {
         None | Some("COPY") => false,
@@ -271,7 +273,8 @@ pub async fn copy(
             ));
         }
     };
-    if src_bucket == bucket && src_key == key && !replace {
+    // A version named by id may be copied onto its own key: that is how S3 restores it.
+    if src_bucket == bucket && src_key == key && !replace && src_version.is_none() {
         return Err(S3Error::new(
             ErrorCode::InvalidRequest,
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
@@ -284,9 +287,10 @@ pub async fn copy(
     };
     let precondition = write_precondition(headers)?;
     let mut attempt = 0;
-    let record = loop {
+    let (stored, source_version) = loop {
         attempt += 1;
-        let source = app.store.head(&src_bucket, &src_key).await?;
+        let (source, source_version) =
+            copy_source_version(app, &src_bucket, &src_key, src_version.as_deref()).await?;
         check_copy_conditions(headers, &source)?;
         match app
             .store
@@ -296,20 +300,52 @@ pub async fn copy(
                 (bucket, key),
                 attrs.clone(),
                 precondition.clone(),
+                src_version.as_deref(),
             )
             .await
         {
             // The source was replaced between its read and the copy's command.
             Err(StoreError::Raced(_)) if attempt < READ_RACE_ATTEMPTS => continue,
-            copied => break copied?,
+            copied => break (copied?, source_version),
         }
     };
     let mut w = XmlWriter::new();
     w.open_root("CopyObjectResult");
-    w.leaf("LastModified", &iso8601(record.created_ms));
-    w.leaf("ETag", &record.etag());
+    w.leaf("LastModified", &iso8601(stored.record.created_ms));
+    w.leaf("ETag", &stored.record.etag());
     w.close("CopyObjectResult");
-    Ok(([(header::CONTENT_TYPE, "application/xml")], w.finish()).into_response())
+    let mut resp = ([(header::CONTENT_TYPE, "application/xml")], w.finish()).into_response();
+    let h = resp.headers_mut();
+    version_header(h, stored.version_id.as_deref());
+    if let Some(id) = &source_version {
+        set(h, "x-amz-copy-source-version-id", id);
+    }
+    Ok(resp)
+}
+
+/// A copy's source (CopyObject, UploadPartCopy): the version named, else the current
+/// one, with its id. A delete marker cannot be copied: named by id it is InvalidRequest
+/// (S3's answer), as the current version it is NoSuchKey.
+pub(crate) async fn copy_source_version(
+    app: &AppState,
+    bucket: &str,
+    key: &str,
+    version: Option<&str>,
+) -> Result<(ObjectRecord, Option<String>), S3Error> {
+    match app.store.head_at(bucket, key, version).await {
+        Err(StoreError::VersionIsDeleteMarker { .. }) => Err(S3Error::new(
+            ErrorCode::InvalidRequest,
+            "The source of a copy request may not specifically refer to a delete marker by version id.",
+        )),
+        read => Ok(read?),
+    }
+}
+
+/// `x-amz-version-id`, sent where the bucket has versioning.
+fn version_header(headers: &mut HeaderMap, version_id: Option<&str>) {
+    if let Some(id) = version_id {
+        set(headers, "x-amz-version-id", id);
+    }
 }
 
 fn set(headers: &mut HeaderMap, name: impl header::IntoHeaderName, value: &str) {
@@ -523,10 +559,11 @@ pub async fn get(
             "Cannot specify both Range header and partNumber query parameter",
         ));
     }
+    let version = q.get("versionId");
     let mut attempt = 0;
-    let read = loop {
+    let (read, version_id) = loop {
         attempt += 1;
-        let record = app.store.head(bucket, key).await?;
+        let (record, version_id) = app.store.head_at(bucket, key, version).await?;
         if let Some(resp) = read_conditions(headers, &record)? {
             return Ok(resp);
         }
@@ -536,13 +573,15 @@ pub async fn get(
         };
         if record.size_bytes == 0 && part.is_some() {
             // An empty object's only part is empty: serve it whole.
-            return head_response(&record, q, headers, StatusCode::OK, Body::empty());
+            let mut resp = head_response(&record, q, headers, StatusCode::OK, Body::empty())?;
+            version_header(resp.headers_mut(), version_id.as_deref());
+            return Ok(resp);
         }
         match app.store.get_record(bucket, key, record, range).await {
             // Overwritten or deleted since its record was read: the new answer, with its
             // own conditions and range.
             Err(StoreError::Raced(_)) if attempt < READ_RACE_ATTEMPTS => continue,
-            read => break read?,
+            read => break (read?, version_id),
         }
     };
     let length = match read.range {
@@ -560,6 +599,7 @@ pub async fn get(
     };
     let mut resp = head_response(&read.record, q, headers, status, body)?;
     let h = resp.headers_mut();
+    version_header(h, version_id.as_deref());
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     if let Some((first, last)) = read.range {
         set(
@@ -573,7 +613,10 @@ pub async fn get(
         }
         h.remove("x-amz-checksum-type");
     }
-    super::lifecycle::expiration_header(app, bucket, key, &read.record, h).await;
+    if version.is_none() {
+        // Expiry rules apply to the current version, which one named by id may not be.
+        super::lifecycle::expiration_header(app, bucket, key, &read.record, h).await;
+    }
     Ok(resp)
 }
 
@@ -610,7 +653,7 @@ pub async fn head(
     headers: &HeaderMap,
     q: &Query,
 ) -> Result<Response, S3Error> {
-    let record = app.store.head(bucket, key).await?;
+    let (record, version_id) = app.store.head_at(bucket, key, q.get("versionId")).await?;
     if let Some(resp) = read_conditions(headers, &record)? {
         return Ok(resp);
     }
@@ -644,10 +687,15 @@ pub async fn head(
                 &format!("bytes {first}-{last}/{}", record.size_bytes),
             );
         }
+        version_header(resp.headers_mut(), version_id.as_deref());
         return Ok(resp);
     }
     let mut resp = head_response(&record, q, headers, StatusCode::OK, Body::empty())?;
-    super::lifecycle::expiration_header(app, bucket, key, &record, resp.headers_mut()).await;
+    version_header(resp.headers_mut(), version_id.as_deref());
+    if !q.has("versionId") {
+        // Expiry rules apply to the current version, which one named by id may not be.
+        super::lifecycle::expiration_header(app, bucket, key, &record, resp.headers_mut()).await;
+    }
     Ok(resp)
 }
 
@@ -656,10 +704,27 @@ pub async fn delete(
     bucket: &str,
     key: &str,
     headers: &HeaderMap,
+    q: &Query,
 ) -> Result<Response, S3Error> {
     let precondition = delete_precondition(headers)?;
-    app.store.delete(bucket, key, precondition).await?;
-    Ok(StatusCode::NO_CONTENT.into_response())
+    let deleted = match q.get("versionId") {
+        // S3 checks no condition on a DELETE of one version: it changes no current
+        // object but that one, named exactly.
+        Some(_) if precondition.is_some() => {
+            return Err(S3Error::not_implemented(
+                "If-Match on a DELETE of a version",
+            ));
+        }
+        Some(id) => app.store.delete_version(bucket, key, id).await?,
+        None => app.store.delete(bucket, key, precondition).await?,
+    };
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    let h = resp.headers_mut();
+    version_header(h, deleted.version_id.as_deref());
+    if deleted.marker {
+        set(h, "x-amz-delete-marker", "true");
+    }
+    Ok(resp)
 }
 
 #[cfg(test)]

@@ -251,20 +251,28 @@ pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a s
     }
 }
 
-/// `x-amz-copy-source`: `[/]bucket/key[?versionId=...]`, URL-encoded. Buckets have no
-/// versions yet: `versionId=null` names the object itself, any other id is refused
-/// (NotImplemented) rather than ignored, which would copy another version than the one
-/// asked for.
-pub fn copy_source(headers: &HeaderMap) -> Result<(String, String), S3Error> {
+/// `x-amz-copy-source`: `[/]bucket/key[?versionId=...]`, URL-encoded: the bucket, the key
+/// and the version named (None: the current one). Any other parameter is refused rather
+/// than ignored.
+pub fn copy_source(headers: &HeaderMap) -> Result<(String, String, Option<String>), S3Error> {
     let raw = header_str(headers, "x-amz-copy-source")?.unwrap_or("");
     let (raw, query) = raw.split_once('?').unwrap_or((raw, ""));
+    let mut version = None;
     for param in query.split('&').filter(|p| !p.is_empty()) {
         match param.split_once('=') {
-            Some(("versionId", "null")) => {}
+            Some(("versionId", id)) if version.is_none() => {
+                let id = percent_encoding::percent_decode_str(id)
+                    .decode_utf8()
+                    .map_err(|_| {
+                        S3Error::new(ErrorCode::InvalidArgument, "Invalid version id specified")
+                    })?;
+                version = Some(id.into_owned());
+            }
             _ => {
-                return Err(S3Error::not_implemented(
-                    "a version of the copy source other than null",
-                ));
+                return Err(S3Error::not_implemented(&format!(
+                    "the copy source parameter {:?}",
+                    param.chars().take(64).collect::<String>()
+                )));
             }
         }
     }
@@ -277,7 +285,9 @@ pub fn copy_source(headers: &HeaderMap) -> Result<(String, String), S3Error> {
             )
         })?;
     match decoded.split_once('/') {
-        Some((b, k)) if !b.is_empty() && !k.is_empty() => Ok((b.to_string(), k.to_string())),
+        Some((b, k)) if !b.is_empty() && !k.is_empty() => {
+            Ok((b.to_string(), k.to_string(), version))
+        }
         _ => Err(S3Error::new(
             ErrorCode::InvalidArgument,
             "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
@@ -290,21 +300,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_copy_source_version_other_than_null_is_refused_not_ignored() {
+    fn a_copy_source_names_its_version_and_unknown_parameters_are_refused() {
         let source = |v: &str| {
             let mut headers = http::HeaderMap::new();
             headers.insert("x-amz-copy-source", v.parse().unwrap());
             copy_source(&headers)
         };
-        assert_eq!(source("/b/k%20x").unwrap(), ("b".into(), "k x".into()));
+        assert_eq!(
+            source("/b/k%20x").unwrap(),
+            ("b".into(), "k x".into(), None)
+        );
         assert_eq!(
             source("b/k?versionId=null").unwrap(),
-            ("b".into(), "k".into())
+            ("b".into(), "k".into(), Some("null".into()))
         );
-        for v in [
-            "b/k?versionId=3HL4kqtJlcpXroDTDmjVBH40Nrjfkd",
-            "b/k?other=1",
-        ] {
+        assert_eq!(
+            source("b/k?versionId=00000000000000020000abcd").unwrap().2,
+            Some("00000000000000020000abcd".into())
+        );
+        for v in ["b/k?other=1", "b/k?versionId=a&versionId=b"] {
             assert_eq!(
                 source(v).unwrap_err().code,
                 ErrorCode::NotImplemented,

@@ -21,14 +21,7 @@ pub async fn bucket_setting(
     bucket: &str,
     sub: &str,
 ) -> Option<Result<Response, S3Error>> {
-    const ANSWERED: [&str; 6] = [
-        "versioning",
-        "acl",
-        "policy",
-        "encryption",
-        "tagging",
-        "object-lock",
-    ];
+    const ANSWERED: [&str; 5] = ["acl", "policy", "encryption", "tagging", "object-lock"];
     if !ANSWERED.contains(&sub) {
         return None;
     }
@@ -41,13 +34,6 @@ pub async fn bucket_setting(
         Err(S3Error::new(code, message).with_resource(bucket))
     };
     Some(match sub {
-        // Unversioned: an empty configuration, no Status element.
-        "versioning" => {
-            let mut w = XmlWriter::new();
-            w.open_root("VersioningConfiguration");
-            w.close("VersioningConfiguration");
-            Ok(xml(w.finish()))
-        }
         "acl" => Ok(owner_full_control(&Owner::of_bucket(app, &record))),
         "policy" => not_found(
             ErrorCode::NoSuchBucketPolicy,

@@ -95,6 +95,21 @@ pub enum StoreError {
     /// handlers do so a bounded number of times (see `READ_RACE_ATTEMPTS`).
     #[error("{0} changed while it was read")]
     Raced(String),
+    /// A version id that no version can have (not `null`, not this gateway's form).
+    #[error("invalid version id {0:?}")]
+    InvalidVersionId(String),
+    /// The key has no version with this id (perhaps never, perhaps deleted).
+    #[error("no version {version_id} of {key}")]
+    NoSuchVersion { key: String, version_id: String },
+    /// The key's current version is a delete marker: S3's 404 names it.
+    #[error("the current version of {key} is delete marker {version_id}")]
+    CurrentIsDeleteMarker { key: String, version_id: String },
+    /// The version asked for by id is a delete marker, which has no content.
+    #[error("version {version_id} is a delete marker")]
+    VersionIsDeleteMarker { version_id: String, created_ms: u64 },
+    /// A versioning change S3 does not allow (or this gateway does not yet support).
+    #[error("{0}")]
+    IllegalVersioning(String),
     /// Too many reads in flight hold the read memory budget: a retry may succeed.
     #[error("too many reads in flight")]
     SlowDown,

@@ -13,6 +13,7 @@ mod objects;
 mod pairs;
 mod uploads;
 mod versions;
+pub use versions::CurrentVersion;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};

@@ -1,14 +1,66 @@
 //! Reads of object versions (see `docs/versions.md`): one version by id, and the versions
 //! of one key, newest first.
 
-use redb::ReadableDatabase;
+use redb::{ReadableDatabase, ReadableTable};
 
 use super::MetaStore;
 use crate::MetaError;
-use crate::tables::{OBJECTS, VERSIONS};
-use crate::versions::{VersionId, VersionRecord, VersionView, decode_current, order_of};
+use crate::tables::{BUCKETS, BucketRecord, OBJECTS, ObjectRecord, VERSIONS};
+use crate::versions::{
+    VersionId, VersionRecord, VersionView, Versioning, decode_current, order_of,
+};
+
+/// What a GET or HEAD without a version id finds at a key.
+// The object is the common answer: boxing it would add an allocation to every GET.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CurrentVersion {
+    NoBucket,
+    /// No version at all, or only noncurrent ones.
+    Absent,
+    /// `version_id` is given in a bucket that has (or had) versioning, as S3 sends it.
+    Object {
+        record: ObjectRecord,
+        version_id: Option<String>,
+    },
+    /// The newest version is a delete marker: S3 answers 404 naming it.
+    DeleteMarker {
+        version_id: String,
+    },
+}
 
 impl MetaStore {
+    /// The current version of `bucket/key`, in one read transaction. An unversioned
+    /// bucket costs one lookup more than [`MetaStore::object`]: its record's first byte.
+    pub fn current_version(&self, bucket: &str, key: &str) -> Result<CurrentVersion, MetaError> {
+        let txn = self.db().begin_read()?;
+        let versioning = match txn.open_table(BUCKETS)?.get(bucket)? {
+            Some(v) => BucketRecord::versioning_of(v.value())?,
+            None => return Ok(CurrentVersion::NoBucket),
+        };
+        let k = key.as_bytes();
+        if let Some(v) = txn.open_table(OBJECTS)?.get((bucket, k))? {
+            let (record, stamp) = decode_current(v.value())?;
+            let version_id =
+                (versioning != Versioning::Unversioned).then(|| stamp.id(record.magic));
+            return Ok(CurrentVersion::Object { record, version_id });
+        }
+        if versioning == Versioning::Unversioned {
+            return Ok(CurrentVersion::Absent);
+        }
+        let table = txn.open_table(VERSIONS)?;
+        let newest = table.range((bucket, k, 0)..=(bucket, k, u64::MAX))?.next();
+        match newest {
+            Some(entry) => match VersionRecord::decode(entry?.1.value())? {
+                marker @ VersionRecord::DeleteMarker { .. } => Ok(CurrentVersion::DeleteMarker {
+                    version_id: marker.stamp().id(marker.magic()),
+                }),
+                VersionRecord::Object { .. } => Ok(CurrentVersion::Absent),
+            },
+            None => Ok(CurrentVersion::Absent),
+        }
+    }
+
     /// The versions of `bucket/key`, newest first (the current object first), at most
     /// `limit`, in one read transaction.
     pub fn versions_of(
@@ -75,5 +127,26 @@ impl MetaStore {
                 .transpose()?
                 .is_some_and(|(key, _)| key.value().2 == order_of(number));
         Ok(Some(VersionView::of(entry, latest)))
+    }
+}
+
+impl MetaStore {
+    /// Every `versions` entry (noncurrent object versions and delete markers), for fsck.
+    pub fn for_each_version(
+        &self,
+        mut f: impl FnMut(&str, &str, VersionRecord),
+    ) -> Result<(), MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(VERSIONS)?;
+        for entry in table.iter()? {
+            let (k, v) = entry?;
+            let (bucket, key, _) = k.value();
+            f(
+                bucket,
+                &String::from_utf8_lossy(key),
+                VersionRecord::decode(v.value())?,
+            );
+        }
+        Ok(())
     }
 }
