@@ -324,7 +324,8 @@ async fn versions_keep_every_write_and_each_holds_one_reference() {
 
 /// Without versioning, `versionId=null` names the one version there is; DELETE of it
 /// removes the object. A bucket with lifecycle rules cannot turn versioning on yet, and a
-/// versioned bucket takes no lifecycle rules (the worker does not expire versions yet).
+/// versioned bucket takes no lifecycle rules and no delete-prefix job (neither removes
+/// versions yet).
 #[tokio::test]
 async fn the_null_version_and_what_versioning_refuses() {
     let gw = Gateway::start();
@@ -383,4 +384,21 @@ async fn the_null_version_and_what_versioning_refuses() {
         .body(rules.as_bytes())
         .send();
     assert_eq!(set.status, 501, "{}", set.text());
+    // Nor do delete-prefix jobs delete versions yet: refused at their start.
+    put_bytes(&s3, "versioned", "tmp/a", b"kept").await;
+    let auth = format!("Bearer {}", gw.admin_token());
+    let job = gw
+        .raw(
+            "POST",
+            "/_admin/jobs",
+            &[
+                ("authorization", auth.as_str()),
+                ("content-type", "application/json"),
+            ],
+            br#"{"op":"delete-prefix","bucket":"versioned","prefix":"tmp/"}"#,
+        )
+        .expect("POST /_admin/jobs");
+    assert_eq!(job.status, 400, "{}", job.text());
+    assert!(job.text().contains("versioned"), "{}", job.text());
+    assert_eq!(get_bytes(&s3, "versioned", "tmp/a").await, b"kept");
 }

@@ -345,6 +345,17 @@ pub async fn create_job(State(app): State<Arc<AppState>>, body: axum::body::Byte
             )));
         }
     };
+    // A job deletes current objects as an unversioned bucket does; in a versioned bucket
+    // it would have to add markers and remove versions, which jobs do not do yet (their
+    // chunks are refused there too, see `meta::jobs`).
+    let (bucket, _) = op.scope();
+    if let Ok(record) = app.store.bucket(bucket).await
+        && record.versioning != meta::versions::Versioning::Unversioned
+    {
+        return Err(ApiError::bad_request(format!(
+            "bucket {bucket} is versioned: jobs do not delete versions yet"
+        )));
+    }
     let meta = app.store.metadata();
     let created = meta
         .execute(Command::CreateJob {
