@@ -22,6 +22,7 @@ pub mod jobs;
 pub mod keys;
 pub mod lifecycle;
 pub mod list;
+pub mod list_versions;
 pub mod native_refs;
 pub mod raft;
 pub mod tables;

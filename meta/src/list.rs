@@ -34,7 +34,7 @@ pub struct ListPage {
 
 /// The smallest byte string greater than every string that starts with `prefix`, or
 /// `None` when there is none (a prefix of all 0xff bytes).
-fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -77,15 +77,7 @@ pub fn list(
         if b != bucket || !key.starts_with(prefix) {
             break;
         }
-        let rolled_up = q
-            .delimiter
-            .as_deref()
-            .filter(|d| !d.is_empty())
-            .and_then(|d| {
-                let rest = &key[prefix.len()..];
-                find(rest, d.as_bytes()).map(|at| key[..prefix.len() + at + d.len()].to_vec())
-            });
-        if let Some(cp) = rolled_up {
+        if let Some(cp) = roll_up(key, prefix, q.delimiter.as_deref()) {
             let resumed_inside = q.after.as_deref() == Some(cp.as_slice());
             if !resumed_inside {
                 if page.objects.len() + page.common_prefixes.len() >= max_keys {
@@ -113,11 +105,19 @@ pub fn list(
     Ok(page)
 }
 
+/// The common prefix `key` (under `prefix`) rolls up into with `delimiter`, if any: the
+/// key up to and including the first delimiter after the prefix.
+pub(crate) fn roll_up(key: &[u8], prefix: &[u8], delimiter: Option<&str>) -> Option<Vec<u8>> {
+    let d = delimiter.filter(|d| !d.is_empty())?;
+    let rest = key.get(prefix.len()..)?;
+    find(rest, d.as_bytes()).map(|at| key[..prefix.len() + at + d.len()].to_vec())
+}
+
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-fn utf8(bytes: &[u8]) -> Result<String, MetaError> {
+pub(crate) fn utf8(bytes: &[u8]) -> Result<String, MetaError> {
     String::from_utf8(bytes.to_vec())
         .map_err(|_| MetaError::Corrupt("objects: key is not UTF-8".into()))
 }

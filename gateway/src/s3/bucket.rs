@@ -82,6 +82,27 @@ const URL_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
+/// Whether a listing asks for `encoding-type=url` (the only encoding S3 has).
+pub(crate) fn url_encoding(q: &Query) -> Result<bool, S3Error> {
+    match q.get("encoding-type") {
+        None => Ok(false),
+        Some("url") => Ok(true),
+        Some(_) => Err(S3Error::new(
+            ErrorCode::InvalidArgument,
+            "Invalid Encoding Method specified in Request",
+        )),
+    }
+}
+
+/// A key or prefix as a listing shows it: URL-encoded when asked.
+pub(crate) fn encode_name(url_encode: bool, name: &str) -> String {
+    if url_encode {
+        utf8_percent_encode(name, URL_ENCODE).to_string()
+    } else {
+        name.to_string()
+    }
+}
+
 /// ListObjects (V1, `marker`) and ListObjectsV2 (`list-type=2`, continuation tokens).
 pub async fn list_objects(app: &AppState, bucket: &str, q: &Query) -> Result<Response, S3Error> {
     use base64::Engine as _;
@@ -96,23 +117,8 @@ pub async fn list_objects(app: &AppState, bucket: &str, q: &Query) -> Result<Res
             ));
         }
     };
-    let url_encode = match q.get("encoding-type") {
-        None => false,
-        Some("url") => true,
-        Some(_) => {
-            return Err(S3Error::new(
-                ErrorCode::InvalidArgument,
-                "Invalid Encoding Method specified in Request",
-            ));
-        }
-    };
-    let enc = |s: &str| -> String {
-        if url_encode {
-            utf8_percent_encode(s, URL_ENCODE).to_string()
-        } else {
-            s.to_string()
-        }
-    };
+    let url_encode = url_encoding(q)?;
+    let enc = |s: &str| encode_name(url_encode, s);
     let max_keys = q.number("max-keys")?.map_or(1000, |n| n.min(1000) as usize);
     let prefix = q.get("prefix").unwrap_or("").to_string();
     let delimiter = q

@@ -95,6 +95,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             Some("uploads") => multipart::list_uploads(app, &b, &query).await,
             Some("lifecycle") => lifecycle::get(app, &b).await,
             Some("versioning") => versioning::get(app, &b).await,
+            Some("versions") => versioning::list(app, &b, &query).await,
             None => bucket::list_objects(app, &b, &query).await,
             Some(other) if let Some(answer) = settings::bucket_setting(app, &b, other).await => {
                 answer

@@ -44,6 +44,9 @@ fn classify(
         (&Method::PUT, Target::Bucket(_), Some("cors")) => "PutBucketCors",
         (&Method::DELETE, Target::Bucket(_), Some("cors")) => "DeleteBucketCors",
         (&Method::POST, Target::Bucket(_), Some("delete")) => "DeleteObjects",
+        (&Method::GET, Target::Bucket(_), Some("versions")) => "ListObjectVersions",
+        (&Method::GET, Target::Bucket(_), Some("versioning")) => "GetBucketVersioning",
+        (&Method::PUT, Target::Bucket(_), Some("versioning")) => "PutBucketVersioning",
         (&Method::GET, Target::Bucket(_), Some(_)) => "GetBucketSetting",
         (&Method::PUT, Target::Bucket(_), Some(_)) => "PutBucketSetting",
         (&Method::PUT, Target::Object { .. }, None) if copy => "CopyObject",
@@ -78,6 +81,11 @@ mod tests {
     fn requests_are_named_as_s3_names_them() {
         assert_eq!(op(Method::GET, "/", false), "ListBuckets");
         assert_eq!(op(Method::PUT, "/b", false), "CreateBucket");
+        assert_eq!(op(Method::GET, "/b?versions", false), "ListObjectVersions");
+        assert_eq!(
+            op(Method::PUT, "/b?versioning", false),
+            "PutBucketVersioning"
+        );
         assert_eq!(
             op(Method::GET, "/b?list-type=2&prefix=a", false),
             "ListObjectsV2"

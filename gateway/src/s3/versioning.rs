@@ -1,12 +1,18 @@
-//! Bucket versioning (see `docs/versions.md`): Get/PutBucketVersioning.
+//! Bucket versioning (see `docs/versions.md`): Get/PutBucketVersioning and
+//! ListObjectVersions.
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
-use meta::versions::Versioning;
+use meta::list_versions::VersionsQuery;
+use meta::versions::{VersionId, Versioning};
 use serde::Deserialize;
 
+use super::bucket::{encode_name, url_encoding};
+use super::dates::iso8601;
 use super::error::{ErrorCode, S3Error};
+use super::owner::Owner;
+use super::request::Query;
 use super::xml::XmlWriter;
 use crate::state::AppState;
 
@@ -79,6 +85,95 @@ pub async fn get(app: &AppState, bucket: &str) -> Result<Response, S3Error> {
         Versioning::Suspended => w.leaf("Status", "Suspended"),
     }
     w.close("VersioningConfiguration");
+    Ok(([(header::CONTENT_TYPE, "application/xml")], w.finish()).into_response())
+}
+
+/// ListObjectVersions: every version and delete marker, key by key, newest first.
+pub async fn list(app: &AppState, bucket: &str, q: &Query) -> Result<Response, S3Error> {
+    let url_encode = url_encoding(q)?;
+    let enc = |s: &str| encode_name(url_encode, s);
+    let max_keys = q.number("max-keys")?.map_or(1000, |n| n.min(1000) as usize);
+    let prefix = q.get("prefix").unwrap_or("").to_string();
+    let delimiter = q
+        .get("delimiter")
+        .filter(|d| !d.is_empty())
+        .map(str::to_string);
+    let key_marker = q.get("key-marker").filter(|k| !k.is_empty());
+    let version_marker = q.get("version-id-marker").filter(|v| !v.is_empty());
+    let invalid = |message: &'static str| S3Error::new(ErrorCode::InvalidArgument, message);
+    let parsed_marker = match (key_marker, version_marker) {
+        (None, Some(_)) => {
+            return Err(invalid(
+                "A version-id marker cannot be specified without a key marker.",
+            ));
+        }
+        (_, Some(v)) => {
+            Some(VersionId::parse(v).map_err(|_| invalid("Invalid version id specified"))?)
+        }
+        (_, None) => None,
+    };
+    let query = VersionsQuery {
+        prefix: prefix.clone(),
+        delimiter: delimiter.clone(),
+        key_marker: key_marker.map(str::to_string),
+        version_marker: parsed_marker,
+        max_keys,
+    };
+    let page = app.store.list_versions(bucket, query).await?;
+    let owner = Owner::of_bucket(app, &app.store.bucket(bucket).await?);
+
+    let mut w = XmlWriter::new();
+    w.open_root("ListVersionsResult");
+    w.leaf("Name", bucket);
+    w.leaf("Prefix", &enc(&prefix));
+    w.leaf("KeyMarker", &enc(key_marker.unwrap_or("")));
+    w.leaf("VersionIdMarker", version_marker.unwrap_or(""));
+    if let Some(k) = &page.next_key_marker {
+        w.leaf("NextKeyMarker", &enc(k));
+    }
+    if let Some(v) = &page.next_version_marker {
+        w.leaf("NextVersionIdMarker", v);
+    }
+    w.leaf("MaxKeys", &max_keys.to_string());
+    if let Some(d) = &delimiter {
+        w.leaf("Delimiter", &enc(d));
+    }
+    if url_encode {
+        w.leaf("EncodingType", "url");
+    }
+    w.leaf("IsTruncated", if page.truncated { "true" } else { "false" });
+    for (key, version) in &page.versions {
+        let latest = if version.latest { "true" } else { "false" };
+        match &version.record {
+            Some(record) => {
+                w.open("Version");
+                w.leaf("Key", &enc(key));
+                w.leaf("VersionId", &version.id());
+                w.leaf("IsLatest", latest);
+                w.leaf("LastModified", &iso8601(record.created_ms));
+                w.leaf("ETag", &record.etag());
+                w.leaf("Size", &record.size_bytes.to_string());
+                owner.write(&mut w, "Owner");
+                w.leaf("StorageClass", "STANDARD");
+                w.close("Version");
+            }
+            None => {
+                w.open("DeleteMarker");
+                w.leaf("Key", &enc(key));
+                w.leaf("VersionId", &version.id());
+                w.leaf("IsLatest", latest);
+                w.leaf("LastModified", &iso8601(version.created_ms));
+                owner.write(&mut w, "Owner");
+                w.close("DeleteMarker");
+            }
+        }
+    }
+    for cp in &page.common_prefixes {
+        w.open("CommonPrefixes");
+        w.leaf("Prefix", &enc(cp));
+        w.close("CommonPrefixes");
+    }
+    w.close("ListVersionsResult");
     Ok(([(header::CONTENT_TYPE, "application/xml")], w.finish()).into_response())
 }
 

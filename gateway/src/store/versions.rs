@@ -2,6 +2,7 @@
 //! with its id, one version by id, the removal of one version, and a bucket's
 //! versioning state.
 
+use meta::list_versions::{VersionsPage, VersionsQuery};
 use meta::versions::{VersionId, Versioning};
 use meta::{Command, CurrentVersion, Deleted, MetaError, ObjectRecord};
 
@@ -102,6 +103,18 @@ impl ObjectStore {
             }),
             Err(e) => Err(StoreError::meta(e, bucket)),
         }
+    }
+
+    /// One page of ListObjectVersions (linearizable).
+    pub async fn list_versions(
+        &self,
+        bucket: &str,
+        query: VersionsQuery,
+    ) -> Result<VersionsPage, StoreError> {
+        self.bucket(bucket).await?;
+        let name = bucket.to_string();
+        self.meta_read(move |m| m.list_versions(&name, &query))
+            .await
     }
 
     /// The bucket's versioning state.
