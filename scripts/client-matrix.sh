@@ -261,6 +261,36 @@ awscli_copy_object() {
         aws_ s3api get-object --bucket "$AB" --key api/copy.bin "$AD/copy.down" >/dev/null &&
         cmp "$AD/api.bin" "$AD/copy.down"
 }
+# Versioning through s3api in a bucket of its own: two versions, the older read back by
+# id, a delete marker listed as latest, every version removed by id, the bucket deleted.
+awscli_versions() {
+    local vb="$AB-versions" v1 v2 listed out
+    aws_ s3api create-bucket --bucket "$vb" >/dev/null &&
+        aws_ s3api put-bucket-versioning --bucket "$vb" \
+            --versioning-configuration Status=Enabled &&
+        [ "$(aws_ s3api get-bucket-versioning --bucket "$vb" --query Status --output text)" = Enabled ] ||
+        return 1
+    v1="$(aws_ s3api put-object --bucket "$vb" --key k --body "$AD/tree/a.txt" \
+        --query VersionId --output text)" || return 1
+    v2="$(aws_ s3api put-object --bucket "$vb" --key k --body "$AD/api.bin" \
+        --query VersionId --output text)" || return 1
+    echo "versions: $v1 $v2"
+    [ "$v1" != "$v2" ] || return 1
+    aws_ s3api get-object --bucket "$vb" --key k --version-id "$v1" "$AD/v1.down" >/dev/null &&
+        cmp "$AD/tree/a.txt" "$AD/v1.down" || return 1
+    aws_ s3api delete-object --bucket "$vb" --key k >/dev/null || return 1
+    listed="$(aws_ s3api list-object-versions --bucket "$vb" \
+        --query '[length(Versions), length(DeleteMarkers), DeleteMarkers[0].IsLatest]' \
+        --output text)" || return 1
+    echo "versions, markers, marker latest: $listed"
+    [ "$(echo "$listed" | tr -s '[:space:]' ' ')" = "2 1 True " ] || return 1
+    out="$(aws_ s3api list-object-versions --bucket "$vb" \
+        --query '[Versions[].VersionId, DeleteMarkers[].VersionId][]' --output text)" || return 1
+    for id in $out; do
+        aws_ s3api delete-object --bucket "$vb" --key k --version-id "$id" >/dev/null || return 1
+    done
+    aws_ s3api delete-bucket --bucket "$vb"
+}
 awscli_delete_objects() {
     local out left
     aws_ s3api put-object --bucket "$AB" --key api/del1.txt --body "$AD/tree/a.txt" >/dev/null &&
@@ -344,6 +374,7 @@ section_awscli() {
     check "awscli: s3api list-objects-v2" awscli_list_v2
     check "awscli: s3api copy-object + get + cmp" awscli_copy_object
     check "awscli: s3api delete-objects" awscli_delete_objects
+    check "awscli: s3api versioning, get-object --version-id, list-object-versions" awscli_versions
     check "awscli: s3 presign (s3v4) + curl + cmp" awscli_presign_curl
     check "awscli: s3 presign (default settings) + curl + cmp" awscli_presign_default_curl
     check "awscli: s3 rm --recursive" awscli_rm_recursive

@@ -316,6 +316,62 @@ def main():
 
     check("delete_object all, delete_bucket", cleanup)
 
+    versioned = bucket + "-versions"
+
+    def versions_life():
+        s3.create_bucket(Bucket=versioned)
+        s3.put_object(Bucket=versioned, Key="k", Body=b"before versioning")
+        s3.put_bucket_versioning(
+            Bucket=versioned, VersioningConfiguration={"Status": "Enabled"}
+        )
+        status = s3.get_bucket_versioning(Bucket=versioned).get("Status")
+        expect(status == "Enabled", "versioning status %r" % status)
+        ids = [
+            s3.put_object(Bucket=versioned, Key="k", Body=b"v%d" % i)["VersionId"]
+            for i in range(3)
+        ]
+        expect(len(set(ids)) == 3, "three distinct version ids %r" % ids)
+        for i, vid in enumerate(ids):
+            got = s3.get_object(Bucket=versioned, Key="k", VersionId=vid)
+            expect(got["Body"].read() == b"v%d" % i, "version %d's body" % i)
+            expect(got["VersionId"] == vid, "GET names its version")
+        null = s3.get_object(Bucket=versioned, Key="k", VersionId="null")
+        expect(null["Body"].read() == b"before versioning", "the null version")
+        marker = s3.delete_object(Bucket=versioned, Key="k")
+        expect(marker.get("DeleteMarker") is True, "DELETE adds a delete marker")
+        try:
+            s3.get_object(Bucket=versioned, Key="k")
+            raise CheckFailed("GET after a delete marker succeeded")
+        except ClientError as e:
+            expect(e.response["Error"]["Code"] == "NoSuchKey", "NoSuchKey after a marker")
+        pages = s3.get_paginator("list_object_versions").paginate(
+            Bucket=versioned, PaginationConfig={"PageSize": 2}
+        )
+        versions, markers = [], []
+        for page in pages:
+            versions.extend(page.get("Versions", []))
+            markers.extend(page.get("DeleteMarkers", []))
+        expect(len(versions) == 4, "four versions listed, got %d" % len(versions))
+        expect(len(markers) == 1 and markers[0]["IsLatest"], "one latest marker")
+        s3.delete_object(Bucket=versioned, Key="k", VersionId=marker["VersionId"])
+        current = s3.get_object(Bucket=versioned, Key="k")
+        expect(current["VersionId"] == ids[2], "the marker removed, v2 is current")
+        out = s3.delete_objects(
+            Bucket=versioned,
+            Delete={"Objects": [{"Key": "k", "VersionId": v} for v in ids + ["null"]]},
+        )
+        expect(not out.get("Errors"), "delete_objects errors %r" % out.get("Errors"))
+        expect(len(out.get("Deleted", [])) == 4, "four versions deleted")
+        left = s3.list_object_versions(Bucket=versioned)
+        expect(not left.get("Versions") and not left.get("DeleteMarkers"), "nothing left")
+        s3.delete_bucket(Bucket=versioned)
+
+    check(
+        "versioning: put/get by VersionId, delete marker, list_object_versions paginator, "
+        "delete_objects by version",
+        versions_life,
+    )
+
     print("boto3 checks: passed=%d failed=%d" % (PASSED, FAILED), flush=True)
     return 0
 
