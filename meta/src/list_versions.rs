@@ -13,8 +13,10 @@ use redb::ReadableTable;
 
 use crate::MetaError;
 use crate::list::{MAX_KEYS_LIMIT, prefix_end, roll_up, utf8};
-use crate::tables::{OBJECTS, VERSIONS};
-use crate::versions::{VersionId, VersionRecord, VersionView, decode_current, order_of};
+use crate::tables::{NULL_VERSIONS, OBJECTS, VERSIONS};
+use crate::versions::{
+    VersionId, VersionRecord, VersionView, decode_current, null_number, order_of,
+};
 
 #[derive(Clone, Debug, Default)]
 pub struct VersionsQuery {
@@ -47,12 +49,23 @@ enum Cursor {
     Inside(Vec<u8>, Option<u64>),
 }
 
+/// The tables a listing reads, from one read transaction.
+pub struct Tables<O, V, N> {
+    pub objects: O,
+    pub versions: V,
+    pub null_versions: N,
+}
+
 pub fn list_versions(
-    objects: &impl ReadableTable<(&'static str, &'static [u8]), &'static [u8]>,
-    versions: &impl ReadableTable<(&'static str, &'static [u8], u64), &'static [u8]>,
+    tables: &Tables<
+        impl ReadableTable<(&'static str, &'static [u8]), &'static [u8]>,
+        impl ReadableTable<(&'static str, &'static [u8], u64), &'static [u8]>,
+        impl ReadableTable<(&'static str, &'static [u8]), u64>,
+    >,
     bucket: &str,
     q: &VersionsQuery,
 ) -> Result<VersionsPage, MetaError> {
+    let (objects, versions) = (&tables.objects, &tables.versions);
     let mut page = VersionsPage::default();
     let max_keys = q.max_keys.min(MAX_KEYS_LIMIT);
     if max_keys == 0 {
@@ -60,7 +73,7 @@ pub fn list_versions(
     }
     let prefix = q.prefix.as_bytes();
     let mut cursor = match (&q.key_marker, q.version_marker) {
-        (Some(k), Some(v)) => inside_after(objects, bucket, k.as_bytes(), v)?,
+        (Some(k), Some(v)) => inside_after(tables, bucket, k, v)?,
         (Some(k), None) if k.as_bytes() >= prefix => Cursor::Key(k.as_bytes().to_vec(), true),
         _ => Cursor::Key(prefix.to_vec(), false),
     };
@@ -151,25 +164,34 @@ fn push(page: &mut VersionsPage, key: &[u8], view: VersionView) -> Result<(), Me
 
 /// The cursor just after version `marker` of `key`: after its current object if the
 /// marker names it, else after the `versions` entry with the marker's number (null: the
-/// number 0 of a version from before versioning). A marker that names no version resumes
-/// where that number would sort, as S3 resumes from a position, not an existing version.
+/// number the null index gives). A marker that names no version resumes where that
+/// number would sort, as S3 resumes from a position, not an existing version.
 fn inside_after(
-    objects: &impl ReadableTable<(&'static str, &'static [u8]), &'static [u8]>,
+    tables: &Tables<
+        impl ReadableTable<(&'static str, &'static [u8]), &'static [u8]>,
+        impl ReadableTable<(&'static str, &'static [u8], u64), &'static [u8]>,
+        impl ReadableTable<(&'static str, &'static [u8]), u64>,
+    >,
     bucket: &str,
-    key: &[u8],
+    key: &str,
     marker: VersionId,
 ) -> Result<Cursor, MetaError> {
-    if let Some(v) = objects.get((bucket, key))? {
+    let k = key.as_bytes();
+    if let Some(v) = tables.objects.get((bucket, k))? {
         let (record, stamp) = decode_current(v.value())?;
         if marker.names(stamp, Some(record.magic)) {
-            return Ok(Cursor::Inside(key.to_vec(), None));
+            return Ok(Cursor::Inside(k.to_vec(), None));
         }
     }
     let number = match marker {
         VersionId::Numbered { number, .. } => number,
-        VersionId::Null => 0,
+        // A null version no longer there: resume after the key.
+        VersionId::Null => match null_number(&tables.null_versions, bucket, key)? {
+            Some(number) => number,
+            None => return Ok(Cursor::Key(k.to_vec(), true)),
+        },
     };
-    Ok(Cursor::Inside(key.to_vec(), Some(number)))
+    Ok(Cursor::Inside(k.to_vec(), Some(number)))
 }
 
 /// Whether `number` is the newest `versions` entry of `key`.
@@ -243,9 +265,12 @@ impl crate::MetaStore {
     ) -> Result<VersionsPage, MetaError> {
         use redb::ReadableDatabase;
         let txn = self.db().begin_read()?;
-        let objects = txn.open_table(OBJECTS)?;
-        let versions = txn.open_table(VERSIONS)?;
-        list_versions(&objects, &versions, bucket, query)
+        let tables = Tables {
+            objects: txn.open_table(OBJECTS)?,
+            versions: txn.open_table(VERSIONS)?,
+            null_versions: txn.open_table(NULL_VERSIONS)?,
+        };
+        list_versions(&tables, bucket, query)
     }
 }
 

@@ -28,6 +28,12 @@ pub const OBJECTS: TableDefinition<(&str, &[u8]), &[u8]> = TableDefinition::new(
 /// `docs/versions.md`): (bucket, key bytes, `u64::MAX - number`, newest first) ->
 /// [`crate::versions::VersionRecord`]. The current version of a key stays in [`OBJECTS`].
 pub const VERSIONS: TableDefinition<(&str, &[u8], u64), &[u8]> = TableDefinition::new("versions");
+/// Where a key's `null` version is when it is in [`VERSIONS`] (a noncurrent null version,
+/// or a null delete marker): (bucket, key bytes) -> its number. A suspended bucket's PUT
+/// and DELETE replace the null version wherever it is, and a key may have any number of
+/// versions: this keeps that one lookup.
+pub const NULL_VERSIONS: TableDefinition<(&str, &[u8]), u64> =
+    TableDefinition::new("null_versions");
 /// Multipart uploads in progress: upload id -> postcard [`UploadRecord`].
 pub const UPLOADS: TableDefinition<&str, &[u8]> = TableDefinition::new("uploads");
 /// Parts of uploads in progress: (upload id, part number) -> postcard [`PartRecord`].

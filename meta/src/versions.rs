@@ -234,6 +234,16 @@ pub fn decode_object(bytes: &[u8]) -> Result<ObjectRecord, MetaError> {
     decode_current(bytes).map(|(record, _)| record)
 }
 
+/// The number of the key's null version in `versions` (from [`crate::tables::NULL_VERSIONS`]),
+/// if it has one there.
+pub fn null_number(
+    table: &impl redb::ReadableTable<(&'static str, &'static [u8]), u64>,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<u64>, MetaError> {
+    Ok(table.get((bucket, key.as_bytes()))?.map(|v| v.value()))
+}
+
 /// The `versions` key part that orders a key's versions newest first.
 pub fn order_of(number: u64) -> u64 {
     u64::MAX - number

@@ -305,9 +305,27 @@ async fn versions_keep_every_write_and_each_holds_one_reference() {
     // The bucket cannot be deleted while a version remains.
     let refused = s3.delete_bucket().bucket(BUCKET).send().await;
     assert_eq!(s3_error(refused), (409, "BucketNotEmpty".to_string()));
-    // Suspending is not supported yet: refused, never ignored.
-    let suspend = s3
-        .put_bucket_versioning()
+    gw.kill9();
+    e2e::assert_fsck_clean(gw.data_dir());
+}
+
+/// A suspended bucket writes the null version, replacing the old one wherever it is (its
+/// content released once), while the numbered versions stay; enabled again, new writes
+/// are numbered and the null version stays until removed by id.
+#[tokio::test]
+async fn a_suspended_bucket_replaces_its_null_version() {
+    let mut gw = Gateway::start();
+    let s3 = gw.client();
+    create_bucket(&s3, BUCKET).await;
+    enable_versioning(&s3, BUCKET).await;
+    let (a, b, c, d) = (
+        random_body(21, 1000),
+        random_body(22, 2000),
+        random_body(23, 3000),
+        random_body(24, 4000),
+    );
+    let v1 = put_version(&s3, "k", &a).await;
+    s3.put_bucket_versioning()
         .bucket(BUCKET)
         .versioning_configuration(
             VersioningConfiguration::builder()
@@ -315,9 +333,63 @@ async fn versions_keep_every_write_and_each_holds_one_reference() {
                 .build(),
         )
         .send()
-        .await;
-    assert_eq!(s3_error(suspend), (501, "NotImplemented".to_string()));
+        .await
+        .expect("suspend");
+    let state = s3
+        .get_bucket_versioning()
+        .bucket(BUCKET)
+        .send()
+        .await
+        .expect("get versioning");
+    assert_eq!(state.status(), Some(&BucketVersioningStatus::Suspended));
+    assert_eq!(put_version(&s3, "k", &b).await, "null");
+    assert_eq!(put_version(&s3, "k", &c).await, "null");
+    assert_eq!(
+        refs(&gw, &b),
+        None,
+        "the replaced null version was released"
+    );
+    assert_eq!(get_bytes(&s3, BUCKET, "k").await, c);
+    assert_eq!(get_version(&s3, "k", &v1).await, a);
+    let ids: Vec<String> = list_all(&s3, BUCKET, "", 1000)
+        .await
+        .into_iter()
+        .map(|l| l.1)
+        .collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids.contains(&"null".to_string()) && ids.contains(&v1));
 
+    // DELETE writes a null delete marker, releasing the null object it replaces.
+    let marker = s3
+        .delete_object()
+        .bucket(BUCKET)
+        .key("k")
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(marker.delete_marker(), Some(true));
+    assert_eq!(marker.version_id(), Some("null"));
+    assert_eq!(refs(&gw, &c), None);
+    let gone = s3.get_object().bucket(BUCKET).key("k").send().await;
+    assert_eq!(s3_error(gone), (404, "NoSuchKey".to_string()));
+
+    // Enabled again: numbered versions on top, the null marker kept until removed by id.
+    enable_versioning(&s3, BUCKET).await;
+    let v3 = put_version(&s3, "k", &d).await;
+    assert_ne!(v3, "null");
+    let listed = list_all(&s3, BUCKET, "", 1).await;
+    assert_eq!(listed.len(), 3, "{listed:?}");
+    s3.delete_object()
+        .bucket(BUCKET)
+        .key("k")
+        .version_id("null")
+        .send()
+        .await
+        .expect("remove the null marker");
+    let listed = list_all(&s3, BUCKET, "", 1000).await;
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert_eq!(get_bytes(&s3, BUCKET, "k").await, d);
+    assert_eq!(refs(&gw, &a), Some(1));
     gw.kill9();
     e2e::assert_fsck_clean(gw.data_dir());
 }

@@ -56,9 +56,6 @@ pub async fn put(app: &AppState, bucket: &str, req: Request) -> Result<Response,
     match state {
         None => {}
         Some(s) if s == current => {}
-        Some(Versioning::Suspended) => {
-            return Err(S3Error::not_implemented("suspending versioning"));
-        }
         Some(state) => {
             // Expiry on a versioned bucket means delete markers and noncurrent versions,
             // which the lifecycle worker does not handle yet: refused rather than a worker

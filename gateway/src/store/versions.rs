@@ -122,12 +122,12 @@ impl ObjectStore {
         Ok(self.bucket(bucket).await?.versioning)
     }
 
-    /// Turns versioning on (Enabled) for good; Suspended is not supported yet.
+    /// Sets the bucket's versioning: Enabled or Suspended (never back to unversioned).
     pub async fn set_versioning(&self, bucket: &str, state: Versioning) -> Result<(), StoreError> {
-        if state != Versioning::Enabled {
-            return Err(StoreError::IllegalVersioning(format!(
-                "versioning state {state:?} is not supported by this gateway yet"
-            )));
+        if state == Versioning::Unversioned {
+            return Err(StoreError::IllegalVersioning(
+                "a bucket cannot return to unversioned".to_string(),
+            ));
         }
         let cmd = Command::SetBucketVersioning {
             bucket: bucket.to_string(),

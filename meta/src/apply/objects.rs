@@ -81,8 +81,9 @@ pub(super) fn delete(
     key: &str,
     now_secs: u64,
 ) -> Result<Response, MetaError> {
-    if versions::versioning_of(txn, bucket)? != Versioning::Unversioned {
-        return versions::add_marker(txn, bucket, key, now_secs.saturating_mul(1000));
+    let versioning = versions::versioning_of(txn, bucket)?;
+    if versioning != Versioning::Unversioned {
+        return versions::add_marker(txn, bucket, key, versioning, now_secs);
     }
     let removed = remove_object(txn, bucket, key)?;
     let released = match &removed {
@@ -198,8 +199,9 @@ pub(super) fn store_object(
 ) -> Result<Response, MetaError> {
     let seq = versions::next_seq(txn)?;
     let record = object.clone().into_record(seq);
-    if versions::versioning_of(txn, bucket)? != Versioning::Unversioned {
-        return versions::put(txn, bucket, key, &record, now_secs.saturating_mul(1000));
+    let versioning = versions::versioning_of(txn, bucket)?;
+    if versioning != Versioning::Unversioned {
+        return versions::put(txn, bucket, key, &record, versioning, now_secs);
     }
     let bytes = tables::encode_versioned(&record)?;
     let replaced = match txn

@@ -12,9 +12,12 @@ use placement::Magic;
 use redb::{ReadableTable, WriteTransaction};
 
 use super::refs::release;
-use crate::tables::{BUCKETS, BucketRecord, COUNTERS, OBJECT_SEQ, OBJECTS, ObjectRecord, VERSIONS};
+use crate::tables::{
+    BUCKETS, BucketRecord, COUNTERS, NULL_VERSIONS, OBJECT_SEQ, OBJECTS, ObjectRecord, VERSIONS,
+};
 use crate::versions::{
-    VersionId, VersionRecord, VersionStamp, Versioning, decode_current, encode_current, order_of,
+    VersionId, VersionRecord, VersionStamp, Versioning, decode_current, encode_current,
+    null_number, order_of,
 };
 use crate::{MetaError, Response};
 
@@ -26,16 +29,17 @@ pub(super) fn versioning_of(txn: &WriteTransaction, bucket: &str) -> Result<Vers
     }
 }
 
-/// `SetBucketVersioning`: Enabled (Suspended comes with the null-version index).
+/// `SetBucketVersioning`: Enabled or Suspended, from any state; never back to Unversioned
+/// (S3 has no way back: the versions a bucket keeps need their ids).
 pub(super) fn set_versioning(
     txn: &WriteTransaction,
     bucket: &str,
     state: Versioning,
 ) -> Result<Response, MetaError> {
-    if state != Versioning::Enabled {
-        return Err(MetaError::InvalidCommand(format!(
-            "versioning cannot be set to {state:?}"
-        )));
+    if state == Versioning::Unversioned {
+        return Err(MetaError::InvalidCommand(
+            "a bucket cannot return to unversioned".to_string(),
+        ));
     }
     let mut buckets = txn.open_table(BUCKETS)?;
     let mut record = match buckets.get(bucket)? {
@@ -78,6 +82,94 @@ fn newest_entry(
     }
 }
 
+/// Adds a `versions` entry under its number, indexing it when it is the null version.
+fn insert_entry(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    entry: &VersionRecord,
+) -> Result<(), MetaError> {
+    let stamp = entry.stamp();
+    txn.open_table(VERSIONS)?.insert(
+        (bucket, key.as_bytes(), order_of(stamp.number)),
+        entry.encode()?.as_slice(),
+    )?;
+    if stamp.null {
+        txn.open_table(NULL_VERSIONS)?
+            .insert((bucket, key.as_bytes()), stamp.number)?;
+    }
+    Ok(())
+}
+
+/// Removes the `versions` entry with this number (and its null index).
+fn remove_entry(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    number: u64,
+) -> Result<Option<VersionRecord>, MetaError> {
+    let removed = txn
+        .open_table(VERSIONS)?
+        .remove((bucket, key.as_bytes(), order_of(number)))?
+        .map(|v| VersionRecord::decode(v.value()))
+        .transpose()?;
+    if removed.as_ref().is_some_and(|e| e.stamp().null) {
+        txn.open_table(NULL_VERSIONS)?
+            .remove((bucket, key.as_bytes()))?;
+    }
+    Ok(removed)
+}
+
+/// A suspended bucket's write replaces the key's null version: it goes wherever it is
+/// (the current object, or an entry of `versions`), releasing an object's content once.
+fn drop_null(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    now_secs: u64,
+) -> Result<(), MetaError> {
+    let current = txn
+        .open_table(OBJECTS)?
+        .get((bucket, key.as_bytes()))?
+        .map(|v| decode_current(v.value()))
+        .transpose()?;
+    if let Some((record, stamp)) = current
+        && stamp.null
+    {
+        txn.open_table(OBJECTS)?.remove((bucket, key.as_bytes()))?;
+        release(txn, &record.sha1, record.magic, now_secs)?;
+        return Ok(());
+    }
+    let number = null_number(&txn.open_table(NULL_VERSIONS)?, bucket, key)?;
+    if let Some(number) = number
+        && let Some(VersionRecord::Object { record, .. }) = remove_entry(txn, bucket, key, number)?
+    {
+        release(txn, &record.sha1, record.magic, now_secs)?;
+    }
+    Ok(())
+}
+
+/// The highest number the key has in either table.
+fn highest_number(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<u64>, MetaError> {
+    if let Some(v) = txn.open_table(OBJECTS)?.get((bucket, key.as_bytes()))? {
+        return Ok(Some(decode_current(v.value())?.1.number));
+    }
+    Ok(newest_entry(txn, bucket, key)?.map(|(n, _)| n))
+}
+
+/// The stamp of a new version: the next number, null in a suspended bucket (whose old
+/// null version `drop_null` has removed first).
+fn next_stamp(highest: Option<u64>, versioning: Versioning) -> VersionStamp {
+    VersionStamp {
+        number: highest.map_or(1, |n| n + 1),
+        null: versioning == Versioning::Suspended,
+    }
+}
+
 /// Moves the current object version of a key (if any) to `versions`, as noncurrent since
 /// `now_ms`; the highest number the key has in either table after it.
 fn retire_current(
@@ -98,10 +190,7 @@ fn retire_current(
                 stamp,
                 noncurrent_since_ms: now_ms,
             };
-            txn.open_table(VERSIONS)?.insert(
-                (bucket, key.as_bytes(), order_of(stamp.number)),
-                entry.encode()?.as_slice(),
-            )?;
+            insert_entry(txn, bucket, key, &entry)?;
             // It was newer than every entry there (invariant 1).
             Ok(Some(stamp.number))
         }
@@ -109,20 +198,22 @@ fn retire_current(
     }
 }
 
-/// An Enabled bucket's PUT (or copy, or completion) of `record`, whose content is already
-/// referenced: the current version becomes noncurrent, `record` the current one.
+/// A versioned bucket's PUT (or copy, or completion) of `record`, whose content is
+/// already referenced: the current version becomes noncurrent and `record` the current
+/// one. In a suspended bucket `record` is the null version, replacing the old one.
 pub(super) fn put(
     txn: &WriteTransaction,
     bucket: &str,
     key: &str,
     record: &ObjectRecord,
-    now_ms: u64,
+    versioning: Versioning,
+    now_secs: u64,
 ) -> Result<Response, MetaError> {
-    let highest = retire_current(txn, bucket, key, now_ms)?;
-    let stamp = VersionStamp {
-        number: highest.map_or(1, |n| n + 1),
-        null: false,
-    };
+    if versioning == Versioning::Suspended {
+        drop_null(txn, bucket, key, now_secs)?;
+    }
+    retire_current(txn, bucket, key, now_secs.saturating_mul(1000))?;
+    let stamp = next_stamp(highest_number(txn, bucket, key)?, versioning);
     txn.open_table(OBJECTS)?.insert(
         (bucket, key.as_bytes()),
         encode_current(record, stamp)?.as_slice(),
@@ -133,21 +224,23 @@ pub(super) fn put(
     })
 }
 
-/// An Enabled bucket's DELETE without a version id: the current version becomes
+/// A versioned bucket's DELETE without a version id: the current version becomes
 /// noncurrent and a delete marker the newest version (even where there was no object,
-/// as S3 does).
+/// as S3 does). In a suspended bucket the marker is the null version, replacing the old.
 pub(super) fn add_marker(
     txn: &WriteTransaction,
     bucket: &str,
     key: &str,
-    now_ms: u64,
+    versioning: Versioning,
+    now_secs: u64,
 ) -> Result<Response, MetaError> {
     let seq = next_seq(txn)?;
-    let highest = retire_current(txn, bucket, key, now_ms)?;
-    let stamp = VersionStamp {
-        number: highest.map_or(1, |n| n + 1),
-        null: false,
-    };
+    if versioning == Versioning::Suspended {
+        drop_null(txn, bucket, key, now_secs)?;
+    }
+    let now_ms = now_secs.saturating_mul(1000);
+    retire_current(txn, bucket, key, now_ms)?;
+    let stamp = next_stamp(highest_number(txn, bucket, key)?, versioning);
     // Any nonzero value: the seq's low bits differ between the markers of a key.
     let magic = Magic::new((seq as u32).max(1))
         .map_err(|e| MetaError::Unexpected(format!("marker magic: {e}")))?;
@@ -156,10 +249,7 @@ pub(super) fn add_marker(
         created_ms: now_ms,
         magic,
     };
-    txn.open_table(VERSIONS)?.insert(
-        (bucket, key.as_bytes(), order_of(stamp.number)),
-        marker.encode()?.as_slice(),
-    )?;
+    insert_entry(txn, bucket, key, &marker)?;
     Ok(Response::MarkerAdded {
         version_id: stamp.id(magic),
     })
@@ -192,10 +282,12 @@ pub(super) fn delete_version(
             marker: false,
         });
     }
-    // The null version of an Enabled bucket is one from before versioning: number 0.
     let number = match id {
         VersionId::Numbered { number, .. } => number,
-        VersionId::Null => 0,
+        VersionId::Null => match null_number(&txn.open_table(NULL_VERSIONS)?, bucket, key)? {
+            Some(number) => number,
+            None => return Err(MetaError::NoSuchVersion),
+        },
     };
     let entry = {
         let table = txn.open_table(VERSIONS)?;
@@ -211,8 +303,7 @@ pub(super) fn delete_version(
     }
     let was_newest =
         current.is_none() && newest_entry(txn, bucket, key)?.is_some_and(|(n, _)| n == number);
-    txn.open_table(VERSIONS)?
-        .remove((bucket, k, order_of(number)))?;
+    remove_entry(txn, bucket, key, number)?;
     let marker = match &entry {
         VersionRecord::Object { record, .. } => {
             release(txn, &record.sha1, record.magic, now_secs)?;
@@ -235,8 +326,7 @@ fn promote(txn: &WriteTransaction, bucket: &str, key: &str) -> Result<(), MetaEr
     if let Some((number, VersionRecord::Object { record, stamp, .. })) =
         newest_entry(txn, bucket, key)?
     {
-        txn.open_table(VERSIONS)?
-            .remove((bucket, key.as_bytes(), order_of(number)))?;
+        remove_entry(txn, bucket, key, number)?;
         txn.open_table(OBJECTS)?.insert(
             (bucket, key.as_bytes()),
             encode_current(&record, stamp)?.as_slice(),

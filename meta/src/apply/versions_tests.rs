@@ -1,6 +1,7 @@
 //! Versioned buckets against a model: a seeded random sequence of PUTs, DELETEs (delete
 //! markers) and DELETEs of one version, on a few keys whose first versions come from
-//! before versioning, checked after every step: the versions of each key newest first
+//! before versioning, with versioning suspended and enabled again now and then (a
+//! suspended write replaces the null version wherever it is), checked after every step: the versions of each key newest first
 //! with their ids and kinds, the current version, the design's invariants, and every
 //! content's reference count in FileDB (one per object version).
 
@@ -9,7 +10,7 @@ use std::collections::BTreeMap;
 use placement::{Magic, PairId, Sha1};
 use redb::ReadableDatabase;
 
-use crate::tables::{OBJECTS, VERSIONS};
+use crate::tables::{NULL_VERSIONS, OBJECTS, VERSIONS};
 use crate::versions::{VersionId, VersionRecord, Versioning, decode_current};
 use crate::{Command, ContentSource, MetaError, MetaStore, NewObject, Response};
 
@@ -81,6 +82,24 @@ fn check_invariants(s: &MetaStore, key: &str) {
     for (number, entry) in &entries {
         assert_eq!(*number, entry.stamp().number, "{key}: keyed by its number");
     }
+    // Invariant 3, and the null index names exactly the null entry of `versions`.
+    let nulls: Vec<u64> = entries
+        .iter()
+        .filter(|(_, e)| e.stamp().null)
+        .map(|(n, _)| *n)
+        .collect();
+    let current_null = current.as_ref().is_some_and(|(_, stamp)| stamp.null);
+    assert!(
+        nulls.len() + usize::from(current_null) <= 1,
+        "{key}: invariant 3, one null version at most"
+    );
+    let indexed = txn
+        .open_table(NULL_VERSIONS)
+        .unwrap()
+        .get(("bkt", key.as_bytes()))
+        .unwrap()
+        .map(|v| v.value());
+    assert_eq!(indexed, nulls.first().copied(), "{key}: the null index");
     match (&current, entries.first()) {
         (Some((_, stamp)), Some((newest, _))) => {
             assert!(stamp.number > *newest, "{key}: invariant 1")
@@ -120,9 +139,24 @@ fn versions_follow_the_model_through_random_writes() {
     .unwrap();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let (mut puts, mut markers, mut removed, mut missing) = (0, 0, 0, 0);
+    let (mut state, mut suspended_writes) = (Versioning::Enabled, 0);
     for step in 0..STEPS {
+        if rng.below(30) == 0 {
+            // Suspend, or enable again: the versions stay as they are.
+            state = match state {
+                Versioning::Enabled => Versioning::Suspended,
+                _ => Versioning::Enabled,
+            };
+            s.execute(&Command::SetBucketVersioning {
+                bucket: "bkt".into(),
+                state,
+            })
+            .unwrap();
+        }
         let key = KEYS[rng.below(KEYS.len() as u64) as usize];
         let versions = model.get_mut(key).unwrap();
+        // A suspended bucket's write replaces the null version, wherever it is.
+        let suspended = state == Versioning::Suspended;
         match rng.below(10) {
             0..=4 => {
                 let n = rng.below(6) as u8 + 1;
@@ -130,6 +164,11 @@ fn versions_follow_the_model_through_random_writes() {
                 let Response::VersionStored { version_id, .. } = put(&s, key, n, magic) else {
                     panic!("step {step}: a versioned PUT answers its version");
                 };
+                if suspended {
+                    assert_eq!(version_id, "null", "step {step}");
+                    versions.retain(|m| m.id != "null");
+                    suspended_writes += 1;
+                }
                 versions.insert(
                     0,
                     Model {
@@ -150,6 +189,11 @@ fn versions_follow_the_model_through_random_writes() {
                 let Response::MarkerAdded { version_id } = r else {
                     panic!("step {step}: {r:?}");
                 };
+                if suspended {
+                    assert_eq!(version_id, "null", "step {step}");
+                    versions.retain(|m| m.id != "null");
+                    suspended_writes += 1;
+                }
                 versions.insert(
                     0,
                     Model {
@@ -236,8 +280,8 @@ fn versions_follow_the_model_through_random_writes() {
         }
     }
     assert!(
-        puts > 100 && markers > 50 && removed > 50 && missing > 5,
-        "{puts} {markers} {removed} {missing}"
+        puts > 100 && markers > 50 && removed > 50 && missing > 5 && suspended_writes > 30,
+        "{puts} {markers} {removed} {missing} {suspended_writes}"
     );
 
     // A bucket with versions left is not empty; once every version is gone, it deletes.
@@ -263,7 +307,7 @@ fn versions_follow_the_model_through_random_writes() {
 }
 
 #[test]
-fn only_enabled_is_set_and_many_key_deletes_wait_for_their_step() {
+fn never_back_to_unversioned_and_many_key_deletes_wait_for_their_step() {
     let dir = tempfile::tempdir().unwrap();
     let s = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
     s.execute(&Command::CreateBucket {
@@ -271,13 +315,11 @@ fn only_enabled_is_set_and_many_key_deletes_wait_for_their_step() {
         created_ms: 1,
     })
     .unwrap();
-    for state in [Versioning::Unversioned, Versioning::Suspended] {
-        let r = s.execute(&Command::SetBucketVersioning {
-            bucket: "bkt".into(),
-            state,
-        });
-        assert!(matches!(r, Err(MetaError::InvalidCommand(_))), "{state:?}");
-    }
+    let r = s.execute(&Command::SetBucketVersioning {
+        bucket: "bkt".into(),
+        state: Versioning::Unversioned,
+    });
+    assert!(matches!(r, Err(MetaError::InvalidCommand(_))), "{r:?}");
     let r = s.execute(&Command::SetBucketVersioning {
         bucket: "nope".into(),
         state: Versioning::Enabled,

@@ -29,7 +29,8 @@ use super::super::keys::KEYS;
 use super::super::lifecycle::LIFECYCLE;
 use super::super::native_refs::{self, NATIVE_REFS};
 use super::super::tables::{
-    BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS, VERSIONS,
+    BUCKETS, COUNTERS, DELETING, FILES, NULL_VERSIONS, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
+    VERSIONS,
 };
 
 const MAGIC: &[u8; 8] = b"DGWSNAP1";
@@ -143,6 +144,7 @@ macro_rules! for_each_table {
         $m!(11u8, KEYS, $($args)*);
         $m!(12u8, JOBS, $($args)*);
         $m!(13u8, VERSIONS, $($args)*);
+        $m!(14u8, NULL_VERSIONS, $($args)*);
     }};
 }
 
@@ -385,8 +387,8 @@ pub fn digest(db: &Database) -> Result<Digest, SnapshotError> {
         ($tag:expr, $def:expr,) => {
             // A table added by a newer format is left out while it is empty, so that
             // the members of two releases agree during a rolling upgrade.
-            let newer_and_empty =
-                $def.name() == VERSIONS.name() && txn.open_table($def)?.is_empty()?;
+            let newer_and_empty = [VERSIONS.name(), NULL_VERSIONS.name()].contains(&$def.name())
+                && txn.open_table($def)?.is_empty()?;
             if $def.name() != RAFT_STATE.name() && !newer_and_empty {
                 let mut h = HashWriter(<sha2::Sha256 as sha2::Digest>::new());
                 dump_table(&txn, $def, $tag, &mut h)?;

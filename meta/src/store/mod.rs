@@ -23,7 +23,8 @@ use redb::{Database, ReadableDatabase};
 use crate::jobs::JOBS;
 use crate::lifecycle::LIFECYCLE;
 use crate::tables::{
-    BUCKETS, COUNTERS, DELETING, FILES, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS, VERSIONS,
+    BUCKETS, COUNTERS, DELETING, FILES, NULL_VERSIONS, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
+    VERSIONS,
 };
 use crate::{Command, MetaError, Response, apply, cluster_version, keys, native_refs, raft};
 
@@ -75,6 +76,7 @@ impl MetaStore {
         txn.open_table(BUCKETS)?;
         txn.open_table(OBJECTS)?;
         txn.open_table(VERSIONS)?;
+        txn.open_table(NULL_VERSIONS)?;
         txn.open_table(COUNTERS)?;
         txn.open_table(UPLOADS)?;
         txn.open_table(PARTS)?;

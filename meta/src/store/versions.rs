@@ -5,9 +5,9 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use super::MetaStore;
 use crate::MetaError;
-use crate::tables::{BUCKETS, BucketRecord, OBJECTS, ObjectRecord, VERSIONS};
+use crate::tables::{BUCKETS, BucketRecord, NULL_VERSIONS, OBJECTS, ObjectRecord, VERSIONS};
 use crate::versions::{
-    VersionId, VersionRecord, VersionView, Versioning, decode_current, order_of,
+    VersionId, VersionRecord, VersionView, Versioning, decode_current, null_number, order_of,
 };
 
 /// What a GET or HEAD without a version id finds at a key.
@@ -109,7 +109,10 @@ impl MetaStore {
         }
         let number = match id {
             VersionId::Numbered { number, .. } => number,
-            VersionId::Null => 0,
+            VersionId::Null => match null_number(&txn.open_table(NULL_VERSIONS)?, bucket, key)? {
+                Some(number) => number,
+                None => return Ok(None),
+            },
         };
         let table = txn.open_table(VERSIONS)?;
         let entry = match table.get((bucket, k, order_of(number)))? {
