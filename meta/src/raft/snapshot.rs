@@ -423,8 +423,8 @@ mod tests {
     use crate::MetaStore;
     use crate::versions::{VersionRecord, VersionStamp, order_of};
 
-    /// The `versions` table travels in snapshots, and stays out of the digest while empty
-    /// (members of the release before it have no such table).
+    /// The `versions` and `null_versions` tables travel in snapshots, and stay out of the
+    /// digest while empty (members of the release before them have no such tables).
     #[test]
     fn versions_travel_in_snapshots_and_join_the_digest_once_written() {
         let dir = tempfile::tempdir().unwrap();
@@ -447,9 +447,15 @@ mod tests {
                 record.encode().unwrap().as_slice(),
             )
             .unwrap();
+        assert!(!store.digest().unwrap().tables.contains_key("null_versions"));
+        txn.open_table(NULL_VERSIONS)
+            .unwrap()
+            .insert(("b", &b"k"[..]), 2)
+            .unwrap();
         txn.commit().unwrap();
         let want = store.digest().unwrap();
         assert!(want.tables.contains_key("versions"));
+        assert!(want.tables.contains_key("null_versions"));
 
         let file = dir.path().join("snap");
         let read = db.begin_read().unwrap();
@@ -461,5 +467,7 @@ mod tests {
         let table = txn.open_table(VERSIONS).unwrap();
         let got = table.get(("b", &b"k"[..], order_of(2))).unwrap().unwrap();
         assert_eq!(VersionRecord::decode(got.value()).unwrap(), record);
+        let index = txn.open_table(NULL_VERSIONS).unwrap();
+        assert_eq!(index.get(("b", &b"k"[..])).unwrap().unwrap().value(), 2);
     }
 }
