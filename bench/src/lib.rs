@@ -5,6 +5,7 @@
 //! client ([`s3`], [`load`]) and reports every figure beside the machine limit it is
 //! compared with ([`limits`]), measured in the same run. See `bench/README.md`.
 
+pub mod ab;
 pub mod cluster;
 pub mod compare;
 pub mod filedb_report;
@@ -23,4 +24,5 @@ pub mod s3;
 pub mod scratch;
 pub mod stats;
 pub mod tls;
+pub mod versioning;
 pub mod workloads;

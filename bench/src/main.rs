@@ -115,6 +115,8 @@ enum Workload {
     Jobs,
     /// 64 KiB and 8 MiB PUT/GET over HTTPS against plain HTTP, interleaved rounds
     Tls,
+    /// 64 KiB PUT/GET on a versioned bucket against an unversioned one, interleaved rounds
+    Versioning,
 }
 
 impl Args {
@@ -612,6 +614,10 @@ async fn run(args: Args) -> Result<Report, String> {
     // ---- HTTPS against plain HTTP, interleaved rounds ------------------------------------
     if args.runs(Workload::Tls) {
         bench::tls::run(&gateway_bin, &scratches, &compare, &mut rng, &mut report).await;
+    }
+    // ---- a versioned bucket against an unversioned one, interleaved rounds --------------
+    if args.runs(Workload::Versioning) {
+        bench::versioning::run(&gateway_bin, &scratches, &compare, &mut rng, &mut report).await;
     }
 
     report.note(format!(

@@ -22,8 +22,9 @@ use rustls::crypto::aws_lc_rs;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, RootCertStore};
 
-use crate::compare::{Bodies, ComparePlan, Op, RoundOut, op_row, rates, ratio_of, run_ops};
-use crate::report::{Report, Row, fmt_ratio};
+use crate::ab;
+use crate::compare::{ComparePlan, Op};
+use crate::report::Report;
 use crate::rng::Rng;
 use crate::s3::Client;
 use crate::scratch::Scratches;
@@ -107,7 +108,7 @@ enum Transport {
 }
 
 impl Transport {
-    fn label(self) -> &'static str {
+    const fn label(self) -> &'static str {
         match self {
             Transport::Http => "plain HTTP",
             Transport::Https => "HTTPS",
@@ -178,8 +179,30 @@ async fn negotiated(gw: &Gw, pki: &Pki) -> Result<String, String> {
     ))
 }
 
-fn progress(msg: &str) {
-    eprintln!("bench: {msg}");
+/// Plain HTTP (setup 0) and HTTPS (setup 1); the first HTTPS gateway also tells the TLS
+/// session its connections use.
+struct TlsSetups<'a> {
+    bin: &'a Path,
+    scratches: &'a Scratches,
+    pki: Pki,
+    session: Option<String>,
+}
+
+impl ab::Setups for TlsSetups<'_> {
+    const LABELS: [&'static str; 2] = [Transport::Http.label(), Transport::Https.label()];
+
+    async fn start(&mut self, which: usize, seed: u64) -> Result<Gw, String> {
+        let t = if which == 0 {
+            Transport::Http
+        } else {
+            Transport::Https
+        };
+        let gw = start(self.bin, self.scratches, &self.pki, t, seed).await?;
+        if t == Transport::Https && self.session.is_none() {
+            self.session = Some(negotiated(&gw, &self.pki).await?);
+        }
+        Ok(gw)
+    }
 }
 
 /// The rounds, then the rows.
@@ -198,87 +221,19 @@ pub async fn run(
         }
     };
     report.note(format!("HTTPS: {}", pki.describe));
-    // results[transport][round]
-    let mut results: [Vec<Option<RoundOut>>; 2] = [Vec::new(), Vec::new()];
-    let mut session: Option<String> = None;
-    for r in 0..plan.rounds {
-        let bodies = Bodies::new(rng, plan);
-        let seed = rng.next_u64();
-        let order = if r % 2 == 0 {
-            [Transport::Http, Transport::Https]
-        } else {
-            [Transport::Https, Transport::Http]
-        };
-        for t in order {
-            progress(&format!(
-                "HTTPS vs HTTP, round {}/{}: {}",
-                r + 1,
-                plan.rounds,
-                t.label()
-            ));
-            let out = async {
-                let gw = start(bin, scratches, &pki, t, seed).await?;
-                if t == Transport::Https && session.is_none() {
-                    session = Some(negotiated(&gw, &pki).await?);
-                }
-                run_ops(&gw.s3, &OPS, &bodies, plan).await
-            };
-            match out.await {
-                Ok(out) => results[t as usize].push(Some(out)),
-                Err(e) => {
-                    report.error(SEC, &format!("{}, round {}", t.label(), r + 1), e);
-                    results[t as usize].push(None);
-                }
-            }
-        }
-    }
-    if let Some(s) = session {
+    let mut setups = TlsSetups {
+        bin,
+        scratches,
+        pki,
+        session: None,
+    };
+    let target = ab::Target {
+        op: Op::Get8,
+        min: GET8_MIN,
+    };
+    ab::run(&mut setups, &OPS, SEC, &[target], plan, rng, report).await;
+    if let Some(s) = setups.session {
         report.info(SEC, "TLS session of the client's connections", s);
-    }
-    for t in [Transport::Http, Transport::Https] {
-        for op in OPS {
-            op_row(
-                report,
-                SEC,
-                t.label(),
-                op,
-                &results[t as usize],
-                plan.rounds,
-            );
-        }
-    }
-    for op in OPS {
-        let (http, https) = (
-            rates(&results[Transport::Http as usize], op),
-            rates(&results[Transport::Https as usize], op),
-        );
-        let Some((r, ma, mb, per)) = ratio_of(&https, &http) else {
-            continue;
-        };
-        let figure = format!("{}: HTTPS / plain HTTP", op.label());
-        let measured = format!("{ma:.0} vs {mb:.0} {} (per round: {per})", op.unit());
-        let compared_with = format!("plain HTTP, median {mb:.0} {}", op.unit());
-        if op == Op::Get8 {
-            report.target(
-                SEC,
-                &figure,
-                measured,
-                compared_with,
-                r,
-                &format!(">= {GET8_MIN:.2}x"),
-                r >= GET8_MIN,
-                String::new(),
-            );
-        } else {
-            report.push(Row {
-                section: SEC.into(),
-                figure,
-                measured,
-                compared_with,
-                ratio: fmt_ratio(r),
-                ..Row::default()
-            });
-        }
     }
 }
 
