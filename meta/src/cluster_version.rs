@@ -40,7 +40,10 @@ impl Command {
         match self {
             Command::SetClusterVersion { .. } => 2,
             Command::Conditional { .. } | Command::DeleteObjectsMatching { .. } => 3,
-            Command::SetBucketVersioning { .. } | Command::DeleteVersion { .. } => 4,
+            Command::SetBucketVersioning { .. }
+            | Command::DeleteVersion { .. }
+            | Command::SetBucketLifecycleWithVersions { .. }
+            | Command::ExpireVersions { .. } => 4,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

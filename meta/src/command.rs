@@ -9,7 +9,7 @@ use placement::{Magic, PairFlags, PairId, PairRecord, Sha1};
 use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
-use crate::lifecycle::rules::LifecycleRule;
+use crate::lifecycle::rules::{LifecycleRule, VersionActions};
 use crate::versions::{VersionId, Versioning};
 
 use super::jobs::{JobOp, JobRecord, JobState};
@@ -314,9 +314,52 @@ pub enum Command {
         version: VersionId,
         now_secs: u64,
     },
+    /// `SetBucketLifecycle` whose rules act on versions: each rule's
+    /// [`VersionActions`] travel beside it (`versions[i]` is `rules[i]`'s), since a rule's
+    /// own encoding predates them. Format version 4.
+    SetBucketLifecycleWithVersions {
+        bucket: String,
+        rules: Option<Vec<LifecycleRule>>,
+        versions: Vec<VersionActions>,
+    },
+    /// The lifecycle worker's batch over a versioned bucket's `versions` table: removes
+    /// each `(key, number)` that the bucket's current rules expire by `now_secs` (a
+    /// noncurrent version past its NoncurrentDays and beyond its NewerNoncurrentVersions,
+    /// or a delete marker that is its key's only version), releasing an object version's
+    /// content once; then records `resume_after` as that pass's cursor. At most 1000
+    /// entries. Answers `ObjectsDeleted`. Format version 4.
+    ExpireVersions {
+        bucket: String,
+        versions: Vec<(String, u64)>,
+        resume_after: Option<(String, u64)>,
+        day_secs: u64,
+        now_secs: u64,
+    },
 }
 
 impl Command {
+    /// The command that sets a bucket's lifecycle `rules` (None: removes them): the one
+    /// every release knows unless a rule acts on versions, else the one whose version
+    /// actions travel beside the rules (which is how they are encoded).
+    pub fn set_lifecycle(bucket: String, rules: Option<Vec<LifecycleRule>>) -> Command {
+        let on_versions = rules
+            .as_ref()
+            .is_some_and(|r| r.iter().any(|r| !r.versions.is_none()));
+        if !on_versions {
+            return Command::SetBucketLifecycle { bucket, rules };
+        }
+        let mut rules = rules.unwrap_or_default();
+        let versions = rules
+            .iter_mut()
+            .map(|r| std::mem::take(&mut r.versions))
+            .collect();
+        Command::SetBucketLifecycleWithVersions {
+            bucket,
+            rules: Some(rules),
+            versions,
+        }
+    }
+
     /// Whether applying the command may change the `keys` table, whose in-memory copy
     /// must then be reloaded. DeleteBucket (and a delete-bucket job's end) drops the
     /// bucket's grants.

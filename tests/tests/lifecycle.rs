@@ -647,10 +647,10 @@ async fn lifecycle_configurations_are_validated_like_s3() {
     );
     assert_eq!(
         put_raw(with(
-            "<Filter/><NoncurrentVersionExpiration><NoncurrentDays>1</NoncurrentDays></NoncurrentVersionExpiration>"
+            "<Filter/><NoncurrentVersionTransition><NoncurrentDays>1</NoncurrentDays><StorageClass>GLACIER</StorageClass></NoncurrentVersionTransition>"
         )),
         not_implemented,
-        "noncurrent versions"
+        "noncurrent version transition"
     );
     assert_eq!(
         put_raw(with(
@@ -731,6 +731,175 @@ async fn expiry_goes_on_after_kill_9() {
     wait_for(&gw, "the rules acting after the restart", 30, || {
         keys_now(&s3, "bkt") == ["kept"]
     });
+    gw.kill9();
+    assert_fsck_clean(&gw);
+}
+
+/// The versions of `key` (ids, newest first) and whether each is a delete marker.
+fn versions_now(s3: &Client, bucket: &str, key: &str) -> Vec<(String, bool)> {
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::block_in_place(|| {
+        handle.block_on(async {
+            let out = s3
+                .list_object_versions()
+                .bucket(bucket)
+                .prefix(key)
+                .send()
+                .await
+                .expect("ListObjectVersions");
+            let mut all: Vec<(String, bool, i64)> = Vec::new();
+            for v in out.versions().iter().filter(|v| v.key() == Some(key)) {
+                let modified = v.last_modified().map_or(0, |t| t.to_millis().unwrap_or(0));
+                all.push((v.version_id().unwrap_or("").to_string(), false, modified));
+            }
+            for m in out.delete_markers().iter().filter(|m| m.key() == Some(key)) {
+                let modified = m.last_modified().map_or(0, |t| t.to_millis().unwrap_or(0));
+                all.push((m.version_id().unwrap_or("").to_string(), true, modified));
+            }
+            // Newest first; numbered ids of one key sort by their number.
+            all.sort_by(|a, b| b.0.cmp(&a.0));
+            all.into_iter()
+                .map(|(id, marker, _)| (id, marker))
+                .collect()
+        })
+    })
+}
+
+/// Lifecycle on a versioned bucket, with days of 2 s: noncurrent versions go once their
+/// NoncurrentDays have passed, beyond the newest NewerNoncurrentVersions kept (their
+/// content released); a delete marker left alone goes (ExpiredObjectDeleteMarker); an
+/// expired current version gets a delete marker on top and stays readable by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expiry_on_a_versioned_bucket_keeps_versions_by_the_rules() {
+    use aws_sdk_s3::types::{
+        BucketVersioningStatus, NoncurrentVersionExpiration, VersioningConfiguration,
+    };
+    let conf = ConfigFile::new("[valkyrie]\ndeletion_interval_secs = 1\n");
+    let mut gw = start(&conf, &["--lifecycle-day-secs", "2"]);
+    let s3 = gw.client();
+    create_bucket(&s3, "vers").await;
+    s3.put_bucket_versioning()
+        .bucket("vers")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("enable versioning");
+    let (b1, b2, b3, b4) = (
+        random_body(71, 3000),
+        random_body(72, 3100),
+        random_body(73, 3200),
+        random_body(74, 3300),
+    );
+    let put = |key: &'static str, body: Vec<u8>| {
+        let s3 = s3.clone();
+        async move {
+            s3.put_object()
+                .bucket("vers")
+                .key(key)
+                .body(ByteStream::from(body))
+                .send()
+                .await
+                .expect("put")
+                .version_id()
+                .expect("version id")
+                .to_string()
+        }
+    };
+    let v1 = put("mail/a", b1.clone()).await;
+    let v2 = put("mail/a", b2.clone()).await;
+    let v3 = put("mail/a", b3.clone()).await;
+    // A key whose only version will be a delete marker.
+    let lone = put("mail/lone", b4.clone()).await;
+    s3.delete_object()
+        .bucket("vers")
+        .key("mail/lone")
+        .send()
+        .await
+        .expect("marker");
+    s3.delete_object()
+        .bucket("vers")
+        .key("mail/lone")
+        .version_id(&lone)
+        .send()
+        .await
+        .expect("remove the version under the marker");
+    let current = put("tmp/x", b4.clone()).await;
+
+    let versions_rule = rule("versions", prefix("mail/"))
+        .noncurrent_version_expiration(
+            NoncurrentVersionExpiration::builder()
+                .noncurrent_days(1)
+                .newer_noncurrent_versions(1)
+                .build(),
+        )
+        .expiration(
+            LifecycleExpiration::builder()
+                .expired_object_delete_marker(true)
+                .build(),
+        )
+        .build()
+        .expect("rule");
+    let current_rule = rule("current", prefix("tmp/"))
+        .expiration(days(1))
+        .build()
+        .expect("rule");
+    put_rules(&s3, "vers", vec![versions_rule, current_rule]).await;
+    let got = s3
+        .get_bucket_lifecycle_configuration()
+        .bucket("vers")
+        .send()
+        .await
+        .expect("get rules");
+    let versions_got = got.rules()[0]
+        .noncurrent_version_expiration()
+        .expect("noncurrent expiration kept");
+    assert_eq!(versions_got.noncurrent_days(), Some(1));
+    assert_eq!(versions_got.newer_noncurrent_versions(), Some(1));
+
+    let started = Instant::now();
+    wait_for(
+        &gw,
+        "v1 expired, v2 kept as the one newer noncurrent",
+        30,
+        || versions_now(&s3, "vers", "mail/a") == [(v3.clone(), false), (v2.clone(), false)],
+    );
+    wait_for(&gw, "the lone delete marker removed", 30, || {
+        versions_now(&s3, "vers", "mail/lone").is_empty()
+    });
+    wait_for(&gw, "a delete marker on top of tmp/x", 30, || {
+        let v = versions_now(&s3, "vers", "tmp/x");
+        v.len() == 2 && v[0].1 && v[1] == (current.clone(), false)
+    });
+    println!("versions expired by the rules in {:?}", started.elapsed());
+    let gone = s3.get_object().bucket("vers").key("tmp/x").send().await;
+    assert_eq!(s3_error(gone), (404, "NoSuchKey".to_string()));
+    let kept = s3
+        .get_object()
+        .bucket("vers")
+        .key("tmp/x")
+        .version_id(&current)
+        .send()
+        .await
+        .expect("the expired version by id");
+    assert_eq!(kept.body.collect().await.expect("body").into_bytes(), b4);
+    let v1_gone = s3
+        .get_object()
+        .bucket("vers")
+        .key("mail/a")
+        .version_id(&v1)
+        .send()
+        .await;
+    assert_eq!(s3_error(v1_gone).1, "NoSuchVersion");
+    // v1's content had no other reference: released, and Valkyrie takes it off the disks.
+    wait_for(&gw, "v1's content off both disks", 30, || {
+        on_no_disk(&gw, &sha1_hex(&b1))
+    });
+    assert!(on_both_disks(&gw, &sha1_hex(&b2)));
+    assert_eq!(get_bytes(&s3, "vers", "mail/a").await, b3);
     gw.kill9();
     assert_fsck_clean(&gw);
 }

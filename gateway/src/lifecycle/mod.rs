@@ -19,7 +19,7 @@ pub mod pacing;
 pub mod worker;
 
 pub use meta::lifecycle::rules;
-pub use rules::{Expiration, LifecycleRule, RuleFilter};
+pub use rules::{Expiration, LifecycleRule, RuleFilter, VersionActions};
 
 /// Default length of a lifecycle day.
 pub const DAY_SECS_DEFAULT: u64 = 86_400;

@@ -7,8 +7,13 @@
 //! that transaction expire it, and releases its content exactly once; `AbortUpload`
 //! releases an upload's parts in the same transaction that drops it.
 //!
+//! On a versioned bucket, expiring a current version adds a delete marker (the same
+//! `ExpireObjects` command), and a second pass over the bucket's `versions` table sends
+//! `ExpireVersions` batches for noncurrent versions past their NoncurrentDays (beyond the
+//! NewerNoncurrentVersions kept) and delete markers left alone.
+//!
 //! Resuming: the object pass over each bucket keeps its cursor (the last key dealt with)
-//! in the bucket's `lifecycle` record, written by the same `ExpireObjects` commands, so a
+//! in the bucket's `lifecycle` record (the version pass its (key, number) beside it), written by the same `ExpireObjects` commands, so a
 //! restart or a new leader continues where the last committed batch ended. The upload
 //! sweep keeps no cursor: uploads are few (bounded by `--upload-max-age-secs`), and
 //! restarting it from the first upload is cheap.
@@ -20,6 +25,7 @@ use super::Settings;
 use super::pacing::Pacer;
 use super::rules;
 use crate::store::ObjectStore;
+use meta::versions::VersionRecord;
 use meta::{Command, MetaError, Response};
 
 /// Index entries read per batch of the object pass (also the command's key bound).
@@ -45,6 +51,8 @@ fn now_secs() -> u64 {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct PassReport {
     pub objects_expired: u64,
+    /// Noncurrent versions and lone delete markers removed.
+    pub versions_expired: u64,
     pub uploads_aborted: u64,
 }
 
@@ -91,6 +99,7 @@ impl LifecycleWorker {
                 Ok(r) if r != PassReport::default() => {
                     tracing::info!(
                         expired = r.objects_expired,
+                        versions_expired = r.versions_expired,
                         uploads_aborted = r.uploads_aborted,
                         "lifecycle pass"
                     );
@@ -122,6 +131,15 @@ impl LifecycleWorker {
             {
                 report.objects_expired += self
                     .expire_bucket(&bucket, record.resume_after.clone())
+                    .await?;
+            }
+            if record
+                .rules
+                .iter()
+                .any(|r| r.enabled && !r.versions.is_none())
+            {
+                report.versions_expired += self
+                    .expire_versions(&bucket, record.versions_resume_after.clone())
                     .await?;
             }
         }
@@ -188,6 +206,91 @@ impl LifecycleWorker {
             match batch.last() {
                 Some((id, ..)) if batch.len() == UPLOAD_BATCH => after = Some(id.clone()),
                 _ => return Ok(aborted),
+            }
+        }
+    }
+
+    /// Continues the pass over `bucket`'s noncurrent versions and delete markers from
+    /// `resume_after` to its last entry: each batch sends the entries the rules may expire
+    /// (the command decides, counting newer versions and checking a marker is alone, in
+    /// its own transaction) and moves the cursor. Returns how many it removed.
+    async fn expire_versions(
+        &mut self,
+        bucket: &str,
+        mut resume_after: Option<(String, u64)>,
+    ) -> Result<u64, MetaError> {
+        let meta = self.store.metadata().clone();
+        let day_secs = self.settings.day_secs;
+        let mut expired = 0;
+        let mut unsaved_batches = 0u32;
+        loop {
+            let (b, from) = (bucket.to_string(), resume_after.clone());
+            let (rules, entries) = meta
+                .read_local(move |m| {
+                    let rules = m.lifecycle(&b)?.map(|r| r.rules).unwrap_or_default();
+                    let after = from.as_ref().map(|(k, n)| (k.as_str(), *n));
+                    Ok((rules, m.versions_after(&b, after, SCAN_BATCH)?))
+                })
+                .await?;
+            if rules.is_empty() {
+                return Ok(expired);
+            }
+            let now = now_secs();
+            let candidates: Vec<(String, u64)> = entries
+                .iter()
+                .filter(|(key, _, entry)| match entry {
+                    // Due by its days if nothing newer were kept: the command counts.
+                    VersionRecord::Object {
+                        record,
+                        noncurrent_since_ms,
+                        ..
+                    } => rules::noncurrent_due(
+                        &rules,
+                        key,
+                        record.size_bytes,
+                        noncurrent_since_ms / 1000,
+                        u32::MAX,
+                        day_secs,
+                        now,
+                    ),
+                    VersionRecord::DeleteMarker { .. } => rules::lone_marker_due(&rules, key),
+                })
+                .map(|(key, number, _)| (key.clone(), *number))
+                .collect();
+            let next = match entries.last() {
+                Some((key, number, _)) if entries.len() == SCAN_BATCH => {
+                    Some((key.clone(), *number))
+                }
+                _ => None,
+            };
+            unsaved_batches += 1;
+            let save = !candidates.is_empty()
+                || unsaved_batches >= CURSOR_SAVE_BATCHES
+                || (next.is_none() && resume_after.is_some());
+            let mut done = 0;
+            if save {
+                let cmd = Command::ExpireVersions {
+                    bucket: bucket.to_string(),
+                    versions: candidates,
+                    resume_after: next.clone(),
+                    day_secs,
+                    now_secs: now,
+                };
+                match self.store.execute(cmd).await {
+                    Ok(Response::ObjectsDeleted(removed)) => {
+                        done = removed.iter().filter(|r| **r).count();
+                    }
+                    Ok(other) => return Err(MetaError::Unexpected(format!("{other:?}"))),
+                    Err(MetaError::NoSuchBucket) => return Ok(expired),
+                    Err(e) => return Err(e),
+                }
+                unsaved_batches = 0;
+            }
+            expired += done as u64;
+            self.pacer.pace(done).await;
+            match next {
+                Some(_) => resume_after = next,
+                None => return Ok(expired),
             }
         }
     }

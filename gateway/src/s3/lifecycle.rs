@@ -5,9 +5,10 @@
 //! (a bad Status, a rule with two filters, an Expiration with both Days and Date),
 //! InvalidArgument for values out of range (Days 0, a Date not at midnight UTC, a duplicate
 //! or too long ID), InvalidRequest for a rule with no action or an upload abort with a size
-//! filter. Elements this gateway cannot honour (transitions to storage classes,
-//! noncurrent-version actions (buckets are unversioned), tag filters,
-//! ExpiredObjectDeleteMarker) are refused with NotImplemented, never stored and ignored.
+//! filter. NoncurrentVersionExpiration (NoncurrentDays, NewerNoncurrentVersions) and
+//! Expiration/ExpiredObjectDeleteMarker act on versioned buckets. Elements this gateway
+//! cannot honour (transitions to storage classes, tag filters) are refused with
+//! NotImplemented, never stored and ignored.
 
 use std::collections::HashSet;
 
@@ -19,7 +20,7 @@ use serde::Deserialize;
 use super::error::{ErrorCode, S3Error};
 use super::xml::XmlWriter;
 use crate::lifecycle::rules::{self, RULE_ID_CHARS_MAX, RULES_MAX};
-use crate::lifecycle::{Expiration, LifecycleRule, RuleFilter};
+use crate::lifecycle::{Expiration, LifecycleRule, RuleFilter, VersionActions};
 use crate::state::AppState;
 use crate::store::{ObjectStore, StoreError};
 use meta::{Command, ObjectRecord};
@@ -57,7 +58,15 @@ struct RuleXml {
     #[serde(rename = "NoncurrentVersionTransition")]
     noncurrent_transition: Option<Present>,
     #[serde(rename = "NoncurrentVersionExpiration")]
-    noncurrent_expiration: Option<Present>,
+    noncurrent_expiration: Option<NoncurrentXml>,
+}
+
+#[derive(Deserialize)]
+struct NoncurrentXml {
+    #[serde(rename = "NoncurrentDays")]
+    days: Option<String>,
+    #[serde(rename = "NewerNoncurrentVersions")]
+    newer: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -201,9 +210,9 @@ fn parse_rule(rule: RuleXml) -> Result<LifecycleRule, S3Error> {
     if rule.transition.is_some() || rule.transitions.is_some() {
         return Err(unsupported("Transition to another storage class"));
     }
-    if rule.noncurrent_transition.is_some() || rule.noncurrent_expiration.is_some() {
+    if rule.noncurrent_transition.is_some() {
         return Err(unsupported(
-            "A noncurrent-version action (buckets are unversioned)",
+            "NoncurrentVersionTransition to another storage class",
         ));
     }
     let enabled = match rule.status.as_deref() {
@@ -220,6 +229,7 @@ fn parse_rule(rule: RuleXml) -> Result<LifecycleRule, S3Error> {
         None => format!("{:016x}", rand::random::<u64>()),
     };
     let filter = parse_filter(&rule)?;
+    let mut versions = VersionActions::default();
     let expiration = match &rule.expiration {
         None => None,
         Some(e) => match (&e.days, &e.date, &e.delete_marker) {
@@ -228,10 +238,37 @@ fn parse_rule(rule: RuleXml) -> Result<LifecycleRule, S3Error> {
                 "'Days' for Expiration action must be a positive integer",
             )?)),
             (None, Some(d), None) => Some(Expiration::Date(parse_midnight(d)?)),
-            (None, None, Some(_)) => return Err(unsupported("ExpiredObjectDeleteMarker")),
+            (None, None, Some(m)) => {
+                versions.expired_object_delete_marker = match m.trim() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(malformed()),
+                };
+                None
+            }
+            // S3: ExpiredObjectDeleteMarker cannot be specified with Days or Date.
             _ => return Err(malformed()),
         },
     };
+    if let Some(n) = &rule.noncurrent_expiration {
+        let days = n.days.as_deref().ok_or_else(malformed)?;
+        versions.noncurrent_days = Some(positive_days(
+            days,
+            "'NoncurrentDays' for NoncurrentVersionExpiration action must be a positive integer",
+        )?);
+        versions.newer_noncurrent = match n.newer.as_deref() {
+            None => None,
+            Some(text) => {
+                let message =
+                    "'NewerNoncurrentVersions' must be a positive integer no greater than 100";
+                let newer = positive_days(text, message)?;
+                if newer > rules::NEWER_NONCURRENT_MAX {
+                    return Err(invalid(message));
+                }
+                Some(newer)
+            }
+        };
+    }
     let abort_upload_days = match &rule.abort {
         None => None,
         Some(AbortXml { days: Some(d) }) => Some(positive_days(
@@ -246,7 +283,7 @@ fn parse_rule(rule: RuleXml) -> Result<LifecycleRule, S3Error> {
             "AbortIncompleteMultipartUpload cannot be specified with an object size filter",
         ));
     }
-    if expiration.is_none() && abort_upload_days.is_none() {
+    if expiration.is_none() && abort_upload_days.is_none() && versions.is_none() {
         return Err(S3Error::new(
             ErrorCode::InvalidRequest,
             "At least one action needs to be specified in a rule",
@@ -258,6 +295,7 @@ fn parse_rule(rule: RuleXml) -> Result<LifecycleRule, S3Error> {
         filter,
         expiration,
         abort_upload_days,
+        versions,
     })
 }
 
@@ -333,7 +371,20 @@ pub fn render_configuration(rules: &[LifecycleRule]) -> Vec<u8> {
                 w.leaf("Date", &super::dates::iso8601(at.saturating_mul(1000)));
                 w.close("Expiration");
             }
+            None if r.versions.expired_object_delete_marker => {
+                w.open("Expiration");
+                w.leaf("ExpiredObjectDeleteMarker", "true");
+                w.close("Expiration");
+            }
             None => {}
+        }
+        if let Some(days) = r.versions.noncurrent_days {
+            w.open("NoncurrentVersionExpiration");
+            w.leaf("NoncurrentDays", &days.to_string());
+            if let Some(n) = r.versions.newer_noncurrent {
+                w.leaf("NewerNoncurrentVersions", &n.to_string());
+            }
+            w.close("NoncurrentVersionExpiration");
         }
         if let Some(d) = r.abort_upload_days {
             w.open("AbortIncompleteMultipartUpload");
@@ -349,13 +400,6 @@ pub fn render_configuration(rules: &[LifecycleRule]) -> Vec<u8> {
 pub async fn put(app: &AppState, bucket: &str, req: Request) -> Result<Response, S3Error> {
     let text = super::auth::read_xml_body(req.into_body(), LIFECYCLE_BODY_BYTES_MAX).await?;
     let rules = parse_configuration(&text)?;
-    // The worker does not yet expire noncurrent versions or add delete markers: refused
-    // rather than rules it cannot apply (see `docs/versions.md`).
-    if app.store.versioning(bucket).await? != meta::versions::Versioning::Unversioned {
-        return Err(S3Error::not_implemented(
-            "lifecycle rules on a versioned bucket",
-        ));
-    }
     app.store.set_lifecycle(bucket, Some(rules)).await?;
     Ok(StatusCode::OK.into_response())
 }
@@ -423,10 +467,7 @@ impl ObjectStore {
         bucket: &str,
         rules: Option<Vec<LifecycleRule>>,
     ) -> Result<(), StoreError> {
-        let cmd = Command::SetBucketLifecycle {
-            bucket: bucket.to_string(),
-            rules,
-        };
+        let cmd = Command::set_lifecycle(bucket.to_string(), rules);
         let done = self
             .execute(cmd)
             .await
@@ -508,6 +549,29 @@ mod tests {
         assert_eq!(again, rules);
     }
 
+    #[test]
+    fn version_actions_round_trip() {
+        let text = doc(
+            "<Rule><ID>v</ID><Filter><Prefix>mail/</Prefix></Filter><Status>Enabled</Status>\
+             <Expiration><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker></Expiration>\
+             <NoncurrentVersionExpiration><NoncurrentDays>30</NoncurrentDays>\
+             <NewerNoncurrentVersions>3</NewerNoncurrentVersions></NoncurrentVersionExpiration></Rule>",
+        );
+        let rules = parse_configuration(&text).unwrap();
+        assert_eq!(
+            rules[0].versions,
+            VersionActions {
+                noncurrent_days: Some(30),
+                newer_noncurrent: Some(3),
+                expired_object_delete_marker: true,
+            }
+        );
+        assert_eq!(rules[0].expiration, None);
+        let again =
+            parse_configuration(&String::from_utf8(render_configuration(&rules)).unwrap()).unwrap();
+        assert_eq!(again, rules);
+    }
+
     /// A prefix is matched byte for byte against keys: spaces around it are part of it,
     /// never trimmed (a trimmed " logs/" would expire every "logs/..." object).
     #[test]
@@ -584,10 +648,34 @@ mod tests {
         );
         assert_eq!(
             code(&rule(
-                "<Filter/><NoncurrentVersionExpiration><NoncurrentDays>1</NoncurrentDays></NoncurrentVersionExpiration>"
+                "<Filter/><NoncurrentVersionTransition><NoncurrentDays>1</NoncurrentDays><StorageClass>GLACIER</StorageClass></NoncurrentVersionTransition>"
             )),
             ErrorCode::NotImplemented
         );
+        for (bad, want) in [
+            (
+                "<NoncurrentVersionExpiration><NoncurrentDays>0</NoncurrentDays></NoncurrentVersionExpiration>",
+                ErrorCode::InvalidArgument,
+            ),
+            (
+                "<NoncurrentVersionExpiration><NewerNoncurrentVersions>2</NewerNoncurrentVersions></NoncurrentVersionExpiration>",
+                ErrorCode::MalformedXML,
+            ),
+            (
+                "<NoncurrentVersionExpiration><NoncurrentDays>1</NoncurrentDays><NewerNoncurrentVersions>101</NewerNoncurrentVersions></NoncurrentVersionExpiration>",
+                ErrorCode::InvalidArgument,
+            ),
+            (
+                "<Expiration><Days>1</Days><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker></Expiration>",
+                ErrorCode::MalformedXML,
+            ),
+            (
+                "<Expiration><ExpiredObjectDeleteMarker>yes</ExpiredObjectDeleteMarker></Expiration>",
+                ErrorCode::MalformedXML,
+            ),
+        ] {
+            assert_eq!(code(&rule(&format!("<Filter/>{bad}"))), want, "{bad}");
+        }
         assert_eq!(
             code(&rule(
                 "<Filter><Tag><Key>a</Key><Value>b</Value></Tag></Filter><Expiration><Days>1</Days></Expiration>"

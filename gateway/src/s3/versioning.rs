@@ -56,17 +56,7 @@ pub async fn put(app: &AppState, bucket: &str, req: Request) -> Result<Response,
     match state {
         None => {}
         Some(s) if s == current => {}
-        Some(state) => {
-            // Expiry on a versioned bucket means delete markers and noncurrent versions,
-            // which the lifecycle worker does not handle yet: refused rather than a worker
-            // that cannot do its job.
-            if app.store.lifecycle_local(bucket).await?.is_some() {
-                return Err(S3Error::not_implemented(
-                    "versioning on a bucket with lifecycle rules",
-                ));
-            }
-            app.store.set_versioning(bucket, state).await?;
-        }
+        Some(state) => app.store.set_versioning(bucket, state).await?,
     }
     Ok(StatusCode::OK.into_response())
 }

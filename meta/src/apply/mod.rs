@@ -114,6 +114,25 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             now_secs,
         } => files::dec(txn, sha1, *magic, *now_secs),
         Command::SetBucketLifecycle { bucket, rules } => buckets::set_lifecycle(txn, bucket, rules),
+        Command::SetBucketLifecycleWithVersions {
+            bucket,
+            rules,
+            versions,
+        } => {
+            let rules = rules
+                .clone()
+                .map(|r| crate::lifecycle::with_versions(r, versions))
+                .transpose()
+                .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
+            buckets::set_lifecycle(txn, bucket, &rules)
+        }
+        Command::ExpireVersions {
+            bucket,
+            versions: entries,
+            resume_after,
+            day_secs,
+            now_secs,
+        } => versions::expire_versions(txn, bucket, entries, resume_after, *day_secs, *now_secs),
         Command::ExpireObjects {
             bucket,
             objects,
@@ -536,6 +555,7 @@ mod tests {
             filter: RuleFilter::Prefix("logs/".into()),
             expiration: Some(Expiration::Days(1)),
             abort_upload_days: None,
+            versions: Default::default(),
         };
         s.execute(&Command::SetBucketLifecycle {
             bucket: "b".into(),

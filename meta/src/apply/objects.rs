@@ -158,7 +158,8 @@ pub(super) fn delete_matching(
 }
 
 /// `ExpireObjects`: removes the objects the bucket's rules say are due, each only if it
-/// is still the version the caller read (see [`lifecycle::expirable`]).
+/// is still the version the caller read (see [`lifecycle::expirable`]); in a versioned
+/// bucket a delete marker goes on top of each instead.
 pub(super) fn expire(
     txn: &WriteTransaction,
     bucket: &str,
@@ -167,8 +168,8 @@ pub(super) fn expire(
     day_secs: u64,
     now_secs: u64,
 ) -> Result<Response, MetaError> {
-    check_bucket(txn, bucket)?;
-    refuse_versioned(txn, bucket)?;
+    // A versioned bucket's expired current version is kept, behind a delete marker.
+    let versioning = versions::versioning_of(txn, bucket)?;
     if objects.len() > EXPIRE_KEYS_MAX {
         return Err(MetaError::Unexpected(format!(
             "ExpireObjects of {} keys",
@@ -180,7 +181,9 @@ pub(super) fn expire(
         if !due {
             continue;
         }
-        if let Some(old) = remove_object(txn, bucket, key)? {
+        if versioning != Versioning::Unversioned {
+            versions::add_marker(txn, bucket, key, versioning, now_secs)?;
+        } else if let Some(old) = remove_object(txn, bucket, key)? {
             release(txn, &old.sha1, old.magic, now_secs)?;
         }
     }

@@ -12,6 +12,7 @@ use placement::Magic;
 use redb::{ReadableTable, WriteTransaction};
 
 use super::refs::release;
+use crate::lifecycle::{self, rules};
 use crate::tables::{
     BUCKETS, BucketRecord, COUNTERS, NULL_VERSIONS, OBJECT_SEQ, OBJECTS, ObjectRecord, VERSIONS,
 };
@@ -346,4 +347,126 @@ pub(super) fn any_in(txn: &WriteTransaction, bucket: &str) -> Result<bool, MetaE
         }
         None => Ok(false),
     }
+}
+
+/// `ExpireVersions`: removes each `(key, number)` of `versions` that the bucket's rules,
+/// as they are in this transaction, expire by `now_secs` (see the command), and records
+/// the pass's cursor; for each entry, whether it was removed.
+pub(super) fn expire_versions(
+    txn: &WriteTransaction,
+    bucket: &str,
+    entries: &[(String, u64)],
+    resume_after: &Option<(String, u64)>,
+    day_secs: u64,
+    now_secs: u64,
+) -> Result<Response, MetaError> {
+    versioning_of(txn, bucket)?;
+    if entries.len() > super::objects::EXPIRE_KEYS_MAX {
+        return Err(MetaError::Unexpected(format!(
+            "ExpireVersions of {} entries",
+            entries.len()
+        )));
+    }
+    let Some(mut record) = lifecycle::read(txn, bucket)? else {
+        return Ok(Response::ObjectsDeleted(vec![false; entries.len()]));
+    };
+    let mut out = Vec::with_capacity(entries.len());
+    for (key, number) in entries {
+        let entry = txn
+            .open_table(VERSIONS)?
+            .get((bucket, key.as_bytes(), order_of(*number)))?
+            .map(|v| VersionRecord::decode(v.value()))
+            .transpose()?;
+        let due = match &entry {
+            None => false,
+            Some(VersionRecord::Object {
+                record: object,
+                noncurrent_since_ms,
+                ..
+            }) => {
+                let bound = rules::newer_noncurrent_bound(&record.rules, key);
+                let newer = newer_noncurrent(txn, bucket, key, *number, bound)?;
+                rules::noncurrent_due(
+                    &record.rules,
+                    key,
+                    object.size_bytes,
+                    noncurrent_since_ms / 1000,
+                    newer,
+                    day_secs,
+                    now_secs,
+                )
+            }
+            Some(VersionRecord::DeleteMarker { .. }) => {
+                rules::lone_marker_due(&record.rules, key) && is_lone(txn, bucket, key)?
+            }
+        };
+        if due
+            && let Some(VersionRecord::Object { record: object, .. }) =
+                remove_entry(txn, bucket, key, *number)?
+        {
+            release(txn, &object.sha1, object.magic, now_secs)?;
+        }
+        out.push(due);
+    }
+    record.versions_resume_after = resume_after.clone();
+    lifecycle::write(txn, bucket, &record)?;
+    Ok(Response::ObjectsDeleted(out))
+}
+
+/// How many noncurrent versions of `key` are newer than `number`, counted up to `bound`
+/// (a rule keeps at most [`rules::NEWER_NONCURRENT_MAX`]): every `versions` entry above
+/// it but a delete marker that is the current version.
+fn newer_noncurrent(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    number: u64,
+    bound: u32,
+) -> Result<u32, MetaError> {
+    let has_current = txn
+        .open_table(OBJECTS)?
+        .get((bucket, key.as_bytes()))?
+        .is_some();
+    let table = txn.open_table(VERSIONS)?;
+    let k = key.as_bytes();
+    let mut newer = 0u32;
+    // Newest first, up to (not including) `number`.
+    for (i, entry) in table
+        .range((bucket, k, 0)..(bucket, k, order_of(number)))?
+        .enumerate()
+    {
+        let (_, v) = entry?;
+        let current_marker = i == 0
+            && !has_current
+            && matches!(
+                VersionRecord::decode(v.value())?,
+                VersionRecord::DeleteMarker { .. }
+            );
+        if !current_marker {
+            newer += 1;
+        }
+        if newer > bound {
+            break;
+        }
+    }
+    Ok(newer)
+}
+
+/// Whether the key's only version is its newest `versions` entry (no current object, no
+/// other entry).
+fn is_lone(txn: &WriteTransaction, bucket: &str, key: &str) -> Result<bool, MetaError> {
+    if txn
+        .open_table(OBJECTS)?
+        .get((bucket, key.as_bytes()))?
+        .is_some()
+    {
+        return Ok(false);
+    }
+    let table = txn.open_table(VERSIONS)?;
+    let k = key.as_bytes();
+    Ok(table
+        .range((bucket, k, 0)..=(bucket, k, u64::MAX))?
+        .take(2)
+        .count()
+        == 1)
 }

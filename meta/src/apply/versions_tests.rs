@@ -378,3 +378,203 @@ fn never_back_to_unversioned_and_many_key_deletes_wait_for_their_step() {
         MetaError::NoSuchVersion
     );
 }
+
+fn put_at(s: &MetaStore, key: &str, n: u8, magic: u32, now_secs: u64) -> Response {
+    let mut object = NewObject::new(sha(n), Magic::new(magic).unwrap(), 1, 0, [n; 16]);
+    object.created_ms = now_secs * 1000;
+    s.execute(&Command::PutObject {
+        bucket: "bkt".into(),
+        key: key.into(),
+        object,
+        source: ContentSource::Stored(PairId(0)),
+        now_secs,
+        precondition: None,
+    })
+    .unwrap()
+}
+
+fn id_of(r: Response) -> String {
+    match r {
+        Response::VersionStored { version_id, .. } | Response::MarkerAdded { version_id } => {
+            version_id
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Lifecycle on a versioned bucket: expiring a current version adds a delete marker,
+/// noncurrent versions go after NoncurrentDays beyond the newest kept, a lone delete
+/// marker goes, and each removal releases its content once; the rules' version actions
+/// survive the record's encoding.
+#[test]
+fn lifecycle_expires_versions_by_the_rules_in_force() {
+    use crate::lifecycle::{
+        Expiration, LifecycleRecord, LifecycleRule, RuleFilter, VersionActions,
+    };
+    const DAY: u64 = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let s = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+    s.execute(&Command::CreateBucket {
+        bucket: "bkt".into(),
+        created_ms: 1,
+    })
+    .unwrap();
+    s.execute(&Command::SetBucketVersioning {
+        bucket: "bkt".into(),
+        state: Versioning::Enabled,
+    })
+    .unwrap();
+    let versions_rule = LifecycleRule {
+        id: "versions".into(),
+        enabled: true,
+        filter: RuleFilter::Prefix("v/".into()),
+        expiration: None,
+        abort_upload_days: None,
+        versions: VersionActions {
+            noncurrent_days: Some(1),
+            newer_noncurrent: Some(1),
+            expired_object_delete_marker: true,
+        },
+    };
+    let current_rule = LifecycleRule {
+        id: "current".into(),
+        enabled: true,
+        filter: RuleFilter::Prefix("exp/".into()),
+        expiration: Some(Expiration::Days(1)),
+        abort_upload_days: None,
+        versions: VersionActions::default(),
+    };
+    let rules = vec![versions_rule, current_rule];
+    let set = Command::set_lifecycle("bkt".into(), Some(rules.clone()));
+    assert!(matches!(
+        set,
+        Command::SetBucketLifecycleWithVersions { .. }
+    ));
+    s.execute(&set).unwrap();
+    assert_eq!(s.lifecycle("bkt").unwrap().unwrap().rules, rules);
+
+    // v/k: three versions; v1 noncurrent since t=20, v2 since t=30.
+    let v1 = id_of(put_at(&s, "v/k", 1, 11, 10));
+    let v2 = id_of(put_at(&s, "v/k", 2, 12, 20));
+    let v3 = id_of(put_at(&s, "v/k", 3, 13, 30));
+    let number = |id: &str| match VersionId::parse(id).unwrap() {
+        VersionId::Numbered { number, .. } => number,
+        VersionId::Null => panic!("numbered"),
+    };
+    let expire = |entries: Vec<(String, u64)>, now_secs| match s
+        .execute(&Command::ExpireVersions {
+            bucket: "bkt".into(),
+            versions: entries,
+            resume_after: Some(("v/k".into(), 1)),
+            day_secs: DAY,
+            now_secs,
+        })
+        .unwrap()
+    {
+        Response::ObjectsDeleted(d) => d,
+        other => panic!("{other:?}"),
+    };
+    let both = vec![
+        ("v/k".to_string(), number(&v1)),
+        ("v/k".to_string(), number(&v2)),
+    ];
+    // Not yet due at t=39 (day of t=20 plus one, rounded up: t=40).
+    assert_eq!(expire(both.clone(), 39), [false, false]);
+    // At t=45 v1 is due and beyond the one newest kept; v2 is the one kept.
+    assert_eq!(expire(both.clone(), 45), [true, false]);
+    assert_eq!(s.file(&sha(1)).unwrap(), None, "v1's content released");
+    assert_eq!(expire(both, 1000), [false, false], "v1 gone, v2 kept");
+    assert_eq!(
+        s.lifecycle("bkt").unwrap().unwrap().versions_resume_after,
+        Some(("v/k".to_string(), 1))
+    );
+    let left: Vec<String> = s
+        .versions_of("bkt", "v/k", 10)
+        .unwrap()
+        .iter()
+        .map(|v| v.id())
+        .collect();
+    assert_eq!(left, [v3.clone(), v2.clone()]);
+
+    // A lone delete marker goes; one with a version under it stays.
+    let marker = id_of(
+        s.execute(&Command::DeleteObject {
+            bucket: "bkt".into(),
+            key: "v/k".into(),
+            now_secs: 50,
+        })
+        .unwrap(),
+    );
+    assert_eq!(expire(vec![("v/k".into(), number(&marker))], 1000), [false]);
+    for id in [&v3, &v2] {
+        s.execute(&Command::DeleteVersion {
+            bucket: "bkt".into(),
+            key: "v/k".into(),
+            version: VersionId::parse(id).unwrap(),
+            now_secs: 60,
+        })
+        .unwrap();
+    }
+    assert_eq!(expire(vec![("v/k".into(), number(&marker))], 1000), [true]);
+    assert!(s.versions_of("bkt", "v/k", 10).unwrap().is_empty());
+
+    // Expiring a current version adds a marker on top; the version stays.
+    let Response::VersionStored { seq, version_id } = put_at(&s, "exp/a", 4, 14, 10) else {
+        panic!("versioned PUT");
+    };
+    let r = s
+        .execute(&Command::ExpireObjects {
+            bucket: "bkt".into(),
+            objects: vec![("exp/a".into(), seq)],
+            resume_after: None,
+            day_secs: DAY,
+            now_secs: 1000,
+        })
+        .unwrap();
+    assert_eq!(r, Response::ObjectsDeleted(vec![true]));
+    let after = s.versions_of("bkt", "exp/a", 10).unwrap();
+    assert_eq!(after.len(), 2);
+    assert!(
+        after[0].record.is_none() && after[0].latest,
+        "a current marker"
+    );
+    assert_eq!(after[1].id(), version_id);
+    assert_eq!(s.file(&sha(4)).unwrap().map(|f| f.refs), Some(1));
+    check_invariants(&s, "exp/a");
+
+    // The record round-trips through both formats.
+    let plain = LifecycleRecord {
+        rules: vec![rules[1].clone()],
+        resume_after: Some("k".into()),
+        versions_resume_after: None,
+    };
+    let bytes = plain.encode().unwrap();
+    assert_eq!(bytes[0], 1, "no version action: the format of before");
+    assert_eq!(LifecycleRecord::decode(&bytes).unwrap(), plain);
+    let full = LifecycleRecord {
+        rules,
+        resume_after: None,
+        versions_resume_after: Some(("x".into(), 7)),
+    };
+    let bytes = full.encode().unwrap();
+    assert_eq!(bytes[0], 2);
+    assert_eq!(LifecycleRecord::decode(&bytes).unwrap(), full);
+    assert!(matches!(
+        Command::set_lifecycle("b".into(), Some(plain.rules.clone())),
+        Command::SetBucketLifecycle { .. }
+    ));
+    for cmd in [
+        Command::set_lifecycle("b".into(), Some(full.rules.clone())),
+        Command::ExpireVersions {
+            bucket: "b".into(),
+            versions: vec![("k".into(), 3)],
+            resume_after: Some(("k".into(), 3)),
+            day_secs: 1,
+            now_secs: 2,
+        },
+    ] {
+        assert_eq!(cmd.format_version(), 4);
+        let bytes = postcard::to_stdvec(&cmd).unwrap();
+        assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
+    }
+}

@@ -12,21 +12,111 @@ use super::tables::{self, OBJECTS, ObjectRecord, UPLOADS, UploadRecord};
 
 pub mod rules;
 
-pub use rules::{Expiration, LifecycleRule, RuleFilter};
+pub use rules::{Expiration, LifecycleRule, RuleFilter, VersionActions};
 
 /// Bucket name -> postcard [`LifecycleRecord`].
 pub const LIFECYCLE: TableDefinition<&str, &[u8]> = TableDefinition::new("lifecycle");
 
-/// A bucket's lifecycle configuration and the expiry pass's progress over it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A bucket's lifecycle configuration and the expiry passes' progress over it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LifecycleRecord {
     pub rules: Vec<LifecycleRule>,
     /// The last key the expiry pass has dealt with; None: the next pass starts at the
     /// beginning of the bucket.
     pub resume_after: Option<String>,
+    /// The last (key, version number) the pass over a versioned bucket's noncurrent
+    /// versions has dealt with.
+    pub versions_resume_after: Option<(String, u64)>,
 }
 
-/// `SetBucketLifecycle`.
+/// The record as written before versions (format byte 1): the rules without their
+/// version actions, and the object pass's cursor.
+#[derive(Serialize, Deserialize)]
+struct RecordV1 {
+    rules: Vec<LifecycleRule>,
+    resume_after: Option<String>,
+}
+
+/// Format byte 2: the same, then each rule's version actions (in order) and the version
+/// pass's cursor. Written only when a rule acts on versions or that pass has a cursor,
+/// so that a group that never uses them keeps format 1.
+#[derive(Serialize, Deserialize)]
+struct RecordV2 {
+    v1: RecordV1,
+    versions: Vec<VersionActions>,
+    versions_resume_after: Option<(String, u64)>,
+}
+
+const RECORD_V1: u8 = 1;
+const RECORD_V2: u8 = 2;
+
+impl LifecycleRecord {
+    pub fn encode(&self) -> Result<Vec<u8>, MetaError> {
+        let corrupt = |e: postcard::Error| MetaError::Corrupt(format!("lifecycle: {e}"));
+        let v1 = RecordV1 {
+            rules: self.rules.clone(),
+            resume_after: self.resume_after.clone(),
+        };
+        if self.rules.iter().all(|r| r.versions.is_none()) && self.versions_resume_after.is_none() {
+            return tables::encode_versioned(&v1);
+        }
+        let v2 = RecordV2 {
+            v1,
+            versions: self.rules.iter().map(|r| r.versions).collect(),
+            versions_resume_after: self.versions_resume_after.clone(),
+        };
+        let mut out = vec![RECORD_V2];
+        out.extend(postcard::to_stdvec(&v2).map_err(corrupt)?);
+        Ok(out)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, MetaError> {
+        let corrupt = |e: postcard::Error| MetaError::Corrupt(format!("lifecycle: {e}"));
+        match bytes.split_first() {
+            Some((&RECORD_V2, rest)) => {
+                let v2: RecordV2 = postcard::from_bytes(rest).map_err(corrupt)?;
+                Ok(LifecycleRecord {
+                    rules: with_versions(v2.v1.rules, &v2.versions)?,
+                    resume_after: v2.v1.resume_after,
+                    versions_resume_after: v2.versions_resume_after,
+                })
+            }
+            Some((&RECORD_V1, _)) => {
+                let v1: RecordV1 = tables::decode_versioned("lifecycle", bytes)?;
+                Ok(LifecycleRecord {
+                    rules: v1.rules,
+                    resume_after: v1.resume_after,
+                    versions_resume_after: None,
+                })
+            }
+            Some((v, _)) => Err(MetaError::Corrupt(format!(
+                "lifecycle: unknown record version {v}"
+            ))),
+            None => Err(MetaError::Corrupt("lifecycle: empty record".into())),
+        }
+    }
+}
+
+/// The rules with their version actions put back (one per rule, in order).
+pub fn with_versions(
+    mut rules: Vec<LifecycleRule>,
+    versions: &[VersionActions],
+) -> Result<Vec<LifecycleRule>, MetaError> {
+    if versions.len() != rules.len() {
+        return Err(MetaError::Corrupt(format!(
+            "lifecycle: {} rules but {} version actions",
+            rules.len(),
+            versions.len()
+        )));
+    }
+    for (rule, v) in rules.iter_mut().zip(versions) {
+        rule.versions = *v;
+    }
+    Ok(rules)
+}
+
+/// `SetBucketLifecycle` (and `SetBucketLifecycleWithVersions`, whose rules carry their
+/// version actions again): replaces the rules and restarts both passes.
 pub(super) fn set(
     txn: &WriteTransaction,
     bucket: &str,
@@ -38,9 +128,9 @@ pub(super) fn set(
         Some(rules) => {
             let record = LifecycleRecord {
                 rules: rules.clone(),
-                resume_after: None,
+                ..LifecycleRecord::default()
             };
-            table.insert(bucket, tables::encode_versioned(&record)?.as_slice())?;
+            table.insert(bucket, record.encode()?.as_slice())?;
         }
         None => {
             table.remove(bucket)?;
@@ -55,9 +145,22 @@ pub(super) fn forget(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaErr
     Ok(())
 }
 
-fn read(txn: &WriteTransaction, bucket: &str) -> Result<Option<LifecycleRecord>, MetaError> {
+pub(crate) fn write(
+    txn: &WriteTransaction,
+    bucket: &str,
+    record: &LifecycleRecord,
+) -> Result<(), MetaError> {
+    txn.open_table(LIFECYCLE)?
+        .insert(bucket, record.encode()?.as_slice())?;
+    Ok(())
+}
+
+pub(crate) fn read(
+    txn: &WriteTransaction,
+    bucket: &str,
+) -> Result<Option<LifecycleRecord>, MetaError> {
     match txn.open_table(LIFECYCLE)?.get(bucket)? {
-        Some(v) => Ok(Some(tables::decode_versioned("lifecycle", v.value())?)),
+        Some(v) => Ok(Some(LifecycleRecord::decode(v.value())?)),
         None => Ok(None),
     }
 }
@@ -100,8 +203,7 @@ pub(super) fn expirable(
         }
     }
     record.resume_after = resume_after.clone();
-    txn.open_table(LIFECYCLE)?
-        .insert(bucket, tables::encode_versioned(&record)?.as_slice())?;
+    write(txn, bucket, &record)?;
     Ok(out)
 }
 

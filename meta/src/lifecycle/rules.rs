@@ -22,7 +22,35 @@ pub struct LifecycleRule {
     pub expiration: Option<Expiration>,
     /// `AbortIncompleteMultipartUpload/DaysAfterInitiation`.
     pub abort_upload_days: Option<u32>,
+    /// What the rule does to the versions of a versioned bucket. Not in this struct's
+    /// encoding: rules travel in `SetBucketLifecycle` commands written before versions
+    /// existed, so these go beside them (`SetBucketLifecycleWithVersions`, and the
+    /// record's format 2).
+    #[serde(skip)]
+    pub versions: VersionActions,
 }
+
+/// A rule's actions on versions: `NoncurrentVersionExpiration` and
+/// `Expiration/ExpiredObjectDeleteMarker`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionActions {
+    /// `NoncurrentDays`: a version expires these lifecycle days after it became
+    /// noncurrent (rounded up to the next midnight, as Days).
+    pub noncurrent_days: Option<u32>,
+    /// `NewerNoncurrentVersions`: the newest this many noncurrent versions are kept.
+    pub newer_noncurrent: Option<u32>,
+    /// A delete marker that is a key's only version is removed.
+    pub expired_object_delete_marker: bool,
+}
+
+impl VersionActions {
+    pub fn is_none(&self) -> bool {
+        *self == VersionActions::default()
+    }
+}
+
+/// At most this many newer noncurrent versions kept by a rule, as S3.
+pub const NEWER_NONCURRENT_MAX: u32 = 100;
 
 /// The objects a rule applies to, in the form the client wrote it (GET gives it back).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,6 +174,48 @@ pub fn object_expiry<'r>(
         .min_by_key(|(at, _)| *at)
 }
 
+/// Whether the rules expire a noncurrent object version of this key and size, noncurrent
+/// since `since_secs`, with `newer` noncurrent versions of the key newer than it: due by
+/// `now_secs` under some rule's NoncurrentDays, and beyond its NewerNoncurrentVersions.
+pub fn noncurrent_due(
+    rules: &[LifecycleRule],
+    key: &str,
+    size_bytes: u64,
+    since_secs: u64,
+    newer: u32,
+    day_secs: u64,
+    now_secs: u64,
+) -> bool {
+    rules.iter().any(|r| {
+        let Some(days) = r.versions.noncurrent_days else {
+            return false;
+        };
+        r.enabled
+            && r.filter.matches(key, size_bytes)
+            && after_days(since_secs, days, day_secs) <= now_secs
+            && newer >= r.versions.newer_noncurrent.unwrap_or(0)
+    })
+}
+
+/// Whether the rules remove a delete marker of this key that is its only version. A
+/// marker has no size: only the rule's prefix is matched, as S3 does.
+pub fn lone_marker_due(rules: &[LifecycleRule], key: &str) -> bool {
+    rules.iter().any(|r| {
+        r.enabled && r.versions.expired_object_delete_marker && key.starts_with(r.filter.prefix())
+    })
+}
+
+/// The most newer noncurrent versions any rule keeps for this key: how far a check
+/// needs to count.
+pub fn newer_noncurrent_bound(rules: &[LifecycleRule], key: &str) -> u32 {
+    rules
+        .iter()
+        .filter(|r| r.enabled && key.starts_with(r.filter.prefix()))
+        .filter_map(|r| r.versions.newer_noncurrent)
+        .max()
+        .unwrap_or(0)
+}
+
 /// The earliest time any rule aborts an upload.
 pub fn upload_abort(
     rules: &[LifecycleRule],
@@ -170,7 +240,35 @@ mod tests {
             filter,
             expiration: Some(expiration),
             abort_upload_days: None,
+            versions: VersionActions::default(),
         }
+    }
+
+    #[test]
+    fn noncurrent_versions_expire_after_their_days_beyond_the_newest_kept() {
+        let mut r = rule(RuleFilter::Prefix("logs/".into()), Expiration::Days(9));
+        r.expiration = None;
+        r.versions = VersionActions {
+            noncurrent_days: Some(2),
+            newer_noncurrent: Some(3),
+            expired_object_delete_marker: false,
+        };
+        let rules = [r];
+        // Noncurrent since t=10 with days of 10 s: two days after, rounded up to the next
+        // day's start, t=40.
+        assert!(!noncurrent_due(&rules, "logs/a", 5, 10, 3, 10, 39));
+        assert!(noncurrent_due(&rules, "logs/a", 5, 10, 3, 10, 40));
+        // The three newest noncurrent versions stay.
+        assert!(!noncurrent_due(&rules, "logs/a", 5, 10, 2, 10, 1000));
+        assert!(!noncurrent_due(&rules, "other/a", 5, 10, 3, 10, 1000));
+        assert_eq!(newer_noncurrent_bound(&rules, "logs/x"), 3);
+        assert_eq!(newer_noncurrent_bound(&rules, "other"), 0);
+        assert!(!lone_marker_due(&rules, "logs/a"));
+        let mut m = rules[0].clone();
+        m.versions.expired_object_delete_marker = true;
+        assert!(lone_marker_due(&[m.clone()], "logs/a"));
+        m.enabled = false;
+        assert!(!lone_marker_due(&[m], "logs/a"));
     }
 
     #[test]

@@ -5,14 +5,13 @@ use redb::{ReadableDatabase, ReadableTable};
 use super::MetaStore;
 use crate::MetaError;
 use crate::lifecycle::{LIFECYCLE, LifecycleRecord};
-use crate::tables;
 
 impl MetaStore {
     pub fn lifecycle(&self, bucket: &str) -> Result<Option<LifecycleRecord>, MetaError> {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(LIFECYCLE)?;
         match table.get(bucket)? {
-            Some(v) => Ok(Some(tables::decode_versioned("lifecycle", v.value())?)),
+            Some(v) => Ok(Some(LifecycleRecord::decode(v.value())?)),
             None => Ok(None),
         }
     }
@@ -24,10 +23,7 @@ impl MetaStore {
         let mut out = Vec::new();
         for entry in table.iter()? {
             let (k, v) = entry?;
-            out.push((
-                k.value().to_string(),
-                tables::decode_versioned("lifecycle", v.value())?,
-            ));
+            out.push((k.value().to_string(), LifecycleRecord::decode(v.value())?));
         }
         Ok(out)
     }

@@ -153,3 +153,36 @@ impl MetaStore {
         Ok(())
     }
 }
+
+impl MetaStore {
+    /// Up to `limit` entries of `bucket`'s `versions` table after `after` (key, number),
+    /// in table order (key ascending, newest first): the lifecycle worker's version pass.
+    pub fn versions_after(
+        &self,
+        bucket: &str,
+        after: Option<(&str, u64)>,
+        limit: usize,
+    ) -> Result<Vec<(String, u64, VersionRecord)>, MetaError> {
+        use std::ops::Bound;
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(VERSIONS)?;
+        let start = match after {
+            Some((key, number)) => Bound::Excluded((bucket, key.as_bytes(), order_of(number))),
+            None => Bound::Included((bucket, &[][..], 0)),
+        };
+        let mut out = Vec::new();
+        for entry in table.range::<(&str, &[u8], u64)>((start, Bound::Unbounded))? {
+            let (k, v) = entry?;
+            let (b, key, order) = k.value();
+            if b != bucket || out.len() >= limit {
+                break;
+            }
+            out.push((
+                String::from_utf8_lossy(key).into_owned(),
+                u64::MAX - order,
+                VersionRecord::decode(v.value())?,
+            ));
+        }
+        Ok(out)
+    }
+}
