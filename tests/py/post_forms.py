@@ -14,7 +14,8 @@ fields before the file), and answered with one JSON line: {"name", "status", "he
   "tamper_policy": rewrite the policy after signing (the signature no longer matches);
   "set": fields to set after signing (the policy is not changed: extra or altered fields);
   "drop": fields to remove after signing;
-  "file": [filename, base64 bytes, content type]; absent: no file part at all.
+  "file": [filename, base64 bytes, content type]; absent: no file part at all;
+  "host": post to "/" with this Host (virtual-hosted style) instead of to the bucket's path.
 """
 
 import base64
@@ -98,7 +99,13 @@ def run(job, case):
         # requests only sends multipart/form-data with a file; an empty extra part keeps
         # the body a form without a `file` field.
         files = {"x-ignore-nothing": (None, "")}
-    resp = requests.post(form["url"], data=fields, files=files, allow_redirects=False, timeout=120)
+    url, headers = form["url"], {}
+    if "host" in case:
+        # Virtual-hosted style: the bucket in the Host, the form posted to "/".
+        url, headers = job["endpoint"] + "/", {"Host": case["host"]}
+    resp = requests.post(
+        url, data=fields, files=files, headers=headers, allow_redirects=False, timeout=120
+    )
     return {
         "name": case["name"],
         "status": resp.status_code,

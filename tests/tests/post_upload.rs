@@ -180,7 +180,7 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
     if !python_has("boto3, requests") {
         return;
     }
-    let gw = Gateway::start();
+    let gw = Gateway::start_with(&["--domain", "s3.test"], &[]);
     let s3 = gw.client();
     create_bucket(&s3, BUCKET).await;
     let photo = random_body(71, 3 << 20);
@@ -209,6 +209,11 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
             "fields": {"Content-Type": "text/plain"},
             "conditions": [["starts-with", "$Content-Type", "text/"]],
             "file": file("note.txt", &small, "application/octet-stream"),
+        }),
+        json!({
+            "name": "virtual host", "key": "vhost.bin",
+            "host": format!("{BUCKET}.s3.test:{}", gw.port()),
+            "file": file("vhost.bin", &small, "application/octet-stream"),
         }),
         json!({"name": "expired", "key": "expired.bin", "expires_in": -60,
                "file": file("e.bin", &small, "application/octet-stream")}),
@@ -253,7 +258,7 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
                "file": file("j.bin", &small, "application/octet-stream")}),
     ];
     let answers = run_python("post_forms.py", &job(&gw, cases));
-    assert_eq!(answers.len(), 19, "{answers:?}");
+    assert_eq!(answers.len(), 20, "{answers:?}");
     let by = |name: &str| named(&answers, name);
 
     // SigV4, 201 with the PostResponse document; the object reads back byte for byte with
@@ -307,6 +312,10 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
     expect(by("v2 204"), 204, None);
     let head = read_back(&s3, "v2/note.txt", &small).await;
     assert_eq!(head.content_type(), Some("text/plain"));
+
+    // Virtual-hosted style: the bucket comes from the Host, as the policy's bucket does.
+    expect(by("virtual host"), 204, None);
+    read_back(&s3, "vhost.bin", &small).await;
 
     // Refusals, each with S3's code, and nothing stored.
     let refused = [
@@ -373,7 +382,12 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
     keys.sort();
     assert_eq!(
         keys,
-        ["redirected.bin", "uploads/photo.png", "v2/note.txt"],
+        [
+            "redirected.bin",
+            "uploads/photo.png",
+            "v2/note.txt",
+            "vhost.bin"
+        ],
         "only the accepted forms stored"
     );
     no_temp_files(&gw);
