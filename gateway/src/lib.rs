@@ -31,4 +31,5 @@ pub mod state;
 pub mod storage_nodes;
 pub mod store;
 pub mod telemetry;
+pub mod versions;
 pub mod workers;

@@ -397,7 +397,7 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     now_ms() / 1000
 }
 

@@ -13,7 +13,6 @@ use redb::ReadableTable;
 
 use crate::MetaError;
 use crate::list::{MAX_KEYS_LIMIT, prefix_end, roll_up, utf8};
-use crate::tables::{NULL_VERSIONS, OBJECTS, VERSIONS};
 use crate::versions::{
     VersionId, VersionRecord, VersionView, decode_current, null_number, order_of,
 };
@@ -254,24 +253,6 @@ fn next_key(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     })
-}
-
-impl crate::MetaStore {
-    /// One page of ListObjectVersions, in one read transaction.
-    pub fn list_versions(
-        &self,
-        bucket: &str,
-        query: &VersionsQuery,
-    ) -> Result<VersionsPage, MetaError> {
-        use redb::ReadableDatabase;
-        let txn = self.db().begin_read()?;
-        let tables = Tables {
-            objects: txn.open_table(OBJECTS)?,
-            versions: txn.open_table(VERSIONS)?,
-            null_versions: txn.open_table(NULL_VERSIONS)?,
-        };
-        list_versions(&tables, bucket, query)
-    }
 }
 
 #[cfg(test)]

@@ -999,6 +999,45 @@ pub async fn create_bucket(client: &Client, bucket: &str) {
         .unwrap_or_else(|e| panic!("CreateBucket {bucket}: {e:?}"));
 }
 
+/// Puts a CORS configuration of one rule on `bucket`.
+pub async fn put_cors_rule(client: &Client, bucket: &str, rule: aws_sdk_s3::types::CorsRule) {
+    let config = aws_sdk_s3::types::CorsConfiguration::builder()
+        .cors_rules(rule)
+        .build()
+        .expect("CORS configuration");
+    client
+        .put_bucket_cors()
+        .bucket(bucket)
+        .cors_configuration(config)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("PutBucketCors {bucket}: {e:?}"));
+}
+
+/// The Chromium binary of the browser tests: `$CHROMIUM`, else `chromium`,
+/// `chromium-browser` or `google-chrome` in PATH. None (the test then skips, saying so) when
+/// there is none, but with `CI` set a missing browser fails the test (`.ci/run` installs
+/// Debian's `chromium`).
+pub fn chromium_or_skip() -> Option<PathBuf> {
+    let found = match std::env::var_os("CHROMIUM") {
+        Some(p) => Some(PathBuf::from(p)),
+        None => std::env::var_os("PATH").and_then(|path| {
+            ["chromium", "chromium-browser", "google-chrome"]
+                .iter()
+                .flat_map(|name| std::env::split_paths(&path).map(move |d| d.join(name)))
+                .find(|p| p.is_file())
+        }),
+    };
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but no chromium was found (install Debian's chromium)"
+        );
+        eprintln!("SKIPPED: no chromium in PATH (set CHROMIUM=/path/to/chromium to run)");
+    }
+    found
+}
+
 /// Asserts two bodies are equal without printing megabytes on failure.
 #[track_caller]
 pub fn assert_same_body(got: &[u8], want: &[u8], what: &str) {

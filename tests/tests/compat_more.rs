@@ -18,7 +18,7 @@ use aws_smithy_runtime_api::client::identity::Identity;
 use bytes::Bytes;
 use e2e::{
     Gateway, REGION, RawResponse, assert_same_body, content_md5, create_bucket, etag_of, get_bytes,
-    poll_until, put_bytes, random_body, raw_request, s3_error, xml_element,
+    poll_until, put_bytes, put_cors_rule, random_body, raw_request, s3_error, xml_element,
 };
 
 const MAIL: &str = "https://mail.example";
@@ -126,17 +126,7 @@ async fn cors_rules_answer_preflights_and_label_presigned_downloads() {
         .max_age_seconds(600)
         .build()
         .expect("CORS rule");
-    s3.put_bucket_cors()
-        .bucket("bkt")
-        .cors_configuration(
-            CorsConfiguration::builder()
-                .cors_rules(rule)
-                .build()
-                .expect("CORS configuration"),
-        )
-        .send()
-        .await
-        .expect("PutBucketCors");
+    put_cors_rule(&s3, "bkt", rule).await;
 
     let got = s3
         .get_bucket_cors()

@@ -6,27 +6,16 @@
 //! set, a missing browser fails it (`.ci/run` installs Debian's `chromium`).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e::prom::{self, Exposition};
-use e2e::{Gateway, create_bucket, poll_until, put_bytes, random_body};
+use e2e::{Gateway, chromium_or_skip, create_bucket, poll_until, put_bytes, random_body};
 
 const SCAN_WAIT: Duration = Duration::from_secs(30);
 /// Bound on one Chromium run (start, load, render, exit).
 const BROWSER_LIMIT: Duration = Duration::from_secs(90);
-
-fn find_chromium() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("CHROMIUM") {
-        return Some(PathBuf::from(p));
-    }
-    let path = std::env::var_os("PATH")?;
-    ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .flat_map(|name| std::env::split_paths(&path).map(move |d| d.join(name)))
-        .find(|p| p.is_file())
-}
 
 /// Runs Chromium headless on `url` with `extra` flags; its stdout, bounded in time.
 fn chromium(bin: &Path, profile: &Path, extra: &[String], url: &str) -> String {
@@ -114,12 +103,7 @@ fn scrape(gw: &Gateway) -> Exposition {
 
 #[tokio::test]
 async fn the_status_page_renders_in_chromium_and_matches_the_metrics() {
-    let Some(bin) = find_chromium() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but no chromium was found (install Debian's chromium)"
-        );
-        eprintln!("SKIPPED: no chromium in PATH (set CHROMIUM=/path/to/chromium to run)");
+    let Some(bin) = chromium_or_skip() else {
         return;
     };
     let gw = Gateway::start_with(&["--metrics-open", "--stats-scan-secs", "1"], &[]);

@@ -41,7 +41,7 @@ pub struct BodyInfo {
 #[error("{0}")]
 pub struct BodyError(pub S3Error);
 
-fn auth_error(e: AuthError, presigned: bool) -> S3Error {
+pub(crate) fn auth_error(e: AuthError, presigned: bool) -> S3Error {
     use ErrorCode::*;
     let (code, msg): (ErrorCode, String) = match &e {
         AuthError::Missing => (AccessDenied, "Access Denied".into()),
@@ -187,6 +187,13 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
     }
     let verified = match verified {
         Ok(v) => v,
+        // A browser's form upload (POST Object) signs a policy inside its body, which the
+        // handler checks; only that request shape goes on without a signature here.
+        Err(AuthError::Missing)
+            if super::request::is_form_upload_request(&parts, app.domain.as_deref()) =>
+        {
+            return next.run(Request::from_parts(parts, body)).await;
+        }
         Err(e) => {
             let presigned = parts
                 .uri
@@ -235,7 +242,7 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
 /// An access key this node does not know may have been created an instant ago through
 /// another node: wait until this node has applied every acknowledged write, then the
 /// caller looks again. False if that could not be done (no quorum).
-async fn catch_up(app: &AppState) -> bool {
+pub(crate) async fn catch_up(app: &AppState) -> bool {
     app.store.metadata().linearize().await.is_ok()
 }
 

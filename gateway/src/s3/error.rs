@@ -29,6 +29,9 @@ pub enum ErrorCode {
     InvalidRequest,
     KeyTooLongError,
     MalformedXML,
+    MalformedPOSTRequest,
+    MaxPostPreDataLengthExceededError,
+    InvalidPolicyDocument,
     MetadataTooLarge,
     MethodNotAllowed,
     MissingContentLength,
@@ -80,6 +83,9 @@ impl ErrorCode {
             InvalidRequest => "InvalidRequest",
             KeyTooLongError => "KeyTooLongError",
             MalformedXML => "MalformedXML",
+            MalformedPOSTRequest => "MalformedPOSTRequest",
+            MaxPostPreDataLengthExceededError => "MaxPostPreDataLengthExceededError",
+            InvalidPolicyDocument => "InvalidPolicyDocument",
             MetadataTooLarge => "MetadataTooLarge",
             MethodNotAllowed => "MethodNotAllowed",
             MissingContentLength => "MissingContentLength",
@@ -152,6 +158,9 @@ impl ErrorCode {
             | InvalidRequest
             | KeyTooLongError
             | MalformedXML
+            | MalformedPOSTRequest
+            | MaxPostPreDataLengthExceededError
+            | InvalidPolicyDocument
             | MetadataTooLarge
             | RequestHeaderSectionTooLarge
             | XAmzContentSHA256Mismatch => StatusCode::BAD_REQUEST,

@@ -19,6 +19,8 @@ pub(crate) mod multipart;
 pub(crate) mod object;
 pub mod operation;
 mod owner;
+pub(crate) mod post_object;
+pub mod post_policy;
 pub mod request;
 pub mod request_log;
 mod settings;
@@ -57,6 +59,13 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
     let method = req.method().clone();
     let sub = query.subresource();
     let copy = req.headers().contains_key("x-amz-copy-source");
+    // A browser's form upload carries its credentials in the form (a signed policy), which
+    // the handler checks: the authentication layer let it through unsigned.
+    if let Target::Bucket(b) = &target
+        && request::is_form_upload(&method, &target, sub, req.headers())
+    {
+        return post_object::post(app, b, req).await;
+    }
     // A CORS preflight carries no credentials by design; every other request was
     // authenticated and names its caller.
     let caller = req.extensions().get::<access::Caller>().cloned();

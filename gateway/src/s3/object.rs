@@ -8,6 +8,7 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 
 use super::auth::{BodyInfo, body_stream};
 use super::checksum::{self, crc32_base64};
+use super::chunked::TrailerSlot;
 use super::dates::{http_date, iso8601};
 use super::error::{ErrorCode, S3Error};
 use super::request::{Query, copy_source, header_str};
@@ -206,8 +207,21 @@ pub fn checked_body(
         .extensions
         .get::<BodyInfo>()
         .and_then(|i| i.trailers.clone());
-    let stream = body_stream(body);
-    match checksum::requested(&parts.headers, trailers.as_ref())? {
+    with_checksum(
+        Box::new(body_stream(body)),
+        &parts.headers,
+        trailers.as_ref(),
+    )
+}
+
+/// `stream` with the flexible checksum that `headers` (or `trailers`) ask for verified on
+/// the way, and the slot the verified value is left in.
+pub fn with_checksum(
+    stream: BodyStream,
+    headers: &HeaderMap,
+    trailers: Option<&TrailerSlot>,
+) -> Result<(BodyStream, Option<ChecksumSlot>), S3Error> {
+    match checksum::requested(headers, trailers)? {
         Some((alg, expected)) => {
             let slot = ChecksumSlot::default();
             Ok((
@@ -215,7 +229,7 @@ pub fn checked_body(
                 Some(slot),
             ))
         }
-        None => Ok((Box::new(stream), None)),
+        None => Ok((stream, None)),
     }
 }
 

@@ -47,6 +47,8 @@ fn classify(
         (&Method::GET, Target::Bucket(_), Some("versions")) => "ListObjectVersions",
         (&Method::GET, Target::Bucket(_), Some("versioning")) => "GetBucketVersioning",
         (&Method::PUT, Target::Bucket(_), Some("versioning")) => "PutBucketVersioning",
+        // A browser's form upload (multipart/form-data on the bucket).
+        (&Method::POST, Target::Bucket(_), None) => "PostObject",
         (&Method::GET, Target::Bucket(_), Some(_)) => "GetBucketSetting",
         (&Method::PUT, Target::Bucket(_), Some(_)) => "PutBucketSetting",
         (&Method::PUT, Target::Object { .. }, None) if copy => "CopyObject",
@@ -97,6 +99,7 @@ mod tests {
         assert_eq!(op(Method::HEAD, "/b/k", false), "HeadObject");
         assert_eq!(op(Method::DELETE, "/b/k", false), "DeleteObject");
         assert_eq!(op(Method::POST, "/b?delete", false), "DeleteObjects");
+        assert_eq!(op(Method::POST, "/b", false), "PostObject");
         assert_eq!(
             op(Method::POST, "/b/k?uploads", false),
             "CreateMultipartUpload"

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use std::borrow::Cow;
 
-use http::{HeaderMap, Uri};
+use http::{HeaderMap, Method, Uri, header};
 use percent_encoding::{percent_decode, percent_decode_str};
 
 use super::error::{ErrorCode, S3Error};
@@ -96,6 +96,37 @@ impl Target {
             }),
         }
     }
+}
+
+/// Whether a request is a form upload: POST on a bucket (no sub-resource) with a
+/// `multipart/form-data` body.
+pub fn is_form_upload(
+    method: &Method,
+    target: &Target,
+    sub: Option<&str>,
+    headers: &HeaderMap,
+) -> bool {
+    let multipart = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("multipart/form-data"));
+    method == Method::POST && matches!(target, Target::Bucket(_)) && sub.is_none() && multipart
+}
+
+/// [`is_form_upload`] from a request's head, reading its target as the router will.
+pub fn is_form_upload_request(parts: &http::request::Parts, domain: Option<&str>) -> bool {
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    let (Ok(target), Ok(query)) = (
+        Target::from_request(&parts.uri, host, domain),
+        Query::parse(&parts.uri),
+    ) else {
+        return false;
+    };
+    is_form_upload(&parts.method, &target, query.subresource(), &parts.headers)
 }
 
 /// Bound on a request's header section for the requests that store headers with an
@@ -298,6 +329,77 @@ pub fn copy_source(headers: &HeaderMap) -> Result<(String, String, Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn headers(content_type: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, content_type.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn only_a_multipart_post_on_a_bucket_is_a_form_upload() {
+        let bucket = Target::Bucket("b".into());
+        let form = headers("multipart/form-data; boundary=x");
+        assert!(is_form_upload(&Method::POST, &bucket, None, &form));
+        assert!(is_form_upload(
+            &Method::POST,
+            &bucket,
+            None,
+            &headers("Multipart/Form-Data;boundary=x")
+        ));
+        assert!(!is_form_upload(&Method::PUT, &bucket, None, &form));
+        assert!(!is_form_upload(
+            &Method::POST,
+            &bucket,
+            Some("delete"),
+            &form
+        ));
+        let object = Target::Object {
+            bucket: "b".into(),
+            key: "k".into(),
+        };
+        assert!(!is_form_upload(&Method::POST, &object, None, &form));
+        assert!(!is_form_upload(
+            &Method::POST,
+            &Target::Service,
+            None,
+            &form
+        ));
+        assert!(!is_form_upload(
+            &Method::POST,
+            &bucket,
+            None,
+            &headers("application/xml")
+        ));
+        assert!(!is_form_upload(
+            &Method::POST,
+            &bucket,
+            None,
+            &HeaderMap::new()
+        ));
+    }
+
+    #[test]
+    fn the_request_head_is_read_as_the_router_reads_it() {
+        let head = |method: &str, uri: &str, host: &str| {
+            let (parts, ()) = http::Request::builder()
+                .method(method)
+                .uri(uri)
+                .header(header::HOST, host)
+                .header(header::CONTENT_TYPE, "multipart/form-data; boundary=x")
+                .body(())
+                .unwrap()
+                .into_parts();
+            is_form_upload_request(&parts, Some("s3.test"))
+        };
+        assert!(head("POST", "/b", "127.0.0.1"));
+        assert!(head("POST", "/", "b.s3.test"));
+        assert!(!head("POST", "/b/k", "127.0.0.1"));
+        assert!(!head("POST", "/k", "b.s3.test"));
+        assert!(!head("POST", "/b?delete", "127.0.0.1"));
+        assert!(!head("POST", "/b?uploads", "127.0.0.1"));
+        assert!(!head("GET", "/b", "127.0.0.1"));
+    }
 
     #[test]
     fn a_copy_source_names_its_version_and_unknown_parameters_are_refused() {

@@ -48,13 +48,13 @@ const QUERY_PARAMS_REQUIRED: &str = "Query-string authentication version 4 requi
      and X-Amz-Expires parameters.";
 
 /// S3 leaves only RFC 3986 unreserved characters unescaped in query names and values.
-const QUERY_ENCODE_SET: &AsciiSet = &NON_ALPHANUMERIC
+pub(crate) const QUERY_ENCODE_SET: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'_')
     .remove(b'.')
     .remove(b'~');
 /// In the path, `/` separates segments and is kept as is.
-const PATH_ENCODE_SET: &AsciiSet = &QUERY_ENCODE_SET.remove(b'/');
+pub(crate) const PATH_ENCODE_SET: &AsciiSet = &QUERY_ENCODE_SET.remove(b'/');
 
 /// Why a request could not be authenticated; each variant is one S3 error code for the caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -296,6 +296,50 @@ pub fn verify(
                 Err(AuthError::Missing)
             }
         }
+    }
+}
+
+/// The signature fields of a POST form (a browser upload), each as the form sent it.
+#[derive(Debug, Clone, Copy)]
+pub struct PostForm<'a> {
+    /// `x-amz-algorithm`.
+    pub algorithm: &'a str,
+    /// `x-amz-credential`: `access-key/yyyymmdd/region/s3/aws4_request`.
+    pub credential: &'a str,
+    /// `x-amz-date`: `yyyymmddThhmmssZ`, on the credential's day.
+    pub amz_date: &'a str,
+    /// `x-amz-signature`.
+    pub signature: &'a str,
+    /// `policy`: the base64 text, which is what is signed.
+    pub policy: &'a str,
+}
+
+/// Verifies a POST form's signature: the hex HMAC-SHA256 of the base64 policy under the
+/// signing key of the credential's day, region and `s3`, the key every SigV4 request
+/// uses. Returns the access key. The date is not held against the clock: the policy's
+/// `expiration` bounds how long a form is good, as on S3.
+pub fn verify_post_policy(
+    form: &PostForm<'_>,
+    secret_for: impl Fn(&str) -> Option<String>,
+    expected_region: Option<&str>,
+) -> Result<String, AuthError> {
+    if form.algorithm != ALGORITHM {
+        return Err(AuthError::UnsupportedAlgorithm);
+    }
+    let credential = parse_credential(form.credential)?;
+    check_region(&credential, expected_region, true)?;
+    let when = parse_amz_date(form.amz_date).ok_or_else(|| {
+        AuthError::Malformed("x-amz-date must be in the ISO8601 Long Format".to_owned())
+    })?;
+    check_scope_date(&credential, when)?;
+    let signature = parse_signature(form.signature)?;
+    let secret = secret_for(&credential.access_key).ok_or(AuthError::UnknownAccessKey)?;
+    let context = SigningContext::derive(&secret, when, &credential.region, signature);
+    let expected = context.sign(form.policy.as_bytes());
+    if crate::bearer::constant_time_eq(expected.as_bytes(), context.seed_signature().as_bytes()) {
+        Ok(credential.access_key)
+    } else {
+        Err(AuthError::SignatureMismatch)
     }
 }
 
@@ -1824,5 +1868,99 @@ mod tests {
         );
         assert_eq!(parse_http_date("Fri, 24 May 2013 00:00:00 UTC"), None);
         assert_eq!(parse_http_date("2013-05-24"), None);
+    }
+
+    /// HMAC-SHA256 written with the `hmac` crate directly, so the expected POST signature
+    /// does not come from the code under test.
+    fn hmac256(key: &[u8], data: &[u8]) -> Vec<u8> {
+        use hmac::{KeyInit as _, Mac as _};
+        let mut mac = hmac::Hmac::<Sha256>::new_from_slice(key).unwrap();
+        mac.update(data);
+        mac.finalize().into_bytes().to_vec()
+    }
+
+    #[test]
+    fn a_post_form_signs_its_base64_policy_with_the_days_signing_key() {
+        let secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+        let policy = "eyJleHBpcmF0aW9uIjogIjIwMTUtMTItMzBUMTI6MDA6MDAuMDAwWiJ9";
+        let mut key = hmac256(format!("AWS4{secret}").as_bytes(), b"20151229");
+        for part in ["us-east-1", "s3", "aws4_request"] {
+            key = hmac256(&key, part.as_bytes());
+        }
+        let signature = hex::encode(hmac256(&key, policy.as_bytes()));
+        let secrets = |k: &str| (k == "AKIAIOSFODNN7EXAMPLE").then(|| secret.to_string());
+        let form = PostForm {
+            algorithm: ALGORITHM,
+            credential: "AKIAIOSFODNN7EXAMPLE/20151229/us-east-1/s3/aws4_request",
+            amz_date: "20151229T000000Z",
+            signature: &signature,
+            policy,
+        };
+        let region = Some("us-east-1");
+        assert_eq!(
+            verify_post_policy(&form, secrets, region).as_deref(),
+            Ok("AKIAIOSFODNN7EXAMPLE")
+        );
+        let upper = signature.to_ascii_uppercase();
+        let cases = [
+            (
+                PostForm {
+                    signature: &upper,
+                    ..form
+                },
+                Ok(()),
+            ),
+            (
+                PostForm {
+                    policy: "eyJ0YW1wZXJlZCI6IDF9",
+                    ..form
+                },
+                Err(AuthError::SignatureMismatch),
+            ),
+            (
+                PostForm {
+                    credential: "NOBODY/20151229/us-east-1/s3/aws4_request",
+                    ..form
+                },
+                Err(AuthError::UnknownAccessKey),
+            ),
+            (
+                PostForm {
+                    algorithm: "AWS4-ECDSA-P256-SHA256",
+                    ..form
+                },
+                Err(AuthError::UnsupportedAlgorithm),
+            ),
+        ];
+        for (f, want) in cases {
+            let got = verify_post_policy(&f, secrets, region).map(|_| ());
+            assert_eq!(got, want, "{f:?}");
+        }
+        for f in [
+            PostForm {
+                amz_date: "20151230T000000Z",
+                ..form
+            },
+            PostForm {
+                amz_date: "2015-12-29",
+                ..form
+            },
+            PostForm {
+                signature: "abc",
+                ..form
+            },
+            PostForm {
+                credential: "AKIAIOSFODNN7EXAMPLE/20151229/eu-west-1/s3/aws4_request",
+                ..form
+            },
+        ] {
+            assert!(
+                matches!(
+                    verify_post_policy(&f, secrets, region),
+                    Err(AuthError::Malformed(_))
+                ),
+                "{f:?}"
+            );
+        }
     }
 }

@@ -10,8 +10,7 @@ use crate::tables::{self, OBJECTS, ObjectRecord, check_bucket};
 use crate::versions::Versioning;
 use crate::{MetaError, Response, lifecycle};
 
-/// Bound on the keys of one `ExpireObjects` (as DeleteObjects): one transaction stays short.
-pub const EXPIRE_KEYS_MAX: usize = 1000;
+pub use crate::lifecycle::EXPIRE_KEYS_MAX;
 /// Bound on the keys of one `DeleteObjectsMatching`: S3's 1000 keys per DeleteObjects.
 pub const DELETE_KEYS_MAX: usize = 1000;
 

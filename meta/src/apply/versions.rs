@@ -361,7 +361,7 @@ pub(super) fn expire_versions(
     now_secs: u64,
 ) -> Result<Response, MetaError> {
     versioning_of(txn, bucket)?;
-    if entries.len() > super::objects::EXPIRE_KEYS_MAX {
+    if entries.len() > lifecycle::EXPIRE_KEYS_MAX {
         return Err(MetaError::Unexpected(format!(
             "ExpireVersions of {} entries",
             entries.len()

@@ -14,6 +14,9 @@ pub mod rules;
 
 pub use rules::{Expiration, LifecycleRule, RuleFilter, VersionActions};
 
+/// Bound on the keys of one `ExpireObjects` (as DeleteObjects): one transaction stays short.
+pub const EXPIRE_KEYS_MAX: usize = 1000;
+
 /// Bucket name -> postcard [`LifecycleRecord`].
 pub const LIFECYCLE: TableDefinition<&str, &[u8]> = TableDefinition::new("lifecycle");
 

@@ -5,6 +5,7 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use super::MetaStore;
 use crate::MetaError;
+use crate::list_versions::{Tables, VersionsPage, VersionsQuery, list_versions};
 use crate::tables::{BUCKETS, BucketRecord, NULL_VERSIONS, OBJECTS, ObjectRecord, VERSIONS};
 use crate::versions::{
     VersionId, VersionRecord, VersionView, Versioning, decode_current, null_number, order_of,
@@ -184,5 +185,22 @@ impl MetaStore {
             ));
         }
         Ok(out)
+    }
+}
+
+impl MetaStore {
+    /// One page of ListObjectVersions, in one read transaction.
+    pub fn list_versions(
+        &self,
+        bucket: &str,
+        query: &VersionsQuery,
+    ) -> Result<VersionsPage, MetaError> {
+        let txn = self.db().begin_read()?;
+        let tables = Tables {
+            objects: txn.open_table(OBJECTS)?,
+            versions: txn.open_table(VERSIONS)?,
+            null_versions: txn.open_table(NULL_VERSIONS)?,
+        };
+        list_versions(&tables, bucket, query)
     }
 }

@@ -1,0 +1,147 @@
+//! Object versions as the store serves them (see `docs/versions.md`): the current version
+//! with its id, one version by id, the removal of one version, ListObjectVersions pages
+//! and a bucket's versioning state.
+
+use meta::list_versions::{VersionsPage, VersionsQuery};
+use meta::versions::Versioning;
+use meta::{Command, CurrentVersion, Deleted, MetaError, ObjectRecord};
+
+use crate::store::{ObjectStore, StoreError, now_secs, parse_version_id};
+
+impl ObjectStore {
+    /// The current version of `bucket/key` and its id (in a versioned bucket), or
+    /// NoSuchBucket, NoSuchKey, or [`StoreError::CurrentIsDeleteMarker`]. Linearizable.
+    pub async fn head_current(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(ObjectRecord, Option<String>), StoreError> {
+        let (b, k) = (bucket.to_string(), key.to_string());
+        let found = self.meta_read(move |m| m.current_version(&b, &k)).await?;
+        match found {
+            CurrentVersion::Object { record, version_id } => Ok((record, version_id)),
+            CurrentVersion::NoBucket => Err(StoreError::NoSuchBucket(bucket.to_string())),
+            CurrentVersion::Absent => Err(StoreError::NoSuchKey(key.to_string())),
+            CurrentVersion::DeleteMarker { version_id } => Err(StoreError::CurrentIsDeleteMarker {
+                key: key.to_string(),
+                version_id,
+            }),
+        }
+    }
+
+    /// The version of `bucket/key` that `id` names, with its id; NoSuchVersion when there
+    /// is none, [`StoreError::VersionIsDeleteMarker`] for a marker. Linearizable.
+    pub async fn head_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+    ) -> Result<(ObjectRecord, String), StoreError> {
+        let version = parse_version_id(id)?;
+        let (b, k) = (bucket.to_string(), key.to_string());
+        let found = self
+            .meta_read(move |m| match m.version(&b, &k, version)? {
+                Some(view) => Ok(Some(view)),
+                // Tell a missing bucket from a missing version.
+                None => m.bucket(&b)?.map(|_| None).ok_or(MetaError::NoSuchBucket),
+            })
+            .await
+            .map_err(|e| match e {
+                StoreError::Meta(e) => StoreError::meta(e, bucket),
+                other => other,
+            })?;
+        let no_such_version = || StoreError::NoSuchVersion {
+            key: key.to_string(),
+            version_id: id.to_string(),
+        };
+        let view = found.ok_or_else(no_such_version)?;
+        let version_id = view.id();
+        match view.record {
+            Some(record) => Ok((record, version_id)),
+            None => Err(StoreError::VersionIsDeleteMarker {
+                version_id,
+                created_ms: view.created_ms,
+            }),
+        }
+    }
+
+    /// Removes the version of `bucket/key` that `id` names (releasing its content once);
+    /// the next newest becomes current. NoSuchVersion when there is none.
+    pub async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: &str,
+    ) -> Result<Deleted, StoreError> {
+        let version = parse_version_id(id)?;
+        let cmd = Command::DeleteVersion {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            version,
+            now_secs: now_secs(),
+        };
+        match self.metadata().call::<Deleted>(cmd).await {
+            Ok(deleted) => Ok(deleted),
+            // S3 answers a DELETE of a version that does not exist with 204 (it is gone,
+            // which is what the client wants), naming the id it was asked for.
+            Err(MetaError::NoSuchVersion) => Ok(Deleted {
+                version_id: Some(id.to_string()),
+                marker: false,
+            }),
+            Err(e) => Err(StoreError::meta(e, bucket)),
+        }
+    }
+
+    /// One page of ListObjectVersions (linearizable).
+    pub async fn list_versions(
+        &self,
+        bucket: &str,
+        query: VersionsQuery,
+    ) -> Result<VersionsPage, StoreError> {
+        self.bucket(bucket).await?;
+        let name = bucket.to_string();
+        self.meta_read(move |m| m.list_versions(&name, &query))
+            .await
+    }
+
+    /// The bucket's versioning state.
+    pub async fn versioning(&self, bucket: &str) -> Result<Versioning, StoreError> {
+        Ok(self.bucket(bucket).await?.versioning)
+    }
+
+    /// Sets the bucket's versioning: Enabled or Suspended (never back to unversioned).
+    pub async fn set_versioning(&self, bucket: &str, state: Versioning) -> Result<(), StoreError> {
+        if state == Versioning::Unversioned {
+            return Err(StoreError::IllegalVersioning(
+                "a bucket cannot return to unversioned".to_string(),
+            ));
+        }
+        let cmd = Command::SetBucketVersioning {
+            bucket: bucket.to_string(),
+            state,
+        };
+        self.execute(cmd)
+            .await
+            .map(drop)
+            .map_err(|e| StoreError::meta(e, bucket))
+    }
+}
+
+impl ObjectStore {
+    /// The version a read names: the one `version` names, else the current one; with
+    /// its id where the bucket has versioning.
+    pub async fn head_at(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+    ) -> Result<(ObjectRecord, Option<String>), StoreError> {
+        match version {
+            Some(id) => self
+                .head_version(bucket, key, id)
+                .await
+                .map(|(record, id)| (record, Some(id))),
+            None => self.head_current(bucket, key).await,
+        }
+    }
+}
