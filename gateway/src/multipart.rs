@@ -388,7 +388,10 @@ impl ObjectStore {
             return Err(StoreError::NoSuchUpload);
         };
         match self.head_current(bucket, key).await {
-            Ok((record, version_id)) if record.etag() == etag => Ok(Stored { record, version_id }),
+            Ok(head) if head.record.etag() == etag => Ok(Stored {
+                record: head.record,
+                version_id: head.version_id,
+            }),
             Ok(_) | Err(StoreError::NoSuchKey(_) | StoreError::CurrentIsDeleteMarker { .. }) => {
                 Err(StoreError::NoSuchUpload)
             }

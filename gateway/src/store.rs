@@ -26,6 +26,7 @@ use placement::write::{self, StagedUpload, WriteError};
 use placement::{ContentHasher, Digests, Disk, Magic, PairId, PairRecord, Sha1};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use meta::command::LockChange;
 use meta::raft::Metadata;
 use meta::{
     Answer, BucketRecord, Checksum, Command, ContentSource, DeleteOutcome, Deleted, FileRecord,
@@ -78,6 +79,9 @@ pub struct PutRequest {
     pub precondition: Option<WritePrecondition>,
     /// Filled with the verified flexible checksum once the body has been read.
     pub checksum: Option<ChecksumSlot>,
+    /// The object lock the request asks for (`x-amz-object-lock-*`), set on the version
+    /// in the write's own command.
+    pub lock: Option<LockChange>,
 }
 
 /// Where the S3 layer leaves a flexible checksum it verified while the body streamed
@@ -531,9 +535,7 @@ impl ObjectStore {
     /// The object's record, or NoSuchBucket / NoSuchKey (a key whose current version is
     /// a delete marker: [`StoreError::CurrentIsDeleteMarker`]).
     pub async fn head(&self, bucket: &str, key: &str) -> Result<ObjectRecord, StoreError> {
-        self.head_current(bucket, key)
-            .await
-            .map(|(record, _)| record)
+        self.head_current(bucket, key).await.map(|head| head.record)
     }
 
     /// The content's FileDB record, linearizable (Valkyrie's "is this live?" and the
@@ -596,14 +598,25 @@ impl ObjectStore {
             .as_ref()
             .and_then(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).take());
         req.attrs.apply_to(&mut object);
-        let (bucket, key, precondition) = (req.bucket, req.key, req.precondition);
-        let command = |source| Command::PutObject {
-            bucket: bucket.clone(),
-            key: key.clone(),
-            object: object.clone(),
-            source,
-            now_secs: now_secs(),
-            precondition: precondition.clone(),
+        let (bucket, key, precondition, lock) = (req.bucket, req.key, req.precondition, req.lock);
+        let command = |source| {
+            let put = Command::PutObject {
+                bucket: bucket.clone(),
+                key: key.clone(),
+                object: object.clone(),
+                source,
+                now_secs: now_secs(),
+                precondition: precondition.clone(),
+            };
+            match lock {
+                Some(change) => Command::Locked {
+                    bucket: bucket.clone(),
+                    key: key.clone(),
+                    change,
+                    command: Box::new(put),
+                },
+                None => put,
+            }
         };
         match self.commit_content::<ObjectPut>(staged, command).await {
             Ok(put) => Ok(Stored {

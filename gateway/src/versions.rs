@@ -2,24 +2,38 @@
 //! with its id, one version by id, the removal of one version, ListObjectVersions pages
 //! and a bucket's versioning state.
 
+use meta::command::LockChange;
 use meta::list_versions::{VersionsPage, VersionsQuery};
-use meta::versions::Versioning;
+use meta::versions::{LockConfig, ObjectLock, Versioning};
 use meta::{Command, CurrentVersion, Deleted, MetaError, ObjectRecord};
 
 use crate::store::{ObjectStore, StoreError, now_secs, parse_version_id};
 
+/// A version as a read finds it: its record, its id where the bucket has versioning, and
+/// its object lock.
+#[derive(Clone, Debug)]
+pub struct Head {
+    pub record: ObjectRecord,
+    pub version_id: Option<String>,
+    pub lock: ObjectLock,
+}
+
 impl ObjectStore {
     /// The current version of `bucket/key` and its id (in a versioned bucket), or
     /// NoSuchBucket, NoSuchKey, or [`StoreError::CurrentIsDeleteMarker`]. Linearizable.
-    pub async fn head_current(
-        &self,
-        bucket: &str,
-        key: &str,
-    ) -> Result<(ObjectRecord, Option<String>), StoreError> {
+    pub async fn head_current(&self, bucket: &str, key: &str) -> Result<Head, StoreError> {
         let (b, k) = (bucket.to_string(), key.to_string());
         let found = self.meta_read(move |m| m.current_version(&b, &k)).await?;
         match found {
-            CurrentVersion::Object { record, version_id } => Ok((record, version_id)),
+            CurrentVersion::Object {
+                record,
+                version_id,
+                lock,
+            } => Ok(Head {
+                record,
+                version_id,
+                lock,
+            }),
             CurrentVersion::NoBucket => Err(StoreError::NoSuchBucket(bucket.to_string())),
             CurrentVersion::Absent => Err(StoreError::NoSuchKey(key.to_string())),
             CurrentVersion::DeleteMarker { version_id } => Err(StoreError::CurrentIsDeleteMarker {
@@ -36,7 +50,7 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
         id: &str,
-    ) -> Result<(ObjectRecord, String), StoreError> {
+    ) -> Result<Head, StoreError> {
         let version = parse_version_id(id)?;
         let (b, k) = (bucket.to_string(), key.to_string());
         let found = self
@@ -57,7 +71,11 @@ impl ObjectStore {
         let view = found.ok_or_else(no_such_version)?;
         let version_id = view.id();
         match view.record {
-            Some(record) => Ok((record, version_id)),
+            Some(record) => Ok(Head {
+                record,
+                version_id: Some(version_id),
+                lock: view.stamp.lock,
+            }),
             None => Err(StoreError::VersionIsDeleteMarker {
                 version_id,
                 created_ms: view.created_ms,
@@ -72,6 +90,7 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
         id: &str,
+        bypass_governance: bool,
     ) -> Result<Deleted, StoreError> {
         let version = parse_version_id(id)?;
         let cmd = Command::DeleteVersion {
@@ -79,6 +98,7 @@ impl ObjectStore {
             key: key.to_string(),
             version,
             now_secs: now_secs(),
+            bypass_governance,
         };
         match self.metadata().call::<Deleted>(cmd).await {
             Ok(deleted) => Ok(deleted),
@@ -135,13 +155,73 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
         version: Option<&str>,
-    ) -> Result<(ObjectRecord, Option<String>), StoreError> {
+    ) -> Result<Head, StoreError> {
         match version {
-            Some(id) => self
-                .head_version(bucket, key, id)
-                .await
-                .map(|(record, id)| (record, Some(id))),
+            Some(id) => self.head_version(bucket, key, id).await,
             None => self.head_current(bucket, key).await,
+        }
+    }
+
+    /// Creates a bucket with object lock (and versioning) enabled for good.
+    pub async fn create_locked_bucket(
+        &self,
+        bucket: &str,
+        owner: Option<String>,
+    ) -> Result<(), StoreError> {
+        let cmd = Command::CreateLockedBucket {
+            bucket: bucket.to_string(),
+            created_ms: now_secs().saturating_mul(1000),
+            owner,
+        };
+        self.execute(cmd)
+            .await
+            .map(drop)
+            .map_err(|e| StoreError::meta(e, bucket))
+    }
+
+    /// `PutObjectLockConfiguration`.
+    pub async fn set_lock_config(
+        &self,
+        bucket: &str,
+        config: LockConfig,
+    ) -> Result<(), StoreError> {
+        let cmd = Command::SetObjectLockConfig {
+            bucket: bucket.to_string(),
+            config,
+        };
+        self.execute(cmd)
+            .await
+            .map(drop)
+            .map_err(|e| StoreError::meta(e, bucket))
+    }
+
+    /// `PutObjectRetention` / `PutObjectLegalHold` on a version (the current one without
+    /// an id).
+    pub async fn set_object_lock(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        change: LockChange,
+        bypass_governance: bool,
+    ) -> Result<(), StoreError> {
+        let version = version.map(parse_version_id).transpose()?;
+        let cmd = Command::SetObjectLock {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            version,
+            change,
+            bypass_governance,
+            now_ms: crate::store::now_ms(),
+        };
+        match self.execute(cmd).await {
+            Ok(_) => Ok(()),
+            Err(MetaError::NoSuchKey) => Err(StoreError::NoSuchKey(key.to_string())),
+            Err(MetaError::NoSuchVersion) => Err(StoreError::NoSuchVersion {
+                key: key.to_string(),
+                version_id: version.map_or_else(String::new, |_| "?".to_string()),
+            }),
+            Err(e) => Err(StoreError::meta(e, bucket)),
         }
     }
 }

@@ -43,7 +43,11 @@ impl Command {
             Command::SetBucketVersioning { .. }
             | Command::DeleteVersion { .. }
             | Command::SetBucketLifecycleWithVersions { .. }
-            | Command::ExpireVersions { .. } => 4,
+            | Command::ExpireVersions { .. }
+            | Command::CreateLockedBucket { .. }
+            | Command::SetObjectLockConfig { .. }
+            | Command::SetObjectLock { .. }
+            | Command::Locked { .. } => 4,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

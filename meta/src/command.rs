@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
 use crate::lifecycle::rules::{LifecycleRule, VersionActions};
-use crate::versions::{VersionId, Versioning};
+use crate::versions::{LockConfig, Retention, VersionId, Versioning};
 
 use super::jobs::{JobOp, JobRecord, JobState};
 use super::keys::{KeyRecord, Rights};
@@ -313,6 +313,8 @@ pub enum Command {
         key: String,
         version: VersionId,
         now_secs: u64,
+        /// `x-amz-bypass-governance-retention` from a caller with the owner right.
+        bypass_governance: bool,
     },
     /// `SetBucketLifecycle` whose rules act on versions: each rule's
     /// [`VersionActions`] travel beside it (`versions[i]` is `rules[i]`'s), since a rule's
@@ -335,6 +337,47 @@ pub enum Command {
         day_secs: u64,
         now_secs: u64,
     },
+    /// `CreateOwnedBucket` with object lock enabled (and so versioning, for good).
+    /// Format version 4.
+    CreateLockedBucket {
+        bucket: String,
+        created_ms: u64,
+        owner: Option<String>,
+    },
+    /// `PutObjectLockConfiguration`: the default retention of new versions; enables
+    /// object lock on a bucket whose versioning is Enabled. Format version 4.
+    SetObjectLockConfig {
+        bucket: String,
+        config: LockConfig,
+    },
+    /// `PutObjectRetention` / `PutObjectLegalHold` on one version (None: the current one),
+    /// within S3's rules (an active COMPLIANCE retention is only extended; GOVERNANCE
+    /// yields to the bypass). Format version 4.
+    SetObjectLock {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+        change: LockChange,
+        bypass_governance: bool,
+        now_ms: u64,
+    },
+    /// `command` (a PutObject, CopyObject or CompleteUpload of `bucket/key`, possibly
+    /// under a `Conditional`) with the object lock its request asked for set on the
+    /// version it writes, in the same transaction. Format version 4.
+    Locked {
+        bucket: String,
+        key: String,
+        change: LockChange,
+        command: Box<Command>,
+    },
+}
+
+/// A change to a version's object lock; None fields are left as they are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockChange {
+    /// Some(None) removes the retention.
+    pub retention: Option<Option<Retention>>,
+    pub legal_hold: Option<bool>,
 }
 
 impl Command {

@@ -53,6 +53,14 @@ pub enum MetaError {
     /// format answer it).
     #[error("no such version")]
     NoSuchVersion,
+    /// The version is under object lock (a retention or legal hold that holds now), or a
+    /// retention change the lock does not allow (format 4).
+    #[error("the object version is locked")]
+    ObjectLocked,
+    /// The bucket has no object lock (a lock asked of a version there), or it does and
+    /// versioning cannot be suspended (format 4).
+    #[error("{0}")]
+    InvalidBucketState(String),
 }
 
 /// `From` every redb error type into `$target::$variant(String)`: the metadata's and the

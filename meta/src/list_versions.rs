@@ -342,6 +342,7 @@ mod tests {
                             key: key.into(),
                             version: VersionId::parse(&pick.id()).unwrap(),
                             now_secs: 3,
+                            bypass_governance: false,
                         })
                         .unwrap();
                     }

@@ -77,6 +77,33 @@ impl DeletingRecord {
     }
 }
 
+/// GOVERNANCE yields to a caller allowed to bypass it; COMPLIANCE to nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LockMode {
+    Governance,
+    Compliance,
+}
+
+/// A bucket's object lock configuration (`PutObjectLockConfiguration`): the retention a
+/// new version gets when its write names none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockConfig {
+    pub default_retention: Option<DefaultRetention>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DefaultRetention {
+    pub mode: LockMode,
+    pub period: RetentionPeriod,
+}
+
+/// S3 takes days or years (a year is 365 days, as S3 counts it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RetentionPeriod {
+    Days(u32),
+    Years(u32),
+}
+
 /// A bucket's versioning state. It leaves `Unversioned` once and never comes back.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Versioning {
@@ -96,6 +123,8 @@ pub struct BucketRecord {
     pub owner: Option<String>,
     /// Whether PUT and DELETE keep the versions they replace (see `docs/versions.md`).
     pub versioning: Versioning,
+    /// Object lock, enabled for good (with versioning) when set.
+    pub object_lock: Option<LockConfig>,
 }
 
 /// A bucket record as written before versioning (format 2).
@@ -122,7 +151,7 @@ const BUCKET_FORMAT_V3: u8 = 3;
 impl BucketRecord {
     pub fn encode(&self) -> Result<Vec<u8>, MetaError> {
         let corrupt = |e: postcard::Error| MetaError::Corrupt(e.to_string());
-        if self.versioning == Versioning::Unversioned {
+        if self.versioning == Versioning::Unversioned && self.object_lock.is_none() {
             let v2 = BucketRecordV2 {
                 created_ms: self.created_ms,
                 cors: self.cors.clone(),
@@ -159,6 +188,7 @@ impl BucketRecord {
                     cors: v2.cors,
                     owner: v2.owner,
                     versioning: Versioning::Unversioned,
+                    object_lock: None,
                 })
             }
             _ => {
@@ -168,6 +198,7 @@ impl BucketRecord {
                     cors: v1.cors,
                     owner: None,
                     versioning: Versioning::Unversioned,
+                    object_lock: None,
                 })
             }
         }
@@ -358,6 +389,7 @@ mod tests {
             cors: None,
             owner: Some("GKAPP".into()),
             versioning: Versioning::Unversioned,
+            object_lock: None,
         };
         let bytes = b.encode().unwrap();
         assert_eq!(
@@ -374,6 +406,18 @@ mod tests {
             assert_eq!(bytes[0], BUCKET_FORMAT_V3);
             assert_eq!(BucketRecord::decode(&bytes).unwrap(), v);
         }
+        let locked = BucketRecord {
+            versioning: Versioning::Enabled,
+            object_lock: Some(crate::versions::LockConfig {
+                default_retention: Some(crate::versions::DefaultRetention {
+                    mode: crate::versions::LockMode::Compliance,
+                    period: crate::versions::RetentionPeriod::Days(7),
+                }),
+            }),
+            ..b.clone()
+        };
+        let bytes = locked.encode().unwrap();
+        assert_eq!(BucketRecord::decode(&bytes).unwrap(), locked);
     }
 
     #[test]
@@ -395,6 +439,7 @@ mod tests {
                 cors: None,
                 owner: None,
                 versioning: Versioning::Unversioned,
+                object_lock: None,
             }
         );
     }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::MetaError;
 use crate::tables::ObjectRecord;
 // Kept beside the bucket record it is part of; named here with the rest of versions.
-pub use crate::tables::Versioning;
+pub use crate::tables::{DefaultRetention, LockConfig, LockMode, RetentionPeriod, Versioning};
 
 /// What a version of a key is besides its record: its key-local number (one more than the
 /// highest the key had when it was written) and whether it is the key's `null` version.
@@ -21,6 +21,76 @@ pub use crate::tables::Versioning;
 pub struct VersionStamp {
     pub number: u64,
     pub null: bool,
+    /// Object lock: the version's retention and legal hold.
+    pub lock: ObjectLock,
+}
+
+/// A version's object lock (WORM): while it holds, no command removes the version.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectLock {
+    pub retention: Option<Retention>,
+    pub legal_hold: bool,
+}
+
+/// Retention until an instant, in a mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retention {
+    pub mode: LockMode,
+    pub until_ms: u64,
+}
+
+impl ObjectLock {
+    pub const NONE: ObjectLock = ObjectLock {
+        retention: None,
+        legal_hold: false,
+    };
+
+    /// Whether the lock keeps the version from being removed at `now_ms`.
+    pub fn holds(&self, now_ms: u64, bypass_governance: bool) -> bool {
+        self.legal_hold
+            || self.retention.is_some_and(|r| {
+                r.until_ms > now_ms && !(r.mode == LockMode::Governance && bypass_governance)
+            })
+    }
+
+    /// Whether the retention may be replaced by `new` at `now_ms`: an active COMPLIANCE
+    /// retention only extended (same mode, later or equal), an active GOVERNANCE one
+    /// extended or, with the bypass, anything.
+    pub fn may_set_retention(
+        &self,
+        new: Option<Retention>,
+        now_ms: u64,
+        bypass_governance: bool,
+    ) -> bool {
+        let Some(old) = self.retention.filter(|r| r.until_ms > now_ms) else {
+            return true;
+        };
+        let extends = new.is_some_and(|n| n.mode == old.mode && n.until_ms >= old.until_ms);
+        match old.mode {
+            LockMode::Compliance => extends,
+            LockMode::Governance => {
+                extends
+                    || bypass_governance
+                    || new.is_some_and(|n| {
+                        n.mode == LockMode::Compliance && n.until_ms >= old.until_ms
+                    })
+            }
+        }
+    }
+}
+
+impl DefaultRetention {
+    /// The retention of a version written at `now_ms`.
+    pub fn from(&self, now_ms: u64) -> Retention {
+        let days = match self.period {
+            RetentionPeriod::Days(d) => u64::from(d),
+            RetentionPeriod::Years(y) => u64::from(y) * 365,
+        };
+        Retention {
+            mode: self.mode,
+            until_ms: now_ms.saturating_add(days.saturating_mul(86_400_000)),
+        }
+    }
 }
 
 impl VersionStamp {
@@ -28,6 +98,7 @@ impl VersionStamp {
     pub const UNVERSIONED: VersionStamp = VersionStamp {
         number: 0,
         null: true,
+        lock: ObjectLock::NONE,
     };
 
     /// The id clients see: `null`, or 24 hex digits, the number then the magic of the
@@ -274,6 +345,7 @@ mod tests {
         let stamp = VersionStamp {
             number: 0x1234,
             null: false,
+            lock: ObjectLock::NONE,
         };
         let id = stamp.id(magic);
         assert_eq!(id, "000000000000123401020304");
@@ -306,6 +378,44 @@ mod tests {
     }
 
     #[test]
+    fn locks_hold_as_s3_says() {
+        let r = |mode, until_ms| Some(Retention { mode, until_ms });
+        let gov = ObjectLock {
+            retention: r(LockMode::Governance, 100),
+            legal_hold: false,
+        };
+        assert!(gov.holds(99, false));
+        assert!(!gov.holds(99, true), "GOVERNANCE yields to the bypass");
+        assert!(!gov.holds(100, false), "expired");
+        let comp = ObjectLock {
+            retention: r(LockMode::Compliance, 100),
+            legal_hold: false,
+        };
+        assert!(comp.holds(99, true), "COMPLIANCE yields to nothing");
+        let hold = ObjectLock {
+            retention: None,
+            legal_hold: true,
+        };
+        assert!(hold.holds(u64::MAX, true));
+        // Retention changes: COMPLIANCE only extended; GOVERNANCE extended, made
+        // COMPLIANCE, or anything with the bypass; an expired one anything.
+        assert!(comp.may_set_retention(r(LockMode::Compliance, 200), 50, false));
+        assert!(!comp.may_set_retention(r(LockMode::Compliance, 90), 50, true));
+        assert!(!comp.may_set_retention(r(LockMode::Governance, 200), 50, true));
+        assert!(!comp.may_set_retention(None, 50, true));
+        assert!(comp.may_set_retention(None, 150, false));
+        assert!(gov.may_set_retention(r(LockMode::Governance, 200), 50, false));
+        assert!(gov.may_set_retention(r(LockMode::Compliance, 100), 50, false));
+        assert!(!gov.may_set_retention(None, 50, false));
+        assert!(gov.may_set_retention(None, 50, true));
+        let default = DefaultRetention {
+            mode: LockMode::Governance,
+            period: RetentionPeriod::Years(1),
+        };
+        assert_eq!(default.from(5).until_ms, 5 + 365 * 86_400_000);
+    }
+
+    #[test]
     fn an_unversioned_current_record_keeps_todays_bytes() {
         let r = record();
         let bytes = encode_current(&r, VersionStamp::UNVERSIONED).unwrap();
@@ -317,10 +427,24 @@ mod tests {
         let stamp = VersionStamp {
             number: 3,
             null: false,
+            lock: ObjectLock::NONE,
         };
         let bytes = encode_current(&r, stamp).unwrap();
         assert_eq!(bytes[0], CURRENT_WITH_STAMP);
-        assert_eq!(decode_current(&bytes).unwrap(), (r, stamp));
+        assert_eq!(decode_current(&bytes).unwrap(), (r.clone(), stamp));
+        // A locked version keeps its lock through its bytes.
+        let locked = VersionStamp {
+            lock: ObjectLock {
+                retention: Some(Retention {
+                    mode: LockMode::Compliance,
+                    until_ms: 99,
+                }),
+                legal_hold: true,
+            },
+            ..stamp
+        };
+        let bytes = encode_current(&r, locked).unwrap();
+        assert_eq!(decode_current(&bytes).unwrap(), (r, locked));
         assert!(matches!(decode_current(&[]), Err(MetaError::Corrupt(_))));
         assert!(matches!(
             decode_current(&[9, 1]),
@@ -335,6 +459,7 @@ mod tests {
             stamp: VersionStamp {
                 number: 4,
                 null: false,
+                lock: ObjectLock::NONE,
             },
             noncurrent_since_ms: 1_700_000_000_000,
         };
@@ -342,6 +467,7 @@ mod tests {
             stamp: VersionStamp {
                 number: 5,
                 null: true,
+                lock: ObjectLock::NONE,
             },
             created_ms: 1_700_000_000_001,
             magic: Magic::new(77).unwrap(),

@@ -95,6 +95,7 @@ pub fn needs(
             let rights = match (m, sub) {
                 (Method::PUT, None) => return Ok(Vec::new()),
                 (Method::GET | Method::HEAD, _) => Rights::READ,
+                (Method::POST, _) if super::request::bypass_governance(headers) => Rights::OWNER,
                 (Method::POST, _) => Rights::WRITE,
                 // DeleteBucket, Put/DeleteBucketCors and other settings.
                 _ => Rights::OWNER,
@@ -104,6 +105,9 @@ pub fn needs(
         Target::Object { bucket, .. } => {
             let rights = match m {
                 Method::GET | Method::HEAD => Rights::READ,
+                // Bypassing GOVERNANCE retention takes the owner's right (S3's
+                // s3:BypassGovernanceRetention), so handlers may take the header as granted.
+                _ if super::request::bypass_governance(headers) => Rights::OWNER,
                 _ => Rights::WRITE,
             };
             let mut out = vec![(bucket.clone(), rights)];
@@ -158,4 +162,46 @@ pub async fn authorize(
 
 fn access_denied() -> S3Error {
     S3Error::new(ErrorCode::AccessDenied, "Access Denied")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Asking to bypass GOVERNANCE retention takes the owner right, on a DELETE, a
+    /// PutObjectRetention or a DeleteObjects; without the header WRITE is enough.
+    #[test]
+    fn the_bypass_header_asks_for_the_owner_right() {
+        let object = Target::Object {
+            bucket: "b".into(),
+            key: "k".into(),
+        };
+        let mut bypass = HeaderMap::new();
+        bypass.insert(
+            "x-amz-bypass-governance-retention",
+            "true".parse().expect("header"),
+        );
+        let plain = HeaderMap::new();
+        let rights =
+            |m: Method, t: &Target, sub, h: &HeaderMap| needs(&m, t, sub, h).expect("needs")[0].1;
+        assert_eq!(rights(Method::DELETE, &object, None, &plain), Rights::WRITE);
+        assert_eq!(
+            rights(Method::DELETE, &object, None, &bypass),
+            Rights::OWNER
+        );
+        assert_eq!(
+            rights(Method::PUT, &object, Some("retention"), &bypass),
+            Rights::OWNER
+        );
+        let bucket = Target::Bucket("b".into());
+        assert_eq!(
+            rights(Method::POST, &bucket, Some("delete"), &plain),
+            Rights::WRITE
+        );
+        assert_eq!(
+            rights(Method::POST, &bucket, Some("delete"), &bypass),
+            Rights::OWNER
+        );
+        assert_eq!(rights(Method::GET, &object, None, &bypass), Rights::READ);
+    }
 }

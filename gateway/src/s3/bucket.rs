@@ -42,9 +42,14 @@ pub async fn create(
     app: &AppState,
     bucket: &str,
     owner: Option<String>,
+    object_lock: bool,
 ) -> Result<Response, S3Error> {
     check_bucket_name(bucket)?;
-    app.store.create_bucket(bucket, owner).await?;
+    if object_lock {
+        app.store.create_locked_bucket(bucket, owner).await?;
+    } else {
+        app.store.create_bucket(bucket, owner).await?;
+    }
     Ok((StatusCode::OK, [(header::LOCATION, format!("/{bucket}"))]).into_response())
 }
 
@@ -278,6 +283,8 @@ pub async fn delete_objects(
     req: axum::extract::Request,
 ) -> Result<Response, S3Error> {
     let md5 = super::object::content_md5_of(req.headers())?;
+    // Authorized by `access::needs`: the bypass header asks for the owner right.
+    let bypass = super::object_lock::bypass_governance(req.headers());
     let text = super::auth::read_xml_body(req.into_body(), DELETE_BODY_BYTES_MAX).await?;
     if let Some(m) = md5
         && m != <[u8; 16]>::from(<md5::Md5 as md5::Digest>::digest(text.as_bytes()))
@@ -294,7 +301,7 @@ pub async fn delete_objects(
         .iter()
         .any(|o| o.version_id.as_deref().is_some_and(|v| v != "null"));
     if by_version || record.versioning != meta::versions::Versioning::Unversioned {
-        return delete_versions(app, bucket, parsed).await;
+        return delete_versions(app, bucket, parsed, bypass).await;
     }
     let mut w = XmlWriter::new();
     w.open_root("DeleteResult");
@@ -353,6 +360,7 @@ async fn delete_versions(
     app: &AppState,
     bucket: &str,
     parsed: DeleteBody,
+    bypass: bool,
 ) -> Result<Response, S3Error> {
     use futures_util::StreamExt;
     let quiet = parsed.quiet;
@@ -364,7 +372,9 @@ async fn delete_versions(
                     (Some(_), Some(_)) => Err(S3Error::not_implemented(
                         "an ETag condition on a DeleteObjects entry naming a version",
                     )),
-                    (Some(id), None) => Ok(app.store.delete_version(bucket, &o.key, id).await?),
+                    (Some(id), None) => {
+                        Ok(app.store.delete_version(bucket, &o.key, id, bypass).await?)
+                    }
                     (None, etag) => {
                         let condition = etag.as_deref().map(super::object::match_condition);
                         Ok(app.store.delete(bucket, &o.key, condition).await?)

@@ -40,6 +40,8 @@ pub enum ErrorCode {
     NoSuchKey,
     NoSuchVersion,
     IllegalVersioningConfigurationException,
+    InvalidBucketState,
+    NoSuchObjectLockConfiguration,
     NoSuchCORSConfiguration,
     NoSuchBucketPolicy,
     NoSuchLifecycleConfiguration,
@@ -93,6 +95,8 @@ impl ErrorCode {
             NoSuchBucket => "NoSuchBucket",
             NoSuchKey => "NoSuchKey",
             NoSuchVersion => "NoSuchVersion",
+            InvalidBucketState => "InvalidBucketState",
+            NoSuchObjectLockConfiguration => "NoSuchObjectLockConfiguration",
             IllegalVersioningConfigurationException => "IllegalVersioningConfigurationException",
             NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
             NoSuchBucketPolicy => "NoSuchBucketPolicy",
@@ -127,6 +131,7 @@ impl ErrorCode {
             NoSuchBucket
             | NoSuchKey
             | NoSuchVersion
+            | NoSuchObjectLockConfiguration
             | NoSuchUpload
             | NoSuchCORSConfiguration
             | NoSuchBucketPolicy
@@ -135,7 +140,9 @@ impl ErrorCode {
             | ObjectLockConfigurationNotFoundError
             | ServerSideEncryptionConfigurationNotFoundError => StatusCode::NOT_FOUND,
             AccessForbidden => StatusCode::FORBIDDEN,
-            BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
+            BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty | InvalidBucketState => {
+                StatusCode::CONFLICT
+            }
             InvalidRange | InvalidPartNumber => StatusCode::RANGE_NOT_SATISFIABLE,
             PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
@@ -375,6 +382,11 @@ impl From<StoreError> for S3Error {
             .with_header("x-amz-version-id", version_id)
             .with_header("last-modified", super::http_date(created_ms))
             .with_header("allow", "DELETE"),
+            StoreError::ObjectLocked => S3Error::new(
+                C::AccessDenied,
+                "Access Denied because object protected by object lock.",
+            ),
+            StoreError::InvalidBucketState(why) => S3Error::new(C::InvalidBucketState, why),
             StoreError::IllegalVersioning(why) => {
                 S3Error::new(C::IllegalVersioningConfigurationException, why)
             }

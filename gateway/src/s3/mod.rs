@@ -17,6 +17,7 @@ pub mod error;
 pub mod lifecycle;
 pub(crate) mod multipart;
 pub(crate) mod object;
+pub mod object_lock;
 pub mod operation;
 mod owner;
 pub(crate) mod post_object;
@@ -95,7 +96,14 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             versioning::put(app, &b, req).await
         }
         (&Method::PUT, Target::Bucket(b)) if sub.is_none() => {
-            bucket::create(app, &b, caller.owner()).await
+            let locked = req
+                .headers()
+                .get("x-amz-bucket-object-lock-enabled")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+            bucket::create(app, &b, caller.owner(), locked).await
+        }
+        (&Method::PUT, Target::Bucket(b)) if sub == Some("object-lock") => {
+            object_lock::put_config(app, &b, req).await
         }
         (&Method::HEAD, Target::Bucket(b)) => bucket::head(app, &b).await,
         (&Method::DELETE, Target::Bucket(b)) if sub.is_none() => bucket::delete(app, &b).await,
@@ -104,6 +112,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             Some("uploads") => multipart::list_uploads(app, &b, &query).await,
             Some("lifecycle") => lifecycle::get(app, &b).await,
             Some("versioning") => versioning::get(app, &b).await,
+            Some("object-lock") => object_lock::get_config(app, &b).await,
             Some("versions") => versioning::list(app, &b, &query).await,
             None => bucket::list_objects(app, &b, &query).await,
             Some(other) if let Some(answer) = settings::bucket_setting(app, &b, other).await => {
@@ -120,6 +129,10 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             Some("partNumber" | "uploadId") => {
                 multipart::upload_part(app, &bucket, &key, &query, req).await
             }
+            Some("retention") => object_lock::put_retention(app, &bucket, &key, &query, req).await,
+            Some("legal-hold") => {
+                object_lock::put_legal_hold(app, &bucket, &key, &query, req).await
+            }
             Some(other) => Err(S3Error::not_implemented(&format!("PUT ?{other}"))),
         },
         (&Method::POST, Target::Object { bucket, key }) => match sub {
@@ -132,6 +145,9 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
                 object::get(app, &bucket, &key, req.headers(), &query).await
             }
             Some("uploadId") => multipart::list_parts(app, &bucket, &key, &query).await,
+            Some(lock @ ("retention" | "legal-hold")) => {
+                object_lock::get_lock(app, &bucket, &key, &query, lock == "legal-hold").await
+            }
             Some(other)
                 if let Some(answer) = settings::object_setting(app, &bucket, &key, other).await =>
             {

@@ -47,6 +47,7 @@ pub async fn create(
     key: &str,
     headers: &HeaderMap,
 ) -> Result<Response, S3Error> {
+    super::object::refuse_lock_headers(headers, "CreateMultipartUpload")?;
     let id = app
         .store
         .create_upload(bucket, key, attrs_from(headers)?)

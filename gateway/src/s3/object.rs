@@ -53,6 +53,25 @@ fn refuse_tags(headers: &HeaderMap) -> Result<(), S3Error> {
 
 /// Content-Type, `x-amz-meta-*` and the stored standard headers of a request, whose
 /// header section must be within S3's bound (the store checks the user metadata's).
+/// A copy or multipart upload that asks for a lock is refused, never stored without it:
+/// only PutObject sets a version's lock at its write (the bucket's default retention
+/// applies to every write, and PutObjectRetention/LegalHold to any version).
+pub fn refuse_lock_headers(headers: &HeaderMap, what: &str) -> Result<(), S3Error> {
+    let asks = [
+        "x-amz-object-lock-mode",
+        "x-amz-object-lock-retain-until-date",
+        "x-amz-object-lock-legal-hold",
+    ]
+    .iter()
+    .any(|h| headers.contains_key(*h));
+    if asks {
+        return Err(S3Error::not_implemented(&format!(
+            "x-amz-object-lock-* headers on {what}"
+        )));
+    }
+    Ok(())
+}
+
 pub fn attrs_from(headers: &HeaderMap) -> Result<ObjectAttrs, S3Error> {
     super::request::check_header_section(headers)?;
     refuse_tags(headers)?;
@@ -240,6 +259,8 @@ pub async fn put(
     req: Request,
 ) -> Result<Response, S3Error> {
     let (parts, body) = req.into_parts();
+    let lock = super::object_lock::lock_change(&parts.headers)?;
+    super::object_lock::check_lock_allowed(app, bucket, &lock).await?;
     let (stream, checksum) = checked_body(&parts, body)?;
     let request = PutRequest {
         bucket: bucket.to_string(),
@@ -249,6 +270,7 @@ pub async fn put(
         content_md5: content_md5_of(&parts.headers)?,
         precondition: write_precondition(&parts.headers)?,
         checksum,
+        lock,
     };
     let stored = app.store.put(request, stream).await?;
     let record = stored.record;
@@ -277,6 +299,7 @@ pub async fn copy(
 ) -> Result<Response, S3Error> {
     let (src_bucket, src_key, src_version) = copy_source(headers)?;
     refuse_tags(headers)?;
+    refuse_lock_headers(headers, "CopyObject")?;
     let replace = match header_str(headers, "x-amz-metadata-directive")? {
         None | Some("COPY") => false,
         Some("REPLACE") => true,
@@ -346,7 +369,12 @@ pub(crate) async fn copy_source_version(
     key: &str,
     version: Option<&str>,
 ) -> Result<(ObjectRecord, Option<String>), S3Error> {
-    match app.store.head_at(bucket, key, version).await {
+    match app
+        .store
+        .head_at(bucket, key, version)
+        .await
+        .map(|h| (h.record, h.version_id))
+    {
         Err(StoreError::VersionIsDeleteMarker { .. }) => Err(S3Error::new(
             ErrorCode::InvalidRequest,
             "The source of a copy request may not specifically refer to a delete marker by version id.",
@@ -575,9 +603,10 @@ pub async fn get(
     }
     let version = q.get("versionId");
     let mut attempt = 0;
-    let (read, version_id) = loop {
+    let (read, version_id, lock) = loop {
         attempt += 1;
-        let (record, version_id) = app.store.head_at(bucket, key, version).await?;
+        let found = app.store.head_at(bucket, key, version).await?;
+        let (record, version_id, lock) = (found.record, found.version_id, found.lock);
         if let Some(resp) = read_conditions(headers, &record)? {
             return Ok(resp);
         }
@@ -595,7 +624,7 @@ pub async fn get(
             // Overwritten or deleted since its record was read: the new answer, with its
             // own conditions and range.
             Err(StoreError::Raced(_)) if attempt < READ_RACE_ATTEMPTS => continue,
-            read => break (read?, version_id),
+            read => break (read?, version_id, lock),
         }
     };
     let length = match read.range {
@@ -614,6 +643,7 @@ pub async fn get(
     let mut resp = head_response(&read.record, q, headers, status, body)?;
     let h = resp.headers_mut();
     version_header(h, version_id.as_deref());
+    super::object_lock::lock_headers(h, &lock);
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     if let Some((first, last)) = read.range {
         set(
@@ -667,7 +697,8 @@ pub async fn head(
     headers: &HeaderMap,
     q: &Query,
 ) -> Result<Response, S3Error> {
-    let (record, version_id) = app.store.head_at(bucket, key, q.get("versionId")).await?;
+    let found = app.store.head_at(bucket, key, q.get("versionId")).await?;
+    let (record, version_id) = (found.record, found.version_id);
     if let Some(resp) = read_conditions(headers, &record)? {
         return Ok(resp);
     }
@@ -706,6 +737,7 @@ pub async fn head(
     }
     let mut resp = head_response(&record, q, headers, StatusCode::OK, Body::empty())?;
     version_header(resp.headers_mut(), version_id.as_deref());
+    super::object_lock::lock_headers(resp.headers_mut(), &found.lock);
     if !q.has("versionId") {
         // Expiry rules apply to the current version, which one named by id may not be.
         super::lifecycle::expiration_header(app, bucket, key, &record, resp.headers_mut()).await;
@@ -729,7 +761,11 @@ pub async fn delete(
                 "If-Match on a DELETE of a version",
             ));
         }
-        Some(id) => app.store.delete_version(bucket, key, id).await?,
+        // Authorized by `access::needs`: the bypass header asks for the owner right.
+        Some(id) => {
+            let bypass = super::object_lock::bypass_governance(headers);
+            app.store.delete_version(bucket, key, id, bypass).await?
+        }
         None => app.store.delete(bucket, key, precondition).await?,
     };
     let mut resp = StatusCode::NO_CONTENT.into_response();

@@ -402,6 +402,7 @@ pub async fn post(app: &AppState, bucket: &str, req: Request) -> Result<Response
         content_md5: None,
         precondition: None,
         checksum,
+        lock: None,
     };
     let stored = app.store.put(request, file).await?;
     // The rest of the body (fields after the file) is not read, as on S3.

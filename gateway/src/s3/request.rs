@@ -282,6 +282,15 @@ pub fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a s
     }
 }
 
+/// Whether the request asks to bypass GOVERNANCE retention. `access::needs` requires the
+/// owner right of such a request, so a handler may take the header as granted.
+pub fn bypass_governance(headers: &HeaderMap) -> bool {
+    headers
+        .get("x-amz-bypass-governance-retention")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
 /// `x-amz-copy-source`: `[/]bucket/key[?versionId=...]`, URL-encoded: the bucket, the key
 /// and the version named (None: the current one). Any other parameter is refused rather
 /// than ignored.

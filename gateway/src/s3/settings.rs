@@ -43,11 +43,7 @@ pub async fn bucket_setting(
             ErrorCode::ServerSideEncryptionConfigurationNotFoundError,
             "The server side encryption configuration was not found",
         ),
-        "tagging" => not_found(ErrorCode::NoSuchTagSet, "The TagSet does not exist"),
-        _ => not_found(
-            ErrorCode::ObjectLockConfigurationNotFoundError,
-            "Object Lock configuration does not exist for this bucket",
-        ),
+        _ => not_found(ErrorCode::NoSuchTagSet, "The TagSet does not exist"),
     })
 }
 

@@ -107,6 +107,12 @@ pub enum StoreError {
     /// The version asked for by id is a delete marker, which has no content.
     #[error("version {version_id} is a delete marker")]
     VersionIsDeleteMarker { version_id: String, created_ms: u64 },
+    /// The version is under object lock (or the retention change is not allowed).
+    #[error("the object version is locked")]
+    ObjectLocked,
+    /// The bucket's state refuses the request (object lock present, or missing).
+    #[error("{0}")]
+    InvalidBucketState(String),
     /// A versioning change S3 does not allow (or this gateway does not yet support).
     #[error("{0}")]
     IllegalVersioning(String),
@@ -139,6 +145,8 @@ impl StoreError {
             // A racing request ended the upload between the early check and the command
             // (two CompleteMultipartUploads at once): the loser's 404, not a 500.
             MetaError::NoSuchUpload => StoreError::NoSuchUpload,
+            MetaError::ObjectLocked => StoreError::ObjectLocked,
+            MetaError::InvalidBucketState(why) => StoreError::InvalidBucketState(why),
             other => other.into(),
         }
     }

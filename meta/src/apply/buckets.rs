@@ -6,6 +6,7 @@ use redb::{ReadableTable, WriteTransaction};
 use super::uploads::drop_upload;
 use crate::lifecycle::{self, LifecycleRule};
 use crate::tables::{self, BUCKETS, BucketRecord, CorsRule, check_bucket};
+use crate::versions::{LockConfig, Versioning};
 use crate::{MetaError, Response, keys};
 
 /// A new bucket owned by `owner`; an existing one is the caller's (BucketExists) or
@@ -15,6 +16,7 @@ pub(super) fn create(
     bucket: &str,
     created_ms: u64,
     owner: &Option<String>,
+    object_lock: bool,
 ) -> Result<Response, MetaError> {
     let mut buckets = txn.open_table(BUCKETS)?;
     if let Some(v) = buckets.get(bucket)? {
@@ -29,7 +31,13 @@ pub(super) fn create(
         created_ms,
         cors: None,
         owner: owner.clone(),
-        versioning: Default::default(),
+        // Object lock needs every version kept: on for good, with versioning.
+        versioning: if object_lock {
+            Versioning::Enabled
+        } else {
+            Versioning::Unversioned
+        },
+        object_lock: object_lock.then(LockConfig::default),
     };
     buckets.insert(bucket, record.encode()?.as_slice())?;
     drop(buckets);

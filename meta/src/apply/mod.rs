@@ -40,13 +40,13 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
         Command::AddPair { record } => pairs::add(txn, record),
         Command::SetPairFlags { id, set, clear } => pairs::set_flags(txn, *id, *set, *clear),
         Command::CreateBucket { bucket, created_ms } => {
-            buckets::create(txn, bucket, *created_ms, &None)
+            buckets::create(txn, bucket, *created_ms, &None, false)
         }
         Command::CreateOwnedBucket {
             bucket,
             created_ms,
             owner,
-        } => buckets::create(txn, bucket, *created_ms, owner),
+        } => buckets::create(txn, bucket, *created_ms, owner, false),
         Command::SetBucketCors { bucket, rules } => buckets::set_cors(txn, bucket, rules),
         Command::DeleteBucket { bucket } => buckets::delete(txn, bucket),
         Command::PutObject {
@@ -126,6 +126,50 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
                 .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
             buckets::set_lifecycle(txn, bucket, &rules)
         }
+        Command::CreateLockedBucket {
+            bucket,
+            created_ms,
+            owner,
+        } => buckets::create(txn, bucket, *created_ms, owner, true),
+        Command::SetObjectLockConfig { bucket, config } => {
+            versions::set_lock_config(txn, bucket, *config)
+        }
+        Command::SetObjectLock {
+            bucket,
+            key,
+            version,
+            change,
+            bypass_governance,
+            now_ms,
+        } => versions::set_lock(
+            txn,
+            bucket,
+            key,
+            *version,
+            *change,
+            *bypass_governance,
+            *now_ms,
+        ),
+        Command::Locked {
+            bucket,
+            key,
+            change,
+            command,
+        } => {
+            let (target_bucket, target_key) = locked_target(txn, command)?;
+            if target_bucket != *bucket || target_key != *key {
+                return Err(MetaError::Unexpected(format!(
+                    "a lock on {bucket}/{key} goes with a write of {target_bucket}/{target_key}"
+                )));
+            }
+            let response = apply(txn, command)?;
+            // Nothing was written: nothing to lock.
+            if response == Response::ContentGone {
+                return Ok(response);
+            }
+            versions::lock_current(txn, bucket, key, *change)?;
+            Ok(response)
+        }
         Command::ExpireVersions {
             bucket,
             versions: entries,
@@ -195,12 +239,28 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             key,
             version,
             now_secs,
-        } => versions::delete_version(txn, bucket, key, *version, *now_secs),
+            bypass_governance,
+        } => versions::delete_version(txn, bucket, key, *version, *now_secs, *bypass_governance),
     }
 }
 
 /// The `bucket/key` that a command guarded by `Conditional` writes: only the writes S3
 /// lets carry a condition (PutObject carries its own).
+/// The `bucket/key` a write under `Locked` stores: a PUT, copy or completion, possibly
+/// under a condition.
+fn locked_target(txn: &WriteTransaction, cmd: &Command) -> Result<(String, String), MetaError> {
+    match cmd {
+        Command::PutObject { bucket, key, .. } | Command::CopyObject { bucket, key, .. } => {
+            Ok((bucket.clone(), key.clone()))
+        }
+        Command::CompleteUpload { .. } => conditional_target(txn, cmd),
+        Command::Conditional { bucket, key, .. } => Ok((bucket.clone(), key.clone())),
+        _ => Err(MetaError::Unexpected(
+            "a lock on a command that writes no object version".to_string(),
+        )),
+    }
+}
+
 fn conditional_target(
     txn: &WriteTransaction,
     cmd: &Command,

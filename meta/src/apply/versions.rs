@@ -12,13 +12,14 @@ use placement::Magic;
 use redb::{ReadableTable, WriteTransaction};
 
 use super::refs::release;
+use crate::command::LockChange;
 use crate::lifecycle::{self, rules};
 use crate::tables::{
     BUCKETS, BucketRecord, COUNTERS, NULL_VERSIONS, OBJECT_SEQ, OBJECTS, ObjectRecord, VERSIONS,
 };
 use crate::versions::{
-    VersionId, VersionRecord, VersionStamp, Versioning, decode_current, encode_current,
-    null_number, order_of,
+    LockConfig, ObjectLock, VersionId, VersionRecord, VersionStamp, Versioning, decode_current,
+    encode_current, null_number, order_of,
 };
 use crate::{MetaError, Response};
 
@@ -47,9 +48,158 @@ pub(super) fn set_versioning(
         Some(v) => BucketRecord::decode(v.value())?,
         None => return Err(MetaError::NoSuchBucket),
     };
+    if record.object_lock.is_some() && state != Versioning::Enabled {
+        return Err(MetaError::InvalidBucketState(
+            "An Object Lock configuration is present on this bucket, so the versioning state cannot be changed.".to_string(),
+        ));
+    }
     record.versioning = state;
     buckets.insert(bucket, record.encode()?.as_slice())?;
     Ok(Response::Done)
+}
+
+/// The bucket's record (NoSuchBucket if there is none).
+fn bucket_record(txn: &WriteTransaction, bucket: &str) -> Result<BucketRecord, MetaError> {
+    match txn.open_table(BUCKETS)?.get(bucket)? {
+        Some(v) => BucketRecord::decode(v.value()),
+        None => Err(MetaError::NoSuchBucket),
+    }
+}
+
+/// `SetObjectLockConfig`: the default retention; enables object lock on a bucket whose
+/// versioning is Enabled (S3 refuses it otherwise).
+pub(super) fn set_lock_config(
+    txn: &WriteTransaction,
+    bucket: &str,
+    config: LockConfig,
+) -> Result<Response, MetaError> {
+    let mut record = bucket_record(txn, bucket)?;
+    if record.object_lock.is_none() && record.versioning != Versioning::Enabled {
+        return Err(MetaError::InvalidBucketState(
+            "Versioning must be 'Enabled' on the bucket to apply a Object Lock configuration"
+                .to_string(),
+        ));
+    }
+    record.object_lock = Some(config);
+    txn.open_table(BUCKETS)?
+        .insert(bucket, record.encode()?.as_slice())?;
+    Ok(Response::Done)
+}
+
+/// `Locked`, after its write: the lock the request asked for on the key's current
+/// version (the one just written).
+pub(super) fn lock_current(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    change: LockChange,
+) -> Result<(), MetaError> {
+    if bucket_record(txn, bucket)?.object_lock.is_none() {
+        return Err(MetaError::InvalidBucketState(
+            "Bucket is missing Object Lock Configuration".to_string(),
+        ));
+    }
+    let mut objects = txn.open_table(OBJECTS)?;
+    let current = objects
+        .get((bucket, key.as_bytes()))?
+        .map(|v| decode_current(v.value()))
+        .transpose()?;
+    let Some((record, mut stamp)) = current else {
+        return Err(MetaError::Unexpected(format!(
+            "{bucket}/{key}: no current version after its write"
+        )));
+    };
+    apply_change(&mut stamp.lock, change);
+    objects.insert(
+        (bucket, key.as_bytes()),
+        encode_current(&record, stamp)?.as_slice(),
+    )?;
+    Ok(())
+}
+
+fn apply_change(lock: &mut ObjectLock, change: LockChange) {
+    if let Some(retention) = change.retention {
+        lock.retention = retention;
+    }
+    if let Some(hold) = change.legal_hold {
+        lock.legal_hold = hold;
+    }
+}
+
+/// `SetObjectLock`: a retention or legal hold change on one version (the current one
+/// without an id), within the rules of [`ObjectLock::may_set_retention`].
+pub(super) fn set_lock(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    version: Option<VersionId>,
+    change: LockChange,
+    bypass_governance: bool,
+    now_ms: u64,
+) -> Result<Response, MetaError> {
+    if bucket_record(txn, bucket)?.object_lock.is_none() {
+        return Err(MetaError::InvalidBucketState(
+            "Bucket is missing Object Lock Configuration".to_string(),
+        ));
+    }
+    let allowed = |lock: &ObjectLock| match change.retention {
+        Some(new) => lock.may_set_retention(new, now_ms, bypass_governance),
+        None => true,
+    };
+    let k = key.as_bytes();
+    let current = txn
+        .open_table(OBJECTS)?
+        .get((bucket, k))?
+        .map(|v| decode_current(v.value()))
+        .transpose()?;
+    if let Some((record, mut stamp)) = current
+        && version.is_none_or(|id| id.names(stamp, Some(record.magic)))
+    {
+        if !allowed(&stamp.lock) {
+            return Err(MetaError::ObjectLocked);
+        }
+        apply_change(&mut stamp.lock, change);
+        txn.open_table(OBJECTS)?
+            .insert((bucket, k), encode_current(&record, stamp)?.as_slice())?;
+        return Ok(Response::Done);
+    }
+    let Some(id) = version else {
+        return Err(MetaError::NoSuchKey);
+    };
+    let number = match id {
+        VersionId::Numbered { number, .. } => number,
+        VersionId::Null => null_number(&txn.open_table(NULL_VERSIONS)?, bucket, key)?
+            .ok_or(MetaError::NoSuchVersion)?,
+    };
+    let mut versions = txn.open_table(VERSIONS)?;
+    let entry = versions
+        .get((bucket, k, order_of(number)))?
+        .map(|v| VersionRecord::decode(v.value()))
+        .transpose()?;
+    match entry {
+        Some(VersionRecord::Object {
+            record,
+            mut stamp,
+            noncurrent_since_ms,
+        }) if id.names(stamp, Some(record.magic)) => {
+            if !allowed(&stamp.lock) {
+                return Err(MetaError::ObjectLocked);
+            }
+            apply_change(&mut stamp.lock, change);
+            let entry = VersionRecord::Object {
+                record,
+                stamp,
+                noncurrent_since_ms,
+            };
+            versions.insert((bucket, k, order_of(number)), entry.encode()?.as_slice())?;
+            Ok(Response::Done)
+        }
+        // A delete marker has no content to lock (S3: MethodNotAllowed).
+        Some(VersionRecord::DeleteMarker { .. }) => Err(MetaError::InvalidCommand(
+            "a delete marker cannot be locked".to_string(),
+        )),
+        _ => Err(MetaError::NoSuchVersion),
+    }
 }
 
 /// The next object sequence number (also the source of a delete marker's magic: `apply`
@@ -137,15 +287,28 @@ fn drop_null(
     if let Some((record, stamp)) = current
         && stamp.null
     {
+        if stamp.lock.holds(now_secs.saturating_mul(1000), false) {
+            return Err(MetaError::ObjectLocked);
+        }
         txn.open_table(OBJECTS)?.remove((bucket, key.as_bytes()))?;
         release(txn, &record.sha1, record.magic, now_secs)?;
         return Ok(());
     }
     let number = null_number(&txn.open_table(NULL_VERSIONS)?, bucket, key)?;
-    if let Some(number) = number
-        && let Some(VersionRecord::Object { record, .. }) = remove_entry(txn, bucket, key, number)?
-    {
-        release(txn, &record.sha1, record.magic, now_secs)?;
+    if let Some(number) = number {
+        let locked = txn
+            .open_table(VERSIONS)?
+            .get((bucket, key.as_bytes(), order_of(number)))?
+            .map(|v| VersionRecord::decode(v.value()))
+            .transpose()?
+            .is_some_and(|e| e.stamp().lock.holds(now_secs.saturating_mul(1000), false));
+        if locked {
+            return Err(MetaError::ObjectLocked);
+        }
+        if let Some(VersionRecord::Object { record, .. }) = remove_entry(txn, bucket, key, number)?
+        {
+            release(txn, &record.sha1, record.magic, now_secs)?;
+        }
     }
     Ok(())
 }
@@ -168,6 +331,7 @@ fn next_stamp(highest: Option<u64>, versioning: Versioning) -> VersionStamp {
     VersionStamp {
         number: highest.map_or(1, |n| n + 1),
         null: versioning == Versioning::Suspended,
+        lock: ObjectLock::NONE,
     }
 }
 
@@ -213,8 +377,17 @@ pub(super) fn put(
     if versioning == Versioning::Suspended {
         drop_null(txn, bucket, key, now_secs)?;
     }
-    retire_current(txn, bucket, key, now_secs.saturating_mul(1000))?;
-    let stamp = next_stamp(highest_number(txn, bucket, key)?, versioning);
+    let now_ms = now_secs.saturating_mul(1000);
+    retire_current(txn, bucket, key, now_ms)?;
+    let mut stamp = next_stamp(highest_number(txn, bucket, key)?, versioning);
+    // A write that names no lock gets the bucket's default retention (`Locked` then sets
+    // what the request named, over it).
+    if let Some(default) = bucket_record(txn, bucket)?
+        .object_lock
+        .and_then(|c| c.default_retention)
+    {
+        stamp.lock.retention = Some(default.from(now_ms));
+    }
     txn.open_table(OBJECTS)?.insert(
         (bucket, key.as_bytes()),
         encode_current(record, stamp)?.as_slice(),
@@ -265,8 +438,10 @@ pub(super) fn delete_version(
     key: &str,
     id: VersionId,
     now_secs: u64,
+    bypass_governance: bool,
 ) -> Result<Response, MetaError> {
     versioning_of(txn, bucket)?;
+    let now_ms = now_secs.saturating_mul(1000);
     let k = key.as_bytes();
     let current = match txn.open_table(OBJECTS)?.get((bucket, k))? {
         Some(v) => Some(decode_current(v.value())?),
@@ -275,6 +450,9 @@ pub(super) fn delete_version(
     if let Some((record, stamp)) = &current
         && id.names(*stamp, Some(record.magic))
     {
+        if stamp.lock.holds(now_ms, bypass_governance) {
+            return Err(MetaError::ObjectLocked);
+        }
         txn.open_table(OBJECTS)?.remove((bucket, k))?;
         release(txn, &record.sha1, record.magic, now_secs)?;
         promote(txn, bucket, key)?;
@@ -301,6 +479,9 @@ pub(super) fn delete_version(
     let magic = entry.magic();
     if !id.names(entry.stamp(), Some(magic)) {
         return Err(MetaError::NoSuchVersion);
+    }
+    if entry.stamp().lock.holds(now_ms, bypass_governance) {
+        return Err(MetaError::ObjectLocked);
     }
     let was_newest =
         current.is_none() && newest_entry(txn, bucket, key)?.is_some_and(|(n, _)| n == number);
@@ -377,8 +558,13 @@ pub(super) fn expire_versions(
             .get((bucket, key.as_bytes(), order_of(*number)))?
             .map(|v| VersionRecord::decode(v.value()))
             .transpose()?;
+        let locked = entry
+            .as_ref()
+            .is_some_and(|e| e.stamp().lock.holds(now_secs.saturating_mul(1000), false));
         let due = match &entry {
             None => false,
+            // Lifecycle never removes a locked version (nor bypasses GOVERNANCE).
+            Some(_) if locked => false,
             Some(VersionRecord::Object {
                 record: object,
                 noncurrent_since_ms,

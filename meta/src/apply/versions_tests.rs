@@ -218,6 +218,7 @@ fn versions_follow_the_model_through_random_writes() {
                     key: key.into(),
                     version: VersionId::parse(&id).unwrap(),
                     now_secs: 12,
+                    bypass_governance: false,
                 });
                 match pick {
                     Some(i) => {
@@ -296,6 +297,7 @@ fn versions_follow_the_model_through_random_writes() {
                 key: key.into(),
                 version: VersionId::parse(&v.id).unwrap(),
                 now_secs: 13,
+                bypass_governance: false,
             })
             .unwrap();
         }
@@ -350,6 +352,7 @@ fn never_back_to_unversioned_and_many_key_deletes_wait_for_their_step() {
             key: "k".into(),
             version: VersionId::Null,
             now_secs: 1,
+            bypass_governance: false,
         },
     ] {
         assert_eq!(cmd.format_version(), 4);
@@ -512,6 +515,7 @@ fn lifecycle_expires_versions_by_the_rules_in_force() {
             key: "v/k".into(),
             version: VersionId::parse(id).unwrap(),
             now_secs: 60,
+            bypass_governance: false,
         })
         .unwrap();
     }
@@ -571,6 +575,213 @@ fn lifecycle_expires_versions_by_the_rules_in_force() {
             resume_after: Some(("k".into(), 3)),
             day_secs: 1,
             now_secs: 2,
+        },
+    ] {
+        assert_eq!(cmd.format_version(), 4);
+        let bytes = postcard::to_stdvec(&cmd).unwrap();
+        assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
+    }
+}
+
+/// Object lock: a locked bucket's versions get its default retention; no command removes a
+/// version while its lock holds (GOVERNANCE yields to the bypass, COMPLIANCE and legal hold
+/// to nothing), retention changes follow S3's rules, and versioning stays Enabled.
+#[test]
+fn locked_versions_survive_every_delete_path() {
+    use crate::command::LockChange;
+    use crate::versions::{
+        DefaultRetention, LockConfig, LockMode, ObjectLock, Retention, RetentionPeriod,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let s = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+    s.execute(&Command::CreateLockedBucket {
+        bucket: "bkt".into(),
+        created_ms: 1,
+        owner: None,
+    })
+    .unwrap();
+    let bucket = s.bucket("bkt").unwrap().unwrap();
+    assert_eq!(bucket.versioning, Versioning::Enabled);
+    let r = s.execute(&Command::SetBucketVersioning {
+        bucket: "bkt".into(),
+        state: Versioning::Suspended,
+    });
+    assert!(matches!(r, Err(MetaError::InvalidBucketState(_))), "{r:?}");
+    s.execute(&Command::SetObjectLockConfig {
+        bucket: "bkt".into(),
+        config: LockConfig {
+            default_retention: Some(DefaultRetention {
+                mode: LockMode::Governance,
+                period: RetentionPeriod::Days(1),
+            }),
+        },
+    })
+    .unwrap();
+    // now_secs 10: the default retention runs to 10 s + 1 day.
+    let gov = id_of(put_at(&s, "k", 1, 21, 10));
+    let lock_of = |id: &str| {
+        s.version("bkt", "k", VersionId::parse(id).unwrap())
+            .unwrap()
+            .unwrap()
+            .stamp
+            .lock
+    };
+    assert_eq!(
+        lock_of(&gov).retention,
+        Some(Retention {
+            mode: LockMode::Governance,
+            until_ms: 10_000 + 86_400_000,
+        })
+    );
+    let delete = |id: &str, bypass: bool, now_secs: u64| {
+        s.execute(&Command::DeleteVersion {
+            bucket: "bkt".into(),
+            key: "k".into(),
+            version: VersionId::parse(id).unwrap(),
+            now_secs,
+            bypass_governance: bypass,
+        })
+    };
+    assert_eq!(delete(&gov, false, 20), Err(MetaError::ObjectLocked));
+    // A COMPLIANCE version written under `Locked`, on top.
+    let mut object = NewObject::new(sha(2), Magic::new(22).unwrap(), 1, 0, [2; 16]);
+    object.created_ms = 20_000;
+    let compliance = Retention {
+        mode: LockMode::Compliance,
+        until_ms: 500_000,
+    };
+    let r = s
+        .execute(&Command::Locked {
+            bucket: "bkt".into(),
+            key: "k".into(),
+            change: LockChange {
+                retention: Some(Some(compliance)),
+                legal_hold: None,
+            },
+            command: Box::new(Command::PutObject {
+                bucket: "bkt".into(),
+                key: "k".into(),
+                object,
+                source: ContentSource::Stored(PairId(0)),
+                now_secs: 20,
+                precondition: None,
+            }),
+        })
+        .unwrap();
+    let comp = id_of(r);
+    assert_eq!(lock_of(&comp).retention, Some(compliance));
+    assert_eq!(delete(&comp, true, 30), Err(MetaError::ObjectLocked));
+    // A DELETE without an id adds a marker: allowed, nothing released.
+    let marker = id_of(
+        s.execute(&Command::DeleteObject {
+            bucket: "bkt".into(),
+            key: "k".into(),
+            now_secs: 30,
+        })
+        .unwrap(),
+    );
+    // Retention changes: COMPLIANCE cannot be shortened, GOVERNANCE only with the bypass.
+    let set = |id: &str, change: LockChange, bypass: bool| {
+        s.execute(&Command::SetObjectLock {
+            bucket: "bkt".into(),
+            key: "k".into(),
+            version: Some(VersionId::parse(id).unwrap()),
+            change,
+            bypass_governance: bypass,
+            now_ms: 40_000,
+        })
+    };
+    let shorten = LockChange {
+        retention: Some(Some(Retention {
+            mode: LockMode::Compliance,
+            until_ms: 100_000,
+        })),
+        legal_hold: None,
+    };
+    assert_eq!(set(&comp, shorten, true), Err(MetaError::ObjectLocked));
+    let remove = LockChange {
+        retention: Some(None),
+        legal_hold: None,
+    };
+    assert_eq!(set(&gov, remove, false), Err(MetaError::ObjectLocked));
+    let hold = LockChange {
+        retention: None,
+        legal_hold: Some(true),
+    };
+    set(&gov, hold, false).unwrap();
+    set(&gov, remove, true).unwrap();
+    assert_eq!(
+        lock_of(&gov),
+        ObjectLock {
+            retention: None,
+            legal_hold: true
+        }
+    );
+    assert_eq!(
+        delete(&gov, true, 50),
+        Err(MetaError::ObjectLocked),
+        "legal hold"
+    );
+    // Lifecycle skips locked versions, whatever the rules say.
+    let number = |id: &str| match VersionId::parse(id).unwrap() {
+        VersionId::Numbered { number, .. } => number,
+        VersionId::Null => panic!("numbered"),
+    };
+    let rule = crate::lifecycle::LifecycleRule {
+        id: "all".into(),
+        enabled: true,
+        filter: crate::lifecycle::RuleFilter::All,
+        expiration: None,
+        abort_upload_days: None,
+        versions: crate::lifecycle::VersionActions {
+            noncurrent_days: Some(1),
+            newer_noncurrent: None,
+            expired_object_delete_marker: true,
+        },
+    };
+    s.execute(&Command::set_lifecycle("bkt".into(), Some(vec![rule])))
+        .unwrap();
+    let r = s
+        .execute(&Command::ExpireVersions {
+            bucket: "bkt".into(),
+            versions: vec![("k".into(), number(&gov)), ("k".into(), number(&comp))],
+            resume_after: None,
+            day_secs: 1,
+            now_secs: 400,
+        })
+        .unwrap();
+    assert_eq!(r, Response::ObjectsDeleted(vec![false, false]));
+    // Once the hold is released and the retention has passed, the version goes.
+    set(
+        &gov,
+        LockChange {
+            retention: None,
+            legal_hold: Some(false),
+        },
+        false,
+    )
+    .unwrap();
+    delete(&gov, false, 60).unwrap();
+    assert_eq!(delete(&comp, false, 499), Err(MetaError::ObjectLocked));
+    delete(&comp, false, 500).unwrap();
+    delete(&marker, false, 500).unwrap();
+    assert!(s.versions_of("bkt", "k", 10).unwrap().is_empty());
+    for n in [1u8, 2] {
+        assert_eq!(s.file(&sha(n)).unwrap(), None, "content {n} released once");
+    }
+    for cmd in [
+        Command::CreateLockedBucket {
+            bucket: "b".into(),
+            created_ms: 1,
+            owner: Some("k".into()),
+        },
+        Command::SetObjectLock {
+            bucket: "b".into(),
+            key: "k".into(),
+            version: None,
+            change: shorten,
+            bypass_governance: true,
+            now_ms: 3,
         },
     ] {
         assert_eq!(cmd.format_version(), 4);

@@ -434,6 +434,7 @@ mod tests {
             stamp: VersionStamp {
                 number: 2,
                 null: false,
+                lock: crate::versions::ObjectLock::NONE,
             },
             created_ms: 5,
             magic: Magic::new(9).unwrap(),

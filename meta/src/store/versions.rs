@@ -8,7 +8,8 @@ use crate::MetaError;
 use crate::list_versions::{Tables, VersionsPage, VersionsQuery, list_versions};
 use crate::tables::{BUCKETS, BucketRecord, NULL_VERSIONS, OBJECTS, ObjectRecord, VERSIONS};
 use crate::versions::{
-    VersionId, VersionRecord, VersionView, Versioning, decode_current, null_number, order_of,
+    ObjectLock, VersionId, VersionRecord, VersionView, Versioning, decode_current, null_number,
+    order_of,
 };
 
 /// What a GET or HEAD without a version id finds at a key.
@@ -23,6 +24,7 @@ pub enum CurrentVersion {
     Object {
         record: ObjectRecord,
         version_id: Option<String>,
+        lock: ObjectLock,
     },
     /// The newest version is a delete marker: S3 answers 404 naming it.
     DeleteMarker {
@@ -44,7 +46,11 @@ impl MetaStore {
             let (record, stamp) = decode_current(v.value())?;
             let version_id =
                 (versioning != Versioning::Unversioned).then(|| stamp.id(record.magic));
-            return Ok(CurrentVersion::Object { record, version_id });
+            return Ok(CurrentVersion::Object {
+                record,
+                version_id,
+                lock: stamp.lock,
+            });
         }
         if versioning == Versioning::Unversioned {
             return Ok(CurrentVersion::Absent);
