@@ -372,6 +372,55 @@ def main():
         versions_life,
     )
 
+    locked = bucket + "-lock"
+
+    def object_lock():
+        import datetime
+
+        s3.create_bucket(Bucket=locked, ObjectLockEnabledForBucket=True)
+        s3.put_object_lock_configuration(
+            Bucket=locked,
+            ObjectLockConfiguration={
+                "ObjectLockEnabled": "Enabled",
+                "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1}},
+            },
+        )
+        vid = s3.put_object(Bucket=locked, Key="mail", Body=b"kept")["VersionId"]
+        head = s3.head_object(Bucket=locked, Key="mail")
+        expect(head.get("ObjectLockMode") == "GOVERNANCE", "default retention on the version")
+        try:
+            s3.delete_object(Bucket=locked, Key="mail", VersionId=vid)
+            raise CheckFailed("a locked version was deleted")
+        except ClientError as e:
+            expect(e.response["Error"]["Code"] == "AccessDenied", "AccessDenied while locked")
+        until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=2)
+        s3.put_object_retention(
+            Bucket=locked,
+            Key="mail",
+            VersionId=vid,
+            Retention={"Mode": "GOVERNANCE", "RetainUntilDate": until},
+        )
+        got = s3.get_object_retention(Bucket=locked, Key="mail", VersionId=vid)
+        expect(got["Retention"]["Mode"] == "GOVERNANCE", "retention read back")
+        s3.put_object_legal_hold(
+            Bucket=locked, Key="mail", VersionId=vid, LegalHold={"Status": "ON"}
+        )
+        hold = s3.get_object_legal_hold(Bucket=locked, Key="mail", VersionId=vid)
+        expect(hold["LegalHold"]["Status"] == "ON", "legal hold read back")
+        s3.put_object_legal_hold(
+            Bucket=locked, Key="mail", VersionId=vid, LegalHold={"Status": "OFF"}
+        )
+        s3.delete_object(
+            Bucket=locked, Key="mail", VersionId=vid, BypassGovernanceRetention=True
+        )
+        s3.delete_bucket(Bucket=locked)
+
+    check(
+        "object lock: default retention, AccessDenied while locked, retention and legal "
+        "hold, delete with BypassGovernanceRetention",
+        object_lock,
+    )
+
     print("boto3 checks: passed=%d failed=%d" % (PASSED, FAILED), flush=True)
     return 0
 
