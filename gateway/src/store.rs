@@ -66,6 +66,15 @@ impl Default for Limits {
     }
 }
 
+/// What a copy writes besides the source's content: replaced attributes (REPLACE
+/// directive), the destination's condition, and the object lock it asks for.
+#[derive(Clone, Debug, Default)]
+pub struct CopyWrite {
+    pub attrs: Option<ObjectAttrs>,
+    pub precondition: Option<WritePrecondition>,
+    pub lock: Option<LockChange>,
+}
+
 /// What a client asks to store besides the body.
 #[derive(Clone, Debug, Default)]
 pub struct PutRequest {
@@ -669,10 +678,14 @@ impl ObjectStore {
         source: &ObjectRecord,
         from: (&str, &str),
         to: (&str, &str),
-        attrs: Option<ObjectAttrs>,
-        precondition: Option<WritePrecondition>,
+        write: CopyWrite,
         pinned: Option<&str>,
     ) -> Result<Stored, StoreError> {
+        let CopyWrite {
+            attrs,
+            precondition,
+            lock,
+        } = write;
         self.check_key(to.1)?;
         if let Some(pre) = &precondition {
             self.check_write_precondition(to.0, to.1, pre).await?;
@@ -709,6 +722,15 @@ impl ObjectStore {
                 bucket: to.0.to_string(),
                 key: to.1.to_string(),
                 precondition,
+                command: Box::new(cmd),
+            },
+            None => cmd,
+        };
+        let cmd = match lock {
+            Some(change) => Command::Locked {
+                bucket: to.0.to_string(),
+                key: to.1.to_string(),
+                change,
                 command: Box::new(cmd),
             },
             None => cmd,

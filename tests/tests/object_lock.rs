@@ -235,6 +235,54 @@ async fn locked_versions_survive_every_delete_path() {
     assert_eq!(delete_version(&s3, "mail/b", &vb, false).await.0, 204);
     assert_eq!(refs(&gw, &b), None);
 
+    // A copy takes the lock its request asks for; a multipart upload asking for one is
+    // refused (its record has no place for it), never started without it.
+    let vc = s3
+        .copy_object()
+        .bucket(BUCKET)
+        .key("mail/copy")
+        .copy_source(format!("{BUCKET}/mail/b?versionId={vb}"))
+        .object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On)
+        .send()
+        .await;
+    // mail/b's version was removed above: the copy source is gone.
+    assert_eq!(s3_error(vc).0, 404);
+    let vd = put(&s3, "mail/d", &b).await;
+    let copy = s3
+        .copy_object()
+        .bucket(BUCKET)
+        .key("mail/copy")
+        .copy_source(format!("{BUCKET}/mail/d?versionId={vd}"))
+        .object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On)
+        .send()
+        .await
+        .expect("copy with a legal hold");
+    let copied = copy.version_id().expect("id").to_string();
+    let head = s3
+        .head_object()
+        .bucket(BUCKET)
+        .key("mail/copy")
+        .version_id(&copied)
+        .send()
+        .await
+        .expect("head the copy");
+    assert_eq!(
+        head.object_lock_legal_hold_status(),
+        Some(&ObjectLockLegalHoldStatus::On)
+    );
+    assert_eq!(
+        delete_version(&s3, "mail/copy", &copied, true).await.1,
+        "AccessDenied"
+    );
+    let multipart = s3
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("mail/big")
+        .object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On)
+        .send()
+        .await;
+    assert_eq!(s3_error(multipart), (501, "NotImplemented".to_string()));
+
     // A lock asked of a bucket without object lock is refused, nothing stored.
     create_bucket(&s3, "plain").await;
     let refused = s3

@@ -14,7 +14,9 @@ use super::error::{ErrorCode, S3Error};
 use super::request::{Query, copy_source, header_str};
 use super::xml::XmlWriter;
 use crate::state::AppState;
-use crate::store::{ChecksumSlot, ObjectAttrs, PutRequest, RangeSpec, ReadBody, StoreError};
+use crate::store::{
+    ChecksumSlot, CopyWrite, ObjectAttrs, PutRequest, RangeSpec, ReadBody, StoreError,
+};
 use meta::{ObjectRecord, WritePrecondition};
 
 /// Bound on reading a key again when what a GET or copy read changed under it (an
@@ -53,9 +55,9 @@ fn refuse_tags(headers: &HeaderMap) -> Result<(), S3Error> {
 
 /// Content-Type, `x-amz-meta-*` and the stored standard headers of a request, whose
 /// header section must be within S3's bound (the store checks the user metadata's).
-/// A copy or multipart upload that asks for a lock is refused, never stored without it:
-/// only PutObject sets a version's lock at its write (the bucket's default retention
-/// applies to every write, and PutObjectRetention/LegalHold to any version).
+/// A multipart upload that asks for a lock is refused, never stored without it: the
+/// upload's record has no place for it (the bucket's default retention applies to every
+/// write, and PutObjectRetention/LegalHold to any version).
 pub fn refuse_lock_headers(headers: &HeaderMap, what: &str) -> Result<(), S3Error> {
     let asks = [
         "x-amz-object-lock-mode",
@@ -299,7 +301,8 @@ pub async fn copy(
 ) -> Result<Response, S3Error> {
     let (src_bucket, src_key, src_version) = copy_source(headers)?;
     refuse_tags(headers)?;
-    refuse_lock_headers(headers, "CopyObject")?;
+    let lock = super::object_lock::lock_change(headers)?;
+    super::object_lock::check_lock_allowed(app, bucket, &lock).await?;
     let replace = match header_str(headers, "x-amz-metadata-directive")? {
         None | Some("COPY") => false,
         Some("REPLACE") => true,
@@ -335,8 +338,11 @@ pub async fn copy(
                 &source,
                 (&src_bucket, &src_key),
                 (bucket, key),
-                attrs.clone(),
-                precondition.clone(),
+                CopyWrite {
+                    attrs: attrs.clone(),
+                    precondition: precondition.clone(),
+                    lock,
+                },
                 src_version.as_deref(),
             )
             .await
