@@ -1114,3 +1114,38 @@ async fn writes_with_tags_are_refused_not_stored_without_them() {
     assert!(exists(&s3, "tags", "plain-copy").await);
     assert_eq!(stored_files(&gw).len(), files_before, "nothing new on disk");
 }
+
+/// A metadata value sent as UTF-8 bytes is stored and given back RFC 2047 encoded, as S3
+/// does (SDKs decode it; a value that is not UTF-8 is refused, see the unit test).
+#[tokio::test]
+async fn non_ascii_metadata_round_trips_rfc2047_encoded() {
+    let gw = Gateway::start();
+    let s3 = gw.client();
+    create_bucket(&s3, "bkt").await;
+    let put = gw
+        .signed("PUT", "/bkt/utf8")
+        .header("x-amz-meta-city", "Zürich")
+        .body(b"v")
+        .send();
+    assert_eq!(put.status, 200, "{}", put.text());
+    let head = gw.signed("HEAD", "/bkt/utf8").send();
+    assert_eq!(
+        head.header("x-amz-meta-city"),
+        Some("=?UTF-8?B?WsO8cmljaA==?=")
+    );
+    let got = s3
+        .head_object()
+        .bucket("bkt")
+        .key("utf8")
+        .send()
+        .await
+        .expect("head");
+    let value = got
+        .metadata()
+        .and_then(|m| m.get("city"))
+        .expect("the value");
+    assert!(
+        value == "Zürich" || value == "=?UTF-8?B?WsO8cmljaA==?=",
+        "{value}"
+    );
+}

@@ -880,3 +880,29 @@ async fn upload_part_copy_of_a_multipart_source() {
     want.extend_from_slice(tail_bytes);
     assert_same_body(&get_bytes(&s3, "bkt", "copy").await, &want, "copy");
 }
+
+/// An empty last part: HEAD and GET with its partNumber report Content-Length 0 (and no
+/// byte), the parts before it their own lengths.
+#[tokio::test]
+async fn an_empty_last_part_has_length_zero() {
+    let gw = Gateway::start();
+    let s3 = gw.client();
+    create_bucket(&s3, "bkt").await;
+    let first = random_body(41, 5 * 1024 * 1024);
+    let id = create_upload(&s3, "bkt", "obj").await;
+    let e1 = upload_part(&s3, "bkt", "obj", &id, 1, &first).await;
+    let e2 = upload_part(&s3, "bkt", "obj", &id, 2, b"").await;
+    complete(&s3, "bkt", "obj", &id, &[(1, &e1), (2, &e2)]).await;
+    let head = gw.signed("HEAD", "/bkt/obj?partNumber=2").send();
+    assert!(head.status < 300, "{}", head.status);
+    assert_eq!(head.header("content-length"), Some("0"));
+    assert_eq!(head.header("x-amz-mp-parts-count"), Some("2"));
+    let get = gw.signed("GET", "/bkt/obj?partNumber=2").send();
+    assert!(get.status < 300, "{}", get.status);
+    assert!(get.body.is_empty());
+    let head1 = gw.signed("HEAD", "/bkt/obj?partNumber=1").send();
+    assert_eq!(
+        head1.header("content-length"),
+        Some(first.len().to_string().as_str())
+    );
+}

@@ -80,11 +80,10 @@ pub fn attrs_from(headers: &HeaderMap) -> Result<ObjectAttrs, S3Error> {
     let mut user_meta = Vec::new();
     for (name, value) in headers {
         if let Some(n) = name.as_str().strip_prefix(META_PREFIX) {
-            let v = value.to_str().map_err(|_| {
-                S3Error::new(
-                    ErrorCode::InvalidArgument,
-                    "metadata values must be US-ASCII",
-                )
+            // S3 keeps a value sent as UTF-8 bytes and gives it back RFC 2047 encoded
+            // (see `meta_value`); anything else is no text.
+            let v = std::str::from_utf8(value.as_bytes()).map_err(|_| {
+                S3Error::new(ErrorCode::InvalidArgument, "metadata values must be UTF-8")
             })?;
             user_meta.push((n.to_string(), v.to_string()));
         }
@@ -452,11 +451,25 @@ fn object_headers(headers: &mut HeaderMap, record: &ObjectRecord) {
     for (name, value) in &record.user_meta {
         if let (Ok(n), Ok(v)) = (
             http::HeaderName::from_bytes(format!("{META_PREFIX}{name}").as_bytes()),
-            HeaderValue::from_str(value),
+            HeaderValue::from_str(&meta_value(value)),
         ) {
             headers.append(n, v);
         }
     }
+}
+
+/// A metadata value as S3 sends it back: as it is when it is printable US-ASCII, else
+/// RFC 2047 encoded (`=?UTF-8?B?<base64>?=`), which every S3 SDK decodes.
+fn meta_value(value: &str) -> std::borrow::Cow<'_, str> {
+    use base64::Engine as _;
+    if value
+        .bytes()
+        .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+    {
+        return value.into();
+    }
+    let b64 = base64::engine::general_purpose::STANDARD.encode(value.as_bytes());
+    format!("=?UTF-8?B?{b64}?=").into()
 }
 
 /// `response-*` query parameters of a signed GET override the stored headers: a webmail
@@ -593,6 +606,17 @@ fn part_range(record: &ObjectRecord, n: u64) -> Result<RangeSpec, S3Error> {
     })
 }
 
+/// Whether part `n` of the object holds no byte (an empty object's one part, or an empty
+/// last part): it is answered whole, with a Content-Length of 0.
+fn empty_part(record: &ObjectRecord, n: u64) -> bool {
+    record.size_bytes == 0
+        || usize::try_from(n)
+            .ok()
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| record.part_sizes.get(i))
+            == Some(&0)
+}
+
 pub async fn get(
     app: &AppState,
     bucket: &str,
@@ -620,8 +644,9 @@ pub async fn get(
             Some(n) => Some(part_range(&record, n)?),
             None => header_str(headers, "range")?.and_then(parse_range),
         };
-        if record.size_bytes == 0 && part.is_some() {
-            // An empty object's only part is empty: serve it whole.
+        if part.is_some_and(|n| empty_part(&record, n)) {
+            // An empty part (an empty object's only one, or an empty last part): serve it
+            // as it is, no byte.
             let mut resp = head_response(&record, q, headers, StatusCode::OK, Body::empty())?;
             version_header(resp.headers_mut(), version_id.as_deref());
             return Ok(resp);
@@ -723,15 +748,12 @@ pub async fn head(
             Body::empty(),
         )?;
         let h = resp.headers_mut();
+        let empty = empty_part(&record, n);
         h.insert(
             header::CONTENT_LENGTH,
-            HeaderValue::from(if record.size_bytes == 0 {
-                0
-            } else {
-                last - first + 1
-            }),
+            HeaderValue::from(if empty { 0 } else { last - first + 1 }),
         );
-        if record.size_bytes > 0 {
+        if !empty {
             set(
                 h,
                 header::CONTENT_RANGE,
@@ -786,6 +808,30 @@ pub async fn delete(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn non_ascii_metadata_goes_back_rfc2047_encoded() {
+        assert_eq!(meta_value("plain value"), "plain value");
+        assert_eq!(meta_value("Zürich"), "=?UTF-8?B?WsO8cmljaA==?=");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-amz-meta-city",
+            HeaderValue::from_bytes("Zürich".as_bytes()).unwrap(),
+        );
+        let attrs = attrs_from(&headers).unwrap();
+        assert_eq!(
+            attrs.user_meta,
+            [("city".to_string(), "Zürich".to_string())]
+        );
+        headers.insert(
+            "x-amz-meta-bad",
+            HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+        );
+        assert_eq!(
+            attrs_from(&headers).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+    }
 
     #[test]
     fn range_headers_parse_like_s3() {
