@@ -31,6 +31,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("cors_xml", cors_xml),
     ("lifecycle_xml", lifecycle_xml),
     ("range", range),
+    ("object_lock_xml", object_lock_xml),
+    ("post_policy", post_policy),
     ("command", command),
     ("records", records),
 ];
@@ -205,7 +207,11 @@ pub fn lifecycle_xml(data: &[u8]) {
     for rule in &parsed {
         assert!(rule.id.chars().count() <= RULE_ID_CHARS_MAX);
         assert!(ids.insert(rule.id.as_str()), "duplicate ID {:?}", rule.id);
-        assert!(rule.expiration.is_some() || rule.abort_upload_days.is_some());
+        assert!(
+            rule.expiration.is_some()
+                || rule.abort_upload_days.is_some()
+                || !rule.versions.is_none()
+        );
         if let Some(Expiration::Date(at)) = rule.expiration {
             assert_eq!(at % 86_400, 0, "a Date not at midnight");
         }
@@ -222,6 +228,47 @@ pub fn lifecycle_xml(data: &[u8]) {
             let _ = rules::upload_abort(&parsed, key, created, day_secs);
         }
     }
+}
+
+/// A PutObjectLockConfiguration body: an accepted one renders back to itself, and its
+/// default retention gives a retention whatever the time.
+pub fn object_lock_xml(data: &[u8]) {
+    use crate::s3::object_lock::parse_configuration;
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(config) = parse_configuration(text) else {
+        return;
+    };
+    if let Some(d) = config.default_retention {
+        for now in [0, NOW_SECS * 1000, u64::MAX] {
+            let r = d.from(now);
+            assert!(r.until_ms >= now, "{r:?} before {now}");
+        }
+    }
+}
+
+/// A POST upload's policy (base64 JSON, before any signature is checked): a parsed one
+/// checks any form, and gives its length bounds, without a panic.
+pub fn post_policy(data: &[u8]) {
+    use crate::s3::post_policy::{FormFields, parse};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    // The first line is the policy, the next ones form fields `name=value`.
+    let mut lines = text.lines();
+    let Ok(policy) = parse(lines.next().unwrap_or("")) else {
+        return;
+    };
+    let mut form = FormFields::default();
+    for line in lines.take(64) {
+        if let Some((name, value)) = line.split_once('=') {
+            form.insert(name, value.to_string());
+        }
+    }
+    let now = time::OffsetDateTime::UNIX_EPOCH + time::Duration::seconds(NOW_SECS as i64);
+    let _ = policy.check(&form, "bucket", now);
+    let _ = policy.length_range();
 }
 
 /// A `Range` header, resolved against object sizes around its own numbers.
@@ -261,6 +308,7 @@ pub fn records(data: &[u8]) {
     let _ = decode_versioned::<PartRecord>("parts", data);
     let _ = decode_versioned::<BucketRecord>("buckets", data);
     let _ = BucketRecord::decode(data);
+    let _ = meta::lifecycle::LifecycleRecord::decode(data);
     let _ = decode_versioned::<placement::PairRecord>("pairs", data);
     if let Some(fixed) = data.first_chunk::<16>() {
         let sha1 = placement::Sha1([0x5a; 20]);
