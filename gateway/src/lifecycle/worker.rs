@@ -263,31 +263,23 @@ impl LifecycleWorker {
                 }
                 _ => None,
             };
-            unsaved_batches += 1;
-            let save = !candidates.is_empty()
-                || unsaved_batches >= CURSOR_SAVE_BATCHES
-                || (next.is_none() && resume_after.is_some());
-            let mut done = 0;
-            if save {
-                let cmd = Command::ExpireVersions {
-                    bucket: bucket.to_string(),
-                    versions: candidates,
-                    resume_after: next.clone(),
-                    day_secs,
-                    now_secs: now,
-                };
-                match self.store.execute(cmd).await {
-                    Ok(Response::ObjectsDeleted(removed)) => {
-                        done = removed.iter().filter(|r| **r).count();
-                    }
-                    Ok(other) => return Err(MetaError::Unexpected(format!("{other:?}"))),
-                    Err(MetaError::NoSuchBucket) => return Ok(expired),
-                    Err(e) => return Err(e),
-                }
-                unsaved_batches = 0;
+            let batch = Batch {
+                due: !candidates.is_empty(),
+                last: next.is_none(),
+                resumed: resume_after.is_some(),
+            };
+            let cmd = || Command::ExpireVersions {
+                bucket: bucket.to_string(),
+                versions: candidates,
+                resume_after: next.clone(),
+                day_secs,
+                now_secs: now,
+            };
+            match self.finish_batch(batch, &mut unsaved_batches, cmd).await? {
+                Some(done) => expired += done,
+                // Deleted meanwhile: nothing left to expire in it.
+                None => return Ok(expired),
             }
-            expired += done as u64;
-            self.pacer.pace(done).await;
             match next {
                 Some(_) => resume_after = next,
                 None => return Ok(expired),
@@ -332,36 +324,68 @@ impl LifecycleWorker {
                 Some((key, _)) if objects.len() == SCAN_BATCH => Some(key.clone()),
                 _ => None,
             };
-            unsaved_batches += 1;
-            let save = !due.is_empty()
-                || unsaved_batches >= CURSOR_SAVE_BATCHES
-                || (next.is_none() && resume_after.is_some());
-            let mut done = 0;
-            if save {
-                let cmd = Command::ExpireObjects {
-                    bucket: bucket.to_string(),
-                    objects: due,
-                    resume_after: next.clone(),
-                    day_secs,
-                    now_secs: now,
-                };
-                match self.store.execute(cmd).await {
-                    Ok(Response::ObjectsDeleted(removed)) => {
-                        done = removed.iter().filter(|r| **r).count();
-                    }
-                    Ok(other) => return Err(MetaError::Unexpected(format!("{other:?}"))),
-                    // Deleted meanwhile: nothing left to expire in it.
-                    Err(MetaError::NoSuchBucket) => return Ok(expired),
-                    Err(e) => return Err(e),
-                }
-                unsaved_batches = 0;
+            let batch = Batch {
+                due: !due.is_empty(),
+                last: next.is_none(),
+                resumed: resume_after.is_some(),
+            };
+            let cmd = || Command::ExpireObjects {
+                bucket: bucket.to_string(),
+                objects: due,
+                resume_after: next.clone(),
+                day_secs,
+                now_secs: now,
+            };
+            match self.finish_batch(batch, &mut unsaved_batches, cmd).await? {
+                Some(done) => expired += done,
+                // Deleted meanwhile: nothing left to expire in it.
+                None => return Ok(expired),
             }
-            expired += done as u64;
-            self.pacer.pace(done).await;
             match next {
                 Some(_) => resume_after = next,
                 None => return Ok(expired),
             }
         }
     }
+
+    /// The end of one batch of either pass: its command (the batch's removals and the
+    /// cursor after it) is sent when it removes something, when the cursor has gone
+    /// unsaved for [`CURSOR_SAVE_BATCHES`] batches, or when a resumed pass reaches the
+    /// end (the cursor goes back to the start); then the pace. How many the command
+    /// removed, or None when the bucket is gone.
+    async fn finish_batch(
+        &mut self,
+        batch: Batch,
+        unsaved_batches: &mut u32,
+        cmd: impl FnOnce() -> Command,
+    ) -> Result<Option<u64>, MetaError> {
+        *unsaved_batches += 1;
+        let save =
+            batch.due || *unsaved_batches >= CURSOR_SAVE_BATCHES || (batch.last && batch.resumed);
+        let mut done = 0;
+        if save {
+            match self.store.execute(cmd()).await {
+                Ok(Response::ObjectsDeleted(removed)) => {
+                    done = removed.iter().filter(|r| **r).count();
+                }
+                Ok(other) => return Err(MetaError::Unexpected(format!("{other:?}"))),
+                Err(MetaError::NoSuchBucket) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+            *unsaved_batches = 0;
+        }
+        self.pacer.pace(done).await;
+        Ok(Some(done as u64))
+    }
+}
+
+/// What one batch of a pass found, for [`LifecycleWorker::finish_batch`].
+#[derive(Clone, Copy)]
+struct Batch {
+    /// It has something to remove.
+    due: bool,
+    /// It is the pass's last.
+    last: bool,
+    /// The pass started from a saved cursor.
+    resumed: bool,
 }
