@@ -43,7 +43,9 @@ impl Command {
             Command::SetBucketVersioning { .. }
             | Command::DeleteVersion { .. }
             | Command::SetBucketLifecycleWithVersions { .. }
-            | Command::ExpireVersions { .. } => 4,
+            | Command::ExpireVersions { .. }
+            | Command::CreateUploadWithChecksum { .. }
+            | Command::PutPartWithChecksum { .. } => 4,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..
