@@ -6,6 +6,7 @@
 //! axum's path router cannot express, so one `dispatch` function does the routing.
 
 pub mod access;
+mod attributes;
 pub mod auth;
 mod body_check;
 pub(crate) mod bucket;
@@ -132,6 +133,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
                 object::get(app, &bucket, &key, req.headers(), &query).await
             }
             Some("uploadId") => multipart::list_parts(app, &bucket, &key, &query).await,
+            Some("attributes") => attributes::get(app, &bucket, &key, req.headers(), &query).await,
             Some(other)
                 if let Some(answer) = settings::object_setting(app, &bucket, &key, other).await =>
             {
