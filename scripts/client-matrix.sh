@@ -203,6 +203,26 @@ aws_() {
     fi
 }
 
+# 40 MiB with --checksum-algorithm: a composite checksum of 5 parts, read back with
+# head-object --checksum-mode ENABLED. CRC32C needs the cli's CRT (awscrt); CRC32 without.
+awscli_cp_checksum() {
+    local alg=CRC32C out
+    tmo python3 -c 'import awscrt' 2>/dev/null || alg=CRC32
+    aws_ s3 cp --no-progress --checksum-algorithm "$alg" "$AD/big.bin" \
+        "s3://$AB/big/40mib-$alg.bin" || return 1
+    out="$(aws_ s3api head-object --bucket "$AB" --key "big/40mib-$alg.bin" \
+        --checksum-mode ENABLED --query "[Checksum$alg, ChecksumType]" --output text)" ||
+        return 1
+    echo "head-object ($alg): $out"
+    case "$out" in
+    *-5*COMPOSITE*) ;;
+    *)
+        echo "want a $alg composite checksum of 5 parts (\"<base64>-5\", COMPOSITE)"
+        return 1
+        ;;
+    esac
+}
+
 # 40 MiB in the cli's default 8 MiB parts: a multipart upload of 5 parts, ETag "...-5".
 awscli_cp_up_multipart() {
     local etag
@@ -363,6 +383,8 @@ section_awscli() {
     # No multipart settings: the cli's defaults (8 MB threshold and parts) make this multipart.
     check "awscli: s3 cp up 40 MiB (multipart, default settings)" awscli_cp_up_multipart
     check "awscli: s3 cp down 40 MiB + cmp" awscli_cp_down_cmp
+    check "awscli: s3 cp 40 MiB --checksum-algorithm, head-object --checksum-mode ENABLED" \
+        awscli_cp_checksum
     check "awscli: s3 sync tree up" aws_ s3 sync --no-progress "$AD/tree" "s3://$AB/tree/"
     check "awscli: s3 sync tree down + diff -r" awscli_sync_down_diff
     # What makes `s3 sync` above fail at random, in a fixed order (see the script).

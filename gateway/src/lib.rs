@@ -13,6 +13,7 @@
 pub mod api;
 pub mod bearer;
 pub mod catalog;
+pub mod checksums;
 pub mod config;
 pub mod credentials;
 pub mod fsck;

@@ -16,13 +16,15 @@ use md5::Digest as _;
 use placement::read::Expect;
 use placement::{Magic, Sha1};
 
+use crate::checksums::{self, Algorithm};
 use crate::store::{
-    CommitError, ContentReadError, ObjectAttrs, ObjectStore, ReadBody, StoreError, Stored,
-    UploadError, now_ms,
+    ChecksumSlot, CommitError, ContentReadError, ObjectAttrs, ObjectStore, ReadBody, StoreError,
+    Stored, UploadError, now_ms,
 };
+use meta::checksums::{ChecksumType, UploadChecksum, UploadChecksums};
 use meta::{
-    Command, MetaError, NewObject, ObjectPut, ObjectRecord, PartPut, PartRecord, Referenced,
-    UploadRecord, WritePrecondition,
+    Checksum, Command, MetaError, NewObject, ObjectPut, ObjectRecord, PartPut, PartRecord,
+    Referenced, UploadRecord, WritePrecondition,
 };
 
 pub use crate::store::{PART_BYTES_MIN, PART_NUMBER_MAX};
@@ -45,6 +47,18 @@ pub struct PartTarget<'a> {
 pub struct PartRef {
     pub number: u32,
     pub etag: String,
+    /// The part's checksum as the client names it (`<ChecksumCRC32>`...), if it does.
+    pub checksum: Option<Checksum>,
+}
+
+/// The algorithm an upload declared, as this crate knows it.
+fn declared_algorithm(declared: &UploadChecksum) -> Result<Algorithm, StoreError> {
+    Algorithm::parse(&declared.algorithm).ok_or_else(|| {
+        StoreError::Internal(format!(
+            "upload checksum algorithm {:?} unknown",
+            declared.algorithm
+        ))
+    })
 }
 
 /// The ETag S3 gives the object that `parts` (with the ETags the client names) complete:
@@ -79,6 +93,7 @@ impl ObjectStore {
         bucket: &str,
         key: &str,
         attrs: ObjectAttrs,
+        checksum: Option<UploadChecksum>,
     ) -> Result<String, StoreError> {
         self.check_key(key)?;
         self.check_attrs(&attrs)?;
@@ -91,9 +106,16 @@ impl ObjectStore {
             headers: attrs.headers,
             created_ms: now_ms(),
         };
-        let cmd = Command::CreateUpload {
-            upload_id: upload_id.clone(),
-            upload,
+        let cmd = match checksum {
+            Some(checksum) => Command::CreateUploadWithChecksum {
+                upload_id: upload_id.clone(),
+                upload,
+                checksum,
+            },
+            None => Command::CreateUpload {
+                upload_id: upload_id.clone(),
+                upload,
+            },
         };
         self.execute(cmd)
             .await
@@ -115,6 +137,39 @@ impl ObjectStore {
         Ok(upload)
     }
 
+    /// An upload's checksum declaration and its parts' checksums.
+    pub async fn upload_checksums(&self, upload_id: &str) -> Result<UploadChecksums, StoreError> {
+        let id = upload_id.to_string();
+        self.meta_read(move |m| m.upload_checksums(&id)).await
+    }
+
+    /// The checksum declarations of these uploads (those that made one).
+    pub async fn upload_declarations(
+        &self,
+        upload_ids: Vec<String>,
+    ) -> Result<BTreeMap<String, UploadChecksum>, StoreError> {
+        self.meta_read(move |m| {
+            let mut out = BTreeMap::new();
+            for id in upload_ids {
+                if let Some(d) = m.upload_checksums(&id)?.declared {
+                    out.insert(id, d);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// The part checksums a completed multipart object keeps (see `meta::checksums`).
+    pub async fn object_part_checksums(
+        &self,
+        record: &ObjectRecord,
+    ) -> Result<Option<meta::checksums::PartChecksums>, StoreError> {
+        let (sha1, magic) = (record.sha1, record.magic);
+        self.meta_read(move |m| m.object_part_checksums(&sha1, magic))
+            .await
+    }
+
     fn check_part_number(n: u32) -> Result<(), StoreError> {
         if (1..=PART_NUMBER_MAX).contains(&n) {
             Ok(())
@@ -131,7 +186,8 @@ impl ObjectStore {
         size_bytes: Option<u64>,
         content_md5: Option<[u8; 16]>,
         body: S,
-    ) -> Result<PartRecord, UploadError<E>>
+        checksum: Option<ChecksumSlot>,
+    ) -> Result<(PartRecord, Option<Checksum>), UploadError<E>>
     where
         S: Stream<Item = Result<Bytes, E>> + Unpin,
     {
@@ -157,15 +213,12 @@ impl ObjectStore {
             crc32: d.crc32,
             created_ms: now_ms(),
         };
-        let command = |source| Command::PutPart {
-            upload_id: upload_id.to_string(),
-            part_number: number,
-            part: part.clone(),
-            source,
-            now_secs: now_secs(),
-        };
+        // Filled by the body's checksum check once the body has been read.
+        let checksum =
+            checksum.and_then(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).take());
+        let command = |source| part_command(upload_id, number, &part, source, checksum.clone());
         match self.commit_content::<PartPut>(staged, command).await {
-            Ok(PartPut) => Ok(part),
+            Ok(PartPut) => Ok((part, checksum)),
             Err(e) => Err(e.in_bucket(bucket).into()),
         }
     }
@@ -180,7 +233,8 @@ impl ObjectStore {
         source: ObjectRecord,
         from: (&str, &str),
         range: Option<(u64, u64)>,
-    ) -> Result<PartRecord, StoreError> {
+        algorithm: Option<Algorithm>,
+    ) -> Result<(PartRecord, Option<Checksum>), StoreError> {
         let PartTarget {
             bucket,
             key,
@@ -190,7 +244,24 @@ impl ObjectStore {
         Self::check_part_number(number)?;
         self.check_upload(bucket, key, upload_id).await?;
         let whole = range.is_none_or(|(first, last)| first == 0 && last + 1 == source.size_bytes);
-        if whole && source.part_sizes.is_empty() {
+        // The source's own checksum serves the part when it is one of the upload's
+        // algorithm over the same bytes; else the bytes are read and checksummed.
+        let known = match algorithm {
+            None => Some(None),
+            Some(Algorithm::Crc32) if source.checksum.is_none() => Some(Some(Checksum {
+                algorithm: Algorithm::Crc32.name().to_string(),
+                value: crate::checksums::crc32_base64(source.crc32),
+            })),
+            Some(alg) => source
+                .checksum
+                .clone()
+                .filter(|c| c.algorithm == alg.name() && !c.value.contains('-'))
+                .map(Some),
+        };
+        if whole
+            && source.part_sizes.is_empty()
+            && let Some(checksum) = known
+        {
             let part = PartRecord {
                 sha1: source.sha1,
                 magic: Magic::random(),
@@ -199,15 +270,15 @@ impl ObjectStore {
                 crc32: source.crc32,
                 created_ms: now_ms(),
             };
-            let cmd = Command::PutPart {
-                upload_id: upload_id.to_string(),
-                part_number: number,
-                part: part.clone(),
-                source: meta::ContentSource::Existing,
-                now_secs: now_secs(),
-            };
+            let cmd = part_command(
+                upload_id,
+                number,
+                &part,
+                meta::ContentSource::Existing,
+                checksum.clone(),
+            );
             return match self.metadata().referencing::<PartPut>(cmd).await {
-                Ok(Referenced::Done(PartPut)) => Ok(part),
+                Ok(Referenced::Done(PartPut)) => Ok((part, checksum)),
                 Ok(Referenced::ContentGone) => {
                     Err(self.released(from.0, from.1, &source, source.sha1).await)
                 }
@@ -231,8 +302,16 @@ impl ObjectStore {
             }
             Err(e) => return Err(StoreError::Read(e)),
         };
-        // The body is stored content: its failure is the store's own.
-        self.put_part(target, Some(len), None, read_body_stream(body))
+        let Some(alg) = algorithm else {
+            // The body is stored content: its failure is the store's own.
+            return self
+                .put_part(target, Some(len), None, read_body_stream(body), None)
+                .await
+                .map_err(StoreError::from);
+        };
+        let slot = ChecksumSlot::default();
+        let body = checksummed(read_body_stream(body), alg, slot.clone());
+        self.put_part(target, Some(len), None, body, Some(slot))
             .await
             .map_err(StoreError::from)
     }
@@ -254,6 +333,7 @@ impl ObjectStore {
         upload_id: &str,
         requested: Vec<PartRef>,
         precondition: Option<WritePrecondition>,
+        whole: Option<Checksum>,
     ) -> Result<Stored, StoreError> {
         let upload = match self.check_upload(bucket, key, upload_id).await {
             Err(StoreError::NoSuchUpload) => {
@@ -291,6 +371,9 @@ impl ObjectStore {
         {
             return Err(StoreError::PartTooSmall(*n));
         }
+        let checksum = self
+            .completed_checksum(upload_id, &requested, &chosen, whole.as_ref())
+            .await?;
         let size_bytes: u64 = chosen.iter().map(|(_, p)| p.size_bytes).sum();
         if size_bytes > self.limits().object_bytes_max {
             return Err(StoreError::EntityTooLarge {
@@ -327,6 +410,17 @@ impl ObjectStore {
             md5s.update(p.md5);
         }
         let d = staged.digests;
+        // An upload that declared no algorithm: a CRC32 sent at completion is checked
+        // against the whole object's, which every object has.
+        if let Some(w) = whole.as_ref().filter(|_| checksum.is_none())
+            && w.value.trim() != crate::checksums::crc32_base64(d.crc32)
+        {
+            staged.discard().await;
+            return Err(StoreError::ChecksumMismatch(format!(
+                "The x-amz-checksum-{} you specified did not match the calculated checksum.",
+                w.algorithm
+            )));
+        }
         let mut object = NewObject::new(
             d.sha1,
             Magic::random(),
@@ -339,6 +433,7 @@ impl ObjectStore {
         object.user_meta = upload.user_meta;
         object.headers = upload.headers;
         object.part_sizes = chosen.iter().map(|(_, p)| p.size_bytes).collect();
+        object.checksum = checksum;
         let parts: Vec<(u32, Sha1)> = chosen.iter().map(|(n, p)| (*n, p.sha1)).collect();
         let command = |source| {
             let complete = Command::CompleteUpload {
@@ -372,6 +467,93 @@ impl ObjectStore {
             }
             Err(e) => Err(e.in_bucket(bucket)),
         }
+    }
+
+    /// The checksum the object of a completion gets, from what the upload declared and
+    /// its parts' checksums: each part named with a checksum must have that one (else
+    /// InvalidPart), a composite upload needs each part's named (InvalidRequest, as S3),
+    /// and a full-object checksum sent at completion must be the object's (BadDigest).
+    /// None for an upload that declared no algorithm.
+    async fn completed_checksum(
+        &self,
+        upload_id: &str,
+        requested: &[PartRef],
+        chosen: &[(u32, PartRecord)],
+        whole: Option<&Checksum>,
+    ) -> Result<Option<Checksum>, StoreError> {
+        let sums = self.upload_checksums(upload_id).await?;
+        let Some(declared) = sums.declared else {
+            if let Some(w) = whole
+                && w.algorithm != Algorithm::Crc32.name()
+            {
+                return Err(StoreError::ChecksumInvalid(format!(
+                    "The upload was created without a checksum algorithm: x-amz-checksum-{} cannot be checked",
+                    w.algorithm
+                )));
+            }
+            // A part named with a checksum the gateway does not keep cannot be checked.
+            if let Some(r) = requested.iter().find(|r| r.checksum.is_some()) {
+                return Err(StoreError::InvalidPart(r.number));
+            }
+            return Ok(None);
+        };
+        let alg = declared_algorithm(&declared)?;
+        let mut parts = Vec::with_capacity(chosen.len());
+        for (r, (n, p)) in requested.iter().zip(chosen) {
+            let stored = sums
+                .parts
+                .get(n)
+                .filter(|c| c.algorithm == alg.name())
+                .ok_or(StoreError::InvalidPart(*n))?;
+            match &r.checksum {
+                Some(c) if c.algorithm != stored.algorithm || c.value.trim() != stored.value => {
+                    return Err(StoreError::InvalidPart(*n));
+                }
+                None if declared.kind == ChecksumType::Composite => {
+                    return Err(StoreError::ChecksumInvalid(format!(
+                        "The upload was created using a {} checksum. The complete request must include the checksum for each part. It was missing for part {n} in the request.",
+                        alg.name()
+                    )));
+                }
+                _ => {}
+            }
+            parts.push((stored.value.clone(), p.size_bytes));
+        }
+        let value = match declared.kind {
+            ChecksumType::Composite => {
+                let values: Vec<String> = parts.into_iter().map(|(v, _)| v).collect();
+                checksums::composite(alg, &values)
+            }
+            ChecksumType::FullObject => checksums::full_object(alg, &parts),
+        }
+        .ok_or_else(|| {
+            StoreError::Internal(format!(
+                "upload {upload_id}: a stored part checksum is not one"
+            ))
+        })?;
+        if let Some(w) = whole {
+            if w.algorithm != alg.name() {
+                return Err(StoreError::ChecksumInvalid(format!(
+                    "The upload was created using a {} checksum: x-amz-checksum-{} does not apply",
+                    alg.name(),
+                    w.algorithm
+                )));
+            }
+            let given = w.value.trim();
+            // A composite value may be sent with or without its `-<parts>`.
+            let ours = value.as_str();
+            let bare = ours.rsplit_once('-').map_or(ours, |(b, _)| b);
+            if given != ours && !(declared.kind == ChecksumType::Composite && given == bare) {
+                return Err(StoreError::ChecksumMismatch(format!(
+                    "The x-amz-checksum-{} you specified did not match the calculated checksum.",
+                    alg.name()
+                )));
+            }
+        }
+        Ok(Some(Checksum {
+            algorithm: alg.name().to_string(),
+            value,
+        }))
     }
 
     /// A CompleteMultipartUpload of an upload that is gone: if the key's object is what
@@ -430,6 +612,68 @@ impl ObjectStore {
         self.meta_read(move |m| m.uploads(&b, &p, after.as_ref(), max))
             .await
     }
+}
+
+/// The command that stores a part: with its checksum (format 4) only when it has one.
+fn part_command(
+    upload_id: &str,
+    number: u32,
+    part: &PartRecord,
+    source: meta::ContentSource,
+    checksum: Option<Checksum>,
+) -> Command {
+    match checksum {
+        Some(checksum) => Command::PutPartWithChecksum {
+            upload_id: upload_id.to_string(),
+            part_number: number,
+            part: part.clone(),
+            source,
+            now_secs: now_secs(),
+            checksum,
+        },
+        None => Command::PutPart {
+            upload_id: upload_id.to_string(),
+            part_number: number,
+            part: part.clone(),
+            source,
+            now_secs: now_secs(),
+        },
+    }
+}
+
+/// `body` checksummed with `alg` as it streams; the value is left in `slot` at its end.
+fn checksummed(
+    body: impl Stream<Item = Result<Bytes, StoreError>> + Unpin + Send + 'static,
+    alg: Algorithm,
+    slot: ChecksumSlot,
+) -> impl Stream<Item = Result<Bytes, StoreError>> + Unpin + Send {
+    let hasher = std::sync::Arc::new(std::sync::Mutex::new(Some(alg.hasher())));
+    let at_end = hasher.clone();
+    let lock = |m: &std::sync::Mutex<Option<checksums::Hasher>>| {
+        std::mem::take(&mut *m.lock().unwrap_or_else(|e| e.into_inner()))
+    };
+    Box::pin(
+        body.map(move |chunk| {
+            if let Ok(b) = &chunk
+                && let Some(h) = hasher.lock().unwrap_or_else(|e| e.into_inner()).as_mut()
+            {
+                h.update(b);
+            }
+            chunk
+        })
+        .chain(
+            futures_util::stream::once(async move {
+                if let Some(h) = lock(&at_end) {
+                    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(Checksum {
+                        algorithm: alg.name().to_string(),
+                        value: h.finish(),
+                    });
+                }
+                None
+            })
+            .filter_map(|end: Option<Result<Bytes, StoreError>>| async move { end }),
+        ),
+    )
 }
 
 /// A read body as a stream of bytes, for feeding it into another upload.

@@ -47,7 +47,9 @@ impl Command {
             | Command::CreateLockedBucket { .. }
             | Command::SetObjectLockConfig { .. }
             | Command::SetObjectLock { .. }
-            | Command::Locked { .. } => 4,
+            | Command::Locked { .. }
+            | Command::CreateUploadWithChecksum { .. }
+            | Command::PutPartWithChecksum { .. } => 4,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

@@ -9,12 +9,13 @@ use placement::{Magic, PairFlags, PairId, PairRecord, Sha1};
 use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
+use crate::checksums::UploadChecksum;
 use crate::lifecycle::rules::{LifecycleRule, VersionActions};
 use crate::versions::{LockConfig, Retention, VersionId, Versioning};
 
 use super::jobs::{JobOp, JobRecord, JobState};
 use super::keys::{KeyRecord, Rights};
-use super::tables::{CorsRule, FileRecord, ObjectRecord, PartRecord, UploadRecord};
+use super::tables::{Checksum, CorsRule, FileRecord, ObjectRecord, PartRecord, UploadRecord};
 
 // Defined beside the rules that give it (`FileRecord::dec`); named here too, beside the
 // responses that carry it.
@@ -369,6 +370,24 @@ pub enum Command {
         key: String,
         change: LockChange,
         command: Box<Command>,
+    },
+    /// `CreateUpload` of an upload that declared a checksum algorithm and type
+    /// (`x-amz-checksum-algorithm`, `x-amz-checksum-type`), kept beside the upload record
+    /// (see `checksums.rs`). Format version 4.
+    CreateUploadWithChecksum {
+        upload_id: String,
+        upload: UploadRecord,
+        checksum: UploadChecksum,
+    },
+    /// `PutPart` of a part whose checksum the gateway verified (or computed, for an
+    /// upload that declared an algorithm), kept beside the part record. Format version 4.
+    PutPartWithChecksum {
+        upload_id: String,
+        part_number: u32,
+        part: PartRecord,
+        source: ContentSource,
+        now_secs: u64,
+        checksum: Checksum,
     },
 }
 

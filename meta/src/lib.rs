@@ -15,6 +15,7 @@
 
 pub mod apply;
 pub mod calls;
+pub mod checksums;
 pub mod cluster_version;
 pub mod command;
 pub mod filedb;

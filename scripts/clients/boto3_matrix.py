@@ -16,6 +16,7 @@ error code, HTTP status and message for a ClientError), and last a line
 Set CLIENT_MATRIX_DEBUG=1 to get botocore's wire-level debug log on stderr.
 """
 
+import base64
 import hashlib
 import logging
 import os
@@ -24,9 +25,11 @@ import time
 import traceback
 import urllib.error
 import urllib.request
+import zlib
 
 import boto3
 import botocore
+import botocore.compat
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -184,6 +187,84 @@ def main():
         expect(a == b, "downloaded sha256 %s != uploaded %s" % (b, a))
 
     check("download_file 20 MiB and compare", download_file)
+
+    def composite_crc32(path, part):
+        # S3's composite checksum: CRC32 of the parts' binary CRC32s, "-<parts>".
+        binary, n = b"", 0
+        with open(path, "rb") as f:
+            while True:
+                chunk = f.read(part)
+                if not chunk:
+                    break
+                binary += zlib.crc32(chunk).to_bytes(4, "big")
+                n += 1
+        return "%s-%d" % (base64.b64encode(zlib.crc32(binary).to_bytes(4, "big")).decode(), n)
+
+    def multipart_checksums():
+        # Default settings: boto3 asks for CRC32 on the upload and each part.
+        key = "big/20mib-default.bin"
+        s3.upload_file(big_path, bucket, key, Config=transfer)
+        head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        want = composite_crc32(big_path, 8 * MIB)
+        got = head.get("ChecksumCRC32")
+        expect(got == want, "default upload_file: ChecksumCRC32 %r, want %r" % (got, want))
+        expect(head.get("ChecksumType") == "COMPOSITE", "ChecksumType %r" % head.get("ChecksumType"))
+        # Each algorithm named on upload_file, read back with ChecksumMode=ENABLED.
+        # CRC32C and CRC64NVME need botocore[crt] (awscrt) on the client side.
+        algs = ["CRC32", "SHA1", "SHA256"]
+        if getattr(botocore.compat, "HAS_CRT", False):
+            algs += ["CRC32C", "CRC64NVME"]
+        else:
+            print("     (CRC32C, CRC64NVME skipped: no botocore[crt])", flush=True)
+        for alg in algs:
+            key = "big/20mib-%s.bin" % alg.lower()
+            s3.upload_file(
+                big_path, bucket, key, Config=transfer, ExtraArgs={"ChecksumAlgorithm": alg}
+            )
+            head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+            got = head.get("Checksum" + alg)
+            full = alg == "CRC64NVME"
+            expect(got, "%s: no Checksum%s in %r" % (alg, alg, head))
+            expect(
+                full != got.endswith("-3"),
+                "%s: checksum %r (want %s)" % (alg, got, "full object" if full else "-3"),
+            )
+            kind = "FULL_OBJECT" if full else "COMPOSITE"
+            expect(head.get("ChecksumType") == kind, "%s: ChecksumType %r" % (alg, head.get("ChecksumType")))
+            if alg == "CRC32":
+                expect(got == want, "CRC32: %r, want %r" % (got, want))
+            if alg == "SHA256":
+                parts = []
+                with open(big_path, "rb") as f:
+                    while True:
+                        chunk = f.read(8 * MIB)
+                        if not chunk:
+                            break
+                        parts.append(hashlib.sha256(chunk).digest())
+                want256 = "%s-%d" % (
+                    base64.b64encode(hashlib.sha256(b"".join(parts)).digest()).decode(),
+                    len(parts),
+                )
+                expect(got == want256, "SHA256: %r, want %r" % (got, want256))
+            attrs = s3.get_object_attributes(
+                Bucket=bucket, Key=key, ObjectAttributes=["Checksum", "ObjectParts", "ETag"]
+            )
+            expect(
+                attrs.get("Checksum", {}).get("Checksum" + alg) == got,
+                "%s: get_object_attributes %r" % (alg, attrs.get("Checksum")),
+            )
+            expect(
+                attrs.get("ObjectParts", {}).get("TotalPartsCount") == 3,
+                "%s: ObjectParts %r" % (alg, attrs.get("ObjectParts")),
+            )
+            down = os.path.join(work, "boto3-%s.down" % alg)
+            s3.download_file(bucket, key, down, Config=transfer)
+            expect(sha256_file(down) == sha256_file(big_path), "%s: download differs" % alg)
+
+    check(
+        "upload_file multipart checksums (default CRC32, each ChecksumAlgorithm), head_object ChecksumMode=ENABLED",
+        multipart_checksums,
+    )
 
     def presigned_disposition(client=None, sigv4=True):
         disposition = 'attachment; filename="price-list.pdf"'

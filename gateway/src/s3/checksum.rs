@@ -5,11 +5,9 @@
 //! which aborts the upload before anything is stored. The verified value is kept with the
 //! object and returned on GET/HEAD when the client asks with `x-amz-checksum-mode: ENABLED`.
 
-use base64::Engine as _;
 use bytes::Bytes;
 use futures_util::Stream;
 use http::HeaderMap;
-use sha2::Digest as _;
 
 use super::body_check::{EndCheck, check_at_end};
 use super::chunked::TrailerSlot;
@@ -17,96 +15,8 @@ use super::error::{ErrorCode, S3Error};
 use crate::store::ChecksumSlot;
 use meta::Checksum;
 
-const CRC32C: crc::Crc<u32, crc::Table<16>> =
-    crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
-const CRC64NVME: crc::Crc<u64, crc::Table<16>> =
-    crc::Crc::<u64, crc::Table<16>>::new(&crc::CRC_64_NVME);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Algorithm {
-    Crc32,
-    Crc32c,
-    Crc64Nvme,
-    Sha1,
-    Sha256,
-}
-
-impl Algorithm {
-    pub const ALL: [Algorithm; 5] = [
-        Algorithm::Crc32,
-        Algorithm::Crc32c,
-        Algorithm::Crc64Nvme,
-        Algorithm::Sha1,
-        Algorithm::Sha256,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Algorithm::Crc32 => "crc32",
-            Algorithm::Crc32c => "crc32c",
-            Algorithm::Crc64Nvme => "crc64nvme",
-            Algorithm::Sha1 => "sha1",
-            Algorithm::Sha256 => "sha256",
-        }
-    }
-
-    pub fn header(self) -> String {
-        format!("x-amz-checksum-{}", self.name())
-    }
-
-    pub fn parse(name: &str) -> Option<Self> {
-        let n = name.trim().to_ascii_lowercase();
-        let n = n.strip_prefix("x-amz-checksum-").unwrap_or(&n);
-        Algorithm::ALL.into_iter().find(|a| a.name() == n)
-    }
-
-    fn hasher(self) -> Hasher {
-        match self {
-            Algorithm::Crc32 => Hasher::Crc32(crc32fast::Hasher::new()),
-            Algorithm::Crc32c => Hasher::Crc32c(CRC32C.digest()),
-            Algorithm::Crc64Nvme => Hasher::Crc64Nvme(CRC64NVME.digest()),
-            Algorithm::Sha1 => Hasher::Sha1(sha1::Sha1::new()),
-            Algorithm::Sha256 => Hasher::Sha256(sha2::Sha256::new()),
-        }
-    }
-}
-
-enum Hasher {
-    Crc32(crc32fast::Hasher),
-    Crc32c(crc::Digest<'static, u32, crc::Table<16>>),
-    Crc64Nvme(crc::Digest<'static, u64, crc::Table<16>>),
-    Sha1(sha1::Sha1),
-    Sha256(sha2::Sha256),
-}
-
-impl Hasher {
-    fn update(&mut self, buf: &[u8]) {
-        match self {
-            Hasher::Crc32(h) => h.update(buf),
-            Hasher::Crc32c(h) => h.update(buf),
-            Hasher::Crc64Nvme(h) => h.update(buf),
-            Hasher::Sha1(h) => h.update(buf),
-            Hasher::Sha256(h) => h.update(buf),
-        }
-    }
-
-    /// The base64 of the big-endian digest, as S3 writes checksums.
-    fn finish(self) -> String {
-        let b64 = base64::engine::general_purpose::STANDARD;
-        match self {
-            Hasher::Crc32(h) => b64.encode(h.finalize().to_be_bytes()),
-            Hasher::Crc32c(h) => b64.encode(h.finalize().to_be_bytes()),
-            Hasher::Crc64Nvme(h) => b64.encode(h.finalize().to_be_bytes()),
-            Hasher::Sha1(h) => b64.encode(h.finalize()),
-            Hasher::Sha256(h) => b64.encode(h.finalize()),
-        }
-    }
-}
-
-/// The base64 CRC32 S3 reports for a CRC32 we already keep.
-pub fn crc32_base64(crc32: u32) -> String {
-    base64::engine::general_purpose::STANDARD.encode(crc32.to_be_bytes())
-}
+use crate::checksums::Hasher;
+pub use crate::checksums::{Algorithm, crc32_base64};
 
 /// Where the expected value comes from.
 #[derive(Clone)]
@@ -153,6 +63,15 @@ pub fn requested(
         return Ok(Some((alg, Expected::Compute)));
     }
     Ok(None)
+}
+
+/// COMPOSITE for a value with `-<parts>`, else FULL_OBJECT: how S3 tells them apart.
+pub fn checksum_type(c: &Checksum) -> &'static str {
+    if c.value.contains('-') {
+        meta::checksums::ChecksumType::Composite.name()
+    } else {
+        meta::checksums::ChecksumType::FullObject.name()
+    }
 }
 
 fn bad_digest(alg: Algorithm) -> S3Error {
@@ -232,6 +151,7 @@ impl EndCheck for FlexibleChecksum {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use futures_util::StreamExt as _;
 
     fn digest(alg: Algorithm, data: &[u8]) -> String {

@@ -349,6 +349,8 @@ impl From<StoreError> for S3Error {
                     "One or more of the specified parts could not be found (part {number}). The part might not have been uploaded, or the specified entity tag might not have matched the part's entity tag."
                 ),
             ),
+            StoreError::ChecksumInvalid(m) => S3Error::new(C::InvalidRequest, m),
+            StoreError::ChecksumMismatch(m) => S3Error::new(C::BadDigest, m),
             StoreError::PartTooSmall(number) => S3Error::new(
                 C::EntityTooSmall,
                 format!(

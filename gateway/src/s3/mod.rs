@@ -6,6 +6,7 @@
 //! axum's path router cannot express, so one `dispatch` function does the routing.
 
 pub mod access;
+mod attributes;
 pub mod auth;
 mod body_check;
 pub(crate) mod bucket;
@@ -148,6 +149,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             Some(lock @ ("retention" | "legal-hold")) => {
                 object_lock::get_lock(app, &bucket, &key, &query, lock == "legal-hold").await
             }
+            Some("attributes") => attributes::get(app, &bucket, &key, req.headers(), &query).await,
             Some(other)
                 if let Some(answer) = settings::object_setting(app, &bucket, &key, other).await =>
             {

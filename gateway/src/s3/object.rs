@@ -415,12 +415,67 @@ fn checksum_headers(headers: &mut HeaderMap, record: &ObjectRecord, only_stored:
         None if !only_stored => set(headers, "x-amz-checksum-crc32", &crc32_base64(record.crc32)),
         None => {}
     }
-    if !only_stored && !record.part_sizes.is_empty() {
-        headers.insert(
-            "x-amz-checksum-type",
-            HeaderValue::from_static("FULL_OBJECT"),
-        );
+    if only_stored {
+        return;
     }
+    match &record.checksum {
+        Some(c) => set(
+            headers,
+            "x-amz-checksum-type",
+            super::checksum::checksum_type(c),
+        ),
+        None if !record.part_sizes.is_empty() => {
+            headers.insert(
+                "x-amz-checksum-type",
+                HeaderValue::from_static("FULL_OBJECT"),
+            );
+        }
+        None => {}
+    }
+}
+
+/// GET/HEAD of part `n` of a multipart object with `x-amz-checksum-mode: ENABLED`: the
+/// whole object's checksum does not describe the part; the part's own does, where the
+/// object keeps its parts' checksums (S3 answers it for composite checksums).
+async fn part_checksum_headers(
+    app: &AppState,
+    headers: &mut HeaderMap,
+    record: &ObjectRecord,
+    n: u64,
+    request: &HeaderMap,
+) -> Result<(), S3Error> {
+    let enabled = header_str(request, "x-amz-checksum-mode")?
+        .is_some_and(|m| m.eq_ignore_ascii_case("ENABLED"));
+    if !enabled || record.part_sizes.is_empty() {
+        return Ok(());
+    }
+    for alg in checksum::Algorithm::ALL {
+        headers.remove(alg.header());
+    }
+    headers.remove("x-amz-checksum-type");
+    let composite = record
+        .checksum
+        .as_ref()
+        .is_some_and(|c| c.value.contains('-'));
+    if !composite {
+        return Ok(());
+    }
+    let parts = app.store.object_part_checksums(record).await?;
+    if let Some(p) = parts
+        && let Some(v) = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_sub(1))
+            .and_then(|i| p.parts.get(i))
+    {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(format!("x-amz-checksum-{}", p.algorithm).as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            headers.insert(name, value);
+        }
+        set(headers, "x-amz-checksum-type", "COMPOSITE");
+    }
+    Ok(())
 }
 
 /// The headers every GET and HEAD of an object carries.
@@ -688,6 +743,9 @@ pub async fn get(
         }
         h.remove("x-amz-checksum-type");
     }
+    if let Some(n) = part {
+        part_checksum_headers(app, h, &read.record, n, headers).await?;
+    }
     if version.is_none() {
         // Expiry rules apply to the current version, which one named by id may not be.
         super::lifecycle::expiration_header(app, bucket, key, &read.record, h).await;
@@ -760,6 +818,7 @@ pub async fn head(
                 &format!("bytes {first}-{last}/{}", record.size_bytes),
             );
         }
+        part_checksum_headers(app, h, &record, n, headers).await?;
         version_header(resp.headers_mut(), version_id.as_deref());
         return Ok(resp);
     }

@@ -61,6 +61,7 @@ fn classify(
         (&Method::POST, Target::Object { .. }, Some("uploadId")) => "CompleteMultipartUpload",
         (&Method::GET, Target::Object { .. }, None | Some("partNumber")) => "GetObject",
         (&Method::GET, Target::Object { .. }, Some("uploadId")) => "ListParts",
+        (&Method::GET, Target::Object { .. }, Some("attributes")) => "GetObjectAttributes",
         (&Method::GET, Target::Object { .. }, Some(_)) => "GetObjectSetting",
         (&Method::HEAD, Target::Object { .. }, _) => "HeadObject",
         (&Method::DELETE, Target::Object { .. }, None) => "DeleteObject",

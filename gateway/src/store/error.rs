@@ -83,6 +83,13 @@ pub enum StoreError {
     /// A part named at completion was not uploaded, or has another ETag.
     #[error("part {0} not uploaded with that ETag")]
     InvalidPart(u32),
+    /// A multipart checksum that does not fit the upload's declaration (another
+    /// algorithm, a part checksum missing at completion): S3's InvalidRequest.
+    #[error("{0}")]
+    ChecksumInvalid(String),
+    /// The full-object checksum sent at completion is not the object's: BadDigest.
+    #[error("{0}")]
+    ChecksumMismatch(String),
     /// A part other than the last is smaller than S3's minimum.
     #[error("part {0} is smaller than {PART_BYTES_MIN} bytes")]
     PartTooSmall(u32),

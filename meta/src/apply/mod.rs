@@ -23,6 +23,8 @@ mod uploads;
 mod versions;
 
 #[cfg(test)]
+mod checksums_tests;
+#[cfg(test)]
 mod conditional_tests;
 #[cfg(test)]
 mod versions_tests;
@@ -85,7 +87,14 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             part,
             source,
             now_secs,
-        } => uploads::put_part(txn, upload_id, *part_number, part, *source, *now_secs),
+        } => uploads::put_part_with_checksum(
+            txn,
+            upload_id,
+            (*part_number, part),
+            *source,
+            *now_secs,
+            None,
+        ),
         Command::CompleteUpload {
             upload_id,
             object,
@@ -241,6 +250,26 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             now_secs,
             bypass_governance,
         } => versions::delete_version(txn, bucket, key, *version, *now_secs, *bypass_governance),
+        Command::CreateUploadWithChecksum {
+            upload_id,
+            upload,
+            checksum,
+        } => uploads::create_with_checksum(txn, upload_id, upload, checksum),
+        Command::PutPartWithChecksum {
+            upload_id,
+            part_number,
+            part,
+            source,
+            now_secs,
+            checksum,
+        } => uploads::put_part_with_checksum(
+            txn,
+            upload_id,
+            (*part_number, part),
+            *source,
+            *now_secs,
+            Some(checksum),
+        ),
     }
 }
 

@@ -7,6 +7,7 @@
 use placement::{Magic, PairId, Sha1};
 use redb::{ReadableTable, Table, WriteTransaction};
 
+use crate::checksums;
 use crate::command::ContentSource;
 use crate::tables::{DELETING, DeletingRecord, FILES, FileRecord};
 use crate::{DecOutcome, MetaError, filedb};
@@ -41,6 +42,7 @@ pub(super) fn release(
     magic: Magic,
     now_secs: u64,
 ) -> Result<DecOutcome, MetaError> {
+    checksums::release(txn, &sha1.0, magic.get())?;
     let mut files = txn.open_table(FILES)?;
     let mut deleting = txn.open_table(DELETING)?;
     match dec(&mut files, &mut deleting, sha1, magic, now_secs) {

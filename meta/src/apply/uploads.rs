@@ -7,8 +7,9 @@ use redb::{ReadableTable, WriteTransaction};
 
 use super::objects::store_object;
 use super::refs::{reference, release};
+use crate::checksums::{self, UploadChecksum};
 use crate::command::{ContentSource, NewObject};
-use crate::tables::{self, PARTS, PartRecord, UPLOADS, UploadRecord, check_bucket};
+use crate::tables::{self, Checksum, PARTS, PartRecord, UPLOADS, UploadRecord, check_bucket};
 use crate::{MetaError, Response};
 
 /// `CreateUpload`: records a new upload in an existing bucket.
@@ -26,20 +27,35 @@ pub(super) fn create(
     Ok(Response::Done)
 }
 
-/// `PutPart`: references the part's content (unless an `Existing` one has gone) and
-/// stores the part, releasing the content of the part it replaces.
-pub(super) fn put_part(
+/// `CreateUploadWithChecksum`: `create`, with the upload's checksum declaration beside it.
+pub(super) fn create_with_checksum(
     txn: &WriteTransaction,
     upload_id: &str,
-    part_number: u32,
-    part: &PartRecord,
+    upload: &UploadRecord,
+    checksum: &UploadChecksum,
+) -> Result<Response, MetaError> {
+    let done = create(txn, upload_id, upload)?;
+    checksums::put_upload(txn, upload_id, checksum)?;
+    Ok(done)
+}
+
+/// `PutPart` (`checksum` None) and `PutPartWithChecksum`: references the part's content
+/// (unless an `Existing` one has gone) and stores the part with its checksum (a part put
+/// without one leaves none of the part it replaces), releasing the content of the part it
+/// replaces.
+pub(super) fn put_part_with_checksum(
+    txn: &WriteTransaction,
+    upload_id: &str,
+    (part_number, part): (u32, &PartRecord),
     source: ContentSource,
     now_secs: u64,
+    checksum: Option<&Checksum>,
 ) -> Result<Response, MetaError> {
     read_upload(txn, upload_id)?;
     if !reference(txn, &part.sha1, part.magic, source)? {
         return Ok(Response::ContentGone);
     }
+    checksums::put_part(txn, upload_id, part_number, checksum)?;
     let bytes = tables::encode_versioned(part)?;
     let replaced = txn
         .open_table(PARTS)?
@@ -81,6 +97,13 @@ pub(super) fn complete(
     if !reference(txn, &object.sha1, object.magic, source)? {
         return Ok(Response::ContentGone);
     }
+    let numbers: Vec<u32> = parts.iter().map(|(n, _)| *n).collect();
+    checksums::keep_for_object(
+        txn,
+        upload_id,
+        &numbers,
+        (&object.sha1.0, object.magic.get()),
+    )?;
     drop_upload(txn, upload_id, now_secs)?;
     store_object(txn, &upload.bucket, &upload.key, object, now_secs)
 }
@@ -114,6 +137,7 @@ pub(super) fn drop_upload(
         release(txn, &part.sha1, part.magic, now_secs)?;
     }
     txn.open_table(UPLOADS)?.remove(upload_id)?;
+    checksums::drop_upload(txn, upload_id)?;
     Ok(())
 }
 

@@ -24,6 +24,7 @@ use redb::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::super::checksums::{OBJECT_CHECKSUMS, UPLOAD_CHECKSUMS};
 use super::super::jobs::JOBS;
 use super::super::keys::KEYS;
 use super::super::lifecycle::LIFECYCLE;
@@ -145,6 +146,8 @@ macro_rules! for_each_table {
         $m!(12u8, JOBS, $($args)*);
         $m!(13u8, VERSIONS, $($args)*);
         $m!(14u8, NULL_VERSIONS, $($args)*);
+        $m!(15u8, UPLOAD_CHECKSUMS, $($args)*);
+        $m!(16u8, OBJECT_CHECKSUMS, $($args)*);
     }};
 }
 
@@ -387,7 +390,13 @@ pub fn digest(db: &Database) -> Result<Digest, SnapshotError> {
         ($tag:expr, $def:expr,) => {
             // A table added by a newer format is left out while it is empty, so that
             // the members of two releases agree during a rolling upgrade.
-            let newer_and_empty = [VERSIONS.name(), NULL_VERSIONS.name()].contains(&$def.name())
+            let newer_and_empty = [
+                VERSIONS.name(),
+                NULL_VERSIONS.name(),
+                UPLOAD_CHECKSUMS.name(),
+                OBJECT_CHECKSUMS.name(),
+            ]
+            .contains(&$def.name())
                 && txn.open_table($def)?.is_empty()?;
             if $def.name() != RAFT_STATE.name() && !newer_and_empty {
                 let mut h = HashWriter(<sha2::Sha256 as sha2::Digest>::new());
@@ -425,6 +434,52 @@ mod tests {
 
     /// The `versions` and `null_versions` tables travel in snapshots, and stay out of the
     /// digest while empty (members of the release before them have no such tables).
+    #[test]
+    fn multipart_checksums_travel_in_snapshots_and_join_the_digest_once_written() {
+        use crate::checksums::{ChecksumType, PartChecksums, UploadChecksum};
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let before = store.digest().unwrap();
+        assert!(!before.tables.contains_key("upload_checksums"));
+        assert!(!before.tables.contains_key("object_checksums"));
+        let declared = UploadChecksum {
+            algorithm: "crc32".into(),
+            kind: ChecksumType::Composite,
+        };
+        let parts = PartChecksums {
+            algorithm: "crc32".into(),
+            parts: vec!["AAAAAA==".into()],
+        };
+        let db = store.db();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(UPLOAD_CHECKSUMS)
+            .unwrap()
+            .insert(("u", 0), declared.encode().unwrap().as_slice())
+            .unwrap();
+        txn.open_table(OBJECT_CHECKSUMS)
+            .unwrap()
+            .insert(([1; 20], 7), parts.encode().unwrap().as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+        let want = store.digest().unwrap();
+        assert!(want.tables.contains_key("upload_checksums"));
+        assert!(want.tables.contains_key("object_checksums"));
+
+        let file = dir.path().join("snap");
+        let read = db.begin_read().unwrap();
+        write(&read, Vec::new(), std::fs::File::create(&file).unwrap()).unwrap();
+        let restored = dir.path().join("restored.redb");
+        load(&file, &restored).unwrap();
+        let loaded = Database::open(&restored).unwrap();
+        let txn = loaded.begin_read().unwrap();
+        let got = txn.open_table(UPLOAD_CHECKSUMS).unwrap();
+        let got = got.get(("u", 0)).unwrap().unwrap();
+        assert_eq!(UploadChecksum::decode(got.value()).unwrap(), declared);
+        let got = txn.open_table(OBJECT_CHECKSUMS).unwrap();
+        let got = got.get(([1; 20], 7)).unwrap().unwrap();
+        assert_eq!(PartChecksums::decode(got.value()).unwrap(), parts);
+    }
+
     #[test]
     fn versions_travel_in_snapshots_and_join_the_digest_once_written() {
         let dir = tempfile::tempdir().unwrap();

@@ -85,6 +85,8 @@ impl MetaStore {
         txn.open_table(JOBS)?;
         native_refs::build(&txn)?;
         txn.open_table(LIFECYCLE)?;
+        txn.open_table(crate::checksums::UPLOAD_CHECKSUMS)?;
+        txn.open_table(crate::checksums::OBJECT_CHECKSUMS)?;
         txn.commit()?;
         Ok(db)
     }

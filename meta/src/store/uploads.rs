@@ -4,9 +4,40 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use super::MetaStore;
 use crate::MetaError;
+use crate::checksums::{self, OBJECT_CHECKSUMS, PartChecksums, UPLOAD_CHECKSUMS, UploadChecksums};
 use crate::tables::{self, PARTS, PartRecord, UPLOADS, UploadRecord};
 
 impl MetaStore {
+    /// An upload's checksum declaration and its parts' checksums (none for an upload
+    /// that declared none and whose parts carried none).
+    pub fn upload_checksums(&self, upload_id: &str) -> Result<UploadChecksums, MetaError> {
+        let txn = self.db().begin_read()?;
+        match txn.open_table(UPLOAD_CHECKSUMS) {
+            Ok(table) => checksums::read_upload(&table, upload_id),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(UploadChecksums::default()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The part checksums of the object whose reference is (sha1, magic), if it was
+    /// completed from parts that carried its upload's algorithm.
+    pub fn object_part_checksums(
+        &self,
+        sha1: &placement::Sha1,
+        magic: placement::Magic,
+    ) -> Result<Option<PartChecksums>, MetaError> {
+        let txn = self.db().begin_read()?;
+        let table = match txn.open_table(OBJECT_CHECKSUMS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        table
+            .get((sha1.0, magic.get()))?
+            .map(|v| PartChecksums::decode(v.value()))
+            .transpose()
+    }
+
     pub fn upload(&self, upload_id: &str) -> Result<Option<UploadRecord>, MetaError> {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(UPLOADS)?;
