@@ -154,13 +154,26 @@ fn verify(remote: &Remote, model: &Model, bodies: &[Vec<u8>]) {
     }
 }
 
+/// PutBucketVersioning, retried while it answers 503: a new cluster's leader raises the
+/// group to the format versioning needs once every member has answered it, a moment
+/// after the first commands (SDKs retry a 503 the same way).
 fn enable_versioning(remote: &Remote) {
     let body = br#"<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>"#;
-    let r = remote
-        .signed("PUT", &format!("/{BUCKET}?versioning"))
-        .body(body)
-        .send();
-    assert_eq!(r.status, 200, "PutBucketVersioning: {}", r.text());
+    let mut last = String::new();
+    let enabled = poll_until(ELECTION_TIMEOUT, || {
+        let r = remote
+            .signed("PUT", &format!("/{BUCKET}?versioning"))
+            .body(body)
+            .send();
+        assert!(
+            r.status == 200 || r.status == 503,
+            "PutBucketVersioning: {}",
+            r.text()
+        );
+        last = r.text();
+        r.status == 200
+    });
+    assert!(enabled, "PutBucketVersioning still refused: {last}");
 }
 
 /// Runs the clients while `kill` kills and restarts a node `cycles` times; the merged
