@@ -19,7 +19,7 @@ use placement::{Magic, Sha1};
 use crate::checksums::{self, Algorithm};
 use crate::store::{
     ChecksumSlot, CommitError, ContentReadError, ObjectAttrs, ObjectStore, ReadBody, StoreError,
-    Stored, UploadError, now_ms,
+    Stored, UploadError, now_ms, now_secs,
 };
 use meta::checksums::{ChecksumType, UploadChecksum, UploadChecksums};
 use meta::{
@@ -28,10 +28,6 @@ use meta::{
 };
 
 pub use crate::store::{PART_BYTES_MIN, PART_NUMBER_MAX};
-
-fn now_secs() -> u64 {
-    now_ms() / 1000
-}
 
 /// Which part of which upload a request writes.
 #[derive(Clone, Copy, Debug)]

@@ -170,7 +170,7 @@ impl ObjectStore {
     ) -> Result<(), StoreError> {
         let cmd = Command::CreateLockedBucket {
             bucket: bucket.to_string(),
-            created_ms: now_secs().saturating_mul(1000),
+            created_ms: crate::store::now_ms(),
             owner,
         };
         self.execute(cmd)
