@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
 
-use e2e::cluster::{Cluster, ELECTION_TIMEOUT};
+use e2e::cluster::{Cluster, ELECTION_TIMEOUT, is_unavailable};
 use e2e::torture::StopOnDrop;
 use e2e::{Gateway, Remote, poll_until, random_body};
 use rand::rngs::StdRng;
@@ -27,6 +27,8 @@ const SNAPSHOT_LOGS: &str = "20";
 const KEYS_PER_CLIENT: usize = 3;
 const CLIENTS: usize = 3;
 const PROGRESS_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many times a read answered 503 is tried again, 250 ms apart (30 s in all).
+const UNAVAILABLE_RETRIES: usize = 120;
 
 /// What an acknowledged operation left: a version with its body, or a marker.
 #[derive(Clone, Debug, PartialEq)]
@@ -132,12 +134,20 @@ fn client(
     model
 }
 
-/// Every acknowledged version, marker and removal, read by id through `remote`.
+/// Every acknowledged version, marker and removal, read by id through `remote`. A 503
+/// (an election under way: a node of a loaded machine missed heartbeats) is retried for a
+/// while, as SDKs retry it; any other answer is final.
 fn verify(remote: &Remote, model: &Model, bodies: &[Vec<u8>]) {
     for ((key, id), acked) in model {
-        let r = remote
-            .signed("GET", &format!("/{BUCKET}/{key}?versionId={id}"))
-            .send();
+        let target = format!("/{BUCKET}/{key}?versionId={id}");
+        let mut r = remote.signed("GET", &target).send();
+        for _ in 0..UNAVAILABLE_RETRIES {
+            if !is_unavailable(&r) {
+                break;
+            }
+            thread::sleep(Duration::from_millis(250));
+            r = remote.signed("GET", &target).send();
+        }
         match acked {
             Acked::Version(b) => {
                 assert_eq!(r.status, 200, "{key} {id}: {}", r.text());

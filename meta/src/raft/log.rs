@@ -18,10 +18,12 @@ use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{Entry, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
 use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use tokio::sync::watch;
 
 use super::types::{NodeId, TypeConfig};
 
@@ -97,7 +99,15 @@ fn vote_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    /// The index the state machine holds durably (see [`LogStore::gate_purges`]).
+    durable: Option<watch::Receiver<u64>>,
 }
+
+/// How long a purge waits for the state machine to hold what it covers durably: the
+/// install of the largest snapshot (hundreds of GiB at the design's group size) fits.
+const PURGE_WAIT_MAX: Duration = Duration::from_secs(3600);
+/// How often a waiting purge says so.
+const PURGE_WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl LogStore {
     pub fn open(path: &Path) -> Result<Self, redb::Error> {
@@ -106,7 +116,52 @@ impl LogStore {
         txn.open_table(LOG)?;
         txn.open_table(STATE)?;
         txn.commit()?;
-        Ok(LogStore { db: Arc::new(db) })
+        Ok(LogStore {
+            db: Arc::new(db),
+            durable: None,
+        })
+    }
+
+    /// Makes every purge wait until the state machine holds the purged entries' effects
+    /// durably (`durable`: its [`super::machine::DurableIndex`]). openraft 0.9 purges the
+    /// log a leader's snapshot covers as soon as it has handed the snapshot to the state
+    /// machine, before the install has finished; a crash in between left a log with nothing
+    /// to replay the state machine from. Waiting here also holds back the appends after the
+    /// purge (openraft runs log commands one at a time), so the log never has a hole.
+    pub fn gate_purges(&mut self, durable: watch::Receiver<u64>) {
+        self.durable = Some(durable);
+    }
+
+    /// Waits until the state machine holds `index` durably (no-op without a gate).
+    async fn wait_durable(&self, index: u64) -> StorageResult<()> {
+        let Some(mut durable) = self.durable.clone() else {
+            return Ok(());
+        };
+        let start = tokio::time::Instant::now();
+        loop {
+            let wait =
+                tokio::time::timeout(PURGE_WAIT_LOG_EVERY, durable.wait_for(|d| *d >= index))
+                    .await
+                    .map(|r| r.map(|_| ()));
+            match wait {
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(_closed)) => {
+                    return Err(write_err(std::io::Error::other(
+                        "the state machine stopped before the purged entries were durable in it",
+                    )));
+                }
+                Err(_elapsed) if start.elapsed() >= PURGE_WAIT_MAX => {
+                    return Err(write_err(std::io::Error::other(format!(
+                        "the state machine did not hold index {index} durably within {PURGE_WAIT_MAX:?}"
+                    ))));
+                }
+                Err(_elapsed) => tracing::info!(
+                    index,
+                    durable = *durable.borrow(),
+                    "a log purge waits for the state machine to hold what it covers durably"
+                ),
+            }
+        }
     }
 
     /// Runs blocking redb work off the async runtime.
@@ -314,6 +369,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        self.wait_durable(log_id.index).await?;
         self.blocking(move |db| {
             let bytes = KEY_PURGED.encode(&Some(log_id))?;
             let txn = db.begin_write().map_err(write_err)?;

@@ -10,6 +10,13 @@
 //! openraft re-applies the committed entries after it from the log. That is why the log is
 //! never purged past a snapshot, and a snapshot is only built after a durable checkpoint.
 //!
+//! The same holds for a snapshot installed from the leader, which openraft 0.9 does not
+//! order: it hands the install to the state machine's task and purges the log covered by
+//! the snapshot at once, from its own task. A kill -9 between the two left a log purged
+//! past a state machine still at its old checkpoint, and a node that could never restart
+//! ("Failed to get log entries"). So the state machine publishes the index it holds
+//! durably ([`DurableIndex`]) and the log store's purge waits for it (see `log.rs`).
+//!
 //! Back of the envelope: a non-durable redb commit costs tens of microseconds, a durable one
 //! an fsync (milliseconds on this machine's disk): one per second is noise, one per command
 //! was the single-node write path's largest cost.
@@ -181,6 +188,34 @@ impl SnapshotDir {
     }
 }
 
+/// The highest log index whose effects `meta.redb` holds durably: what a restart after
+/// kill -9 would find applied. Only rises.
+#[derive(Clone)]
+pub struct DurableIndex(Arc<watch::Sender<u64>>);
+
+impl DurableIndex {
+    fn new(index: u64) -> Self {
+        DurableIndex(Arc::new(watch::channel(index).0))
+    }
+
+    /// Records that everything up to `log_id` is durable.
+    fn reached(&self, log_id: Option<LogId<NodeId>>) {
+        let index = log_id.map_or(0, |l| l.index);
+        self.0.send_if_modified(|d| {
+            let rises = index > *d;
+            if rises {
+                *d = index;
+            }
+            rises
+        });
+    }
+
+    /// A receiver of the index, for the log store's purge.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+}
+
 /// Bookkeeping shared by the state machine and its snapshot builders.
 pub struct StateMachine {
     meta: Arc<MetaStore>,
@@ -193,6 +228,7 @@ pub struct StateMachine {
     pairs_changed: watch::Sender<u64>,
     /// The last applied log index, for readers waiting on a read index.
     applied_index: watch::Sender<u64>,
+    durable: DurableIndex,
 }
 
 impl StateMachine {
@@ -206,6 +242,8 @@ impl StateMachine {
         snapshots.clean();
         let (last_applied, membership) = applied_state(&meta.db())?;
         applied_index.send_replace(last_applied.map_or(0, |l| l.index));
+        // What a file just opened holds is what a crash now would leave.
+        let durable = DurableIndex::new(last_applied.map_or(0, |l| l.index));
         Ok(StateMachine {
             meta,
             snapshots,
@@ -218,7 +256,13 @@ impl StateMachine {
             membership,
             pairs_changed,
             applied_index,
+            durable,
         })
+    }
+
+    /// The index this state machine holds durably, for [`super::log::LogStore::gate_purges`].
+    pub fn durable_index(&self) -> DurableIndex {
+        self.durable.clone()
     }
 
     /// Applies entries in log order; one result per entry.
@@ -367,6 +411,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if durable {
             self.last_checkpoint = Instant::now();
             self.entries_since_checkpoint = 0;
+            self.durable.reached(applied.last_applied);
         }
         self.last_applied = applied.last_applied;
         self.membership = applied.membership;
@@ -382,6 +427,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         SnapshotBuilder {
             meta: self.meta.clone(),
             snapshots: self.snapshots.clone(),
+            durable: self.durable.clone(),
         }
     }
 
@@ -445,6 +491,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.membership = meta.last_membership.clone();
         self.last_checkpoint = Instant::now();
         self.entries_since_checkpoint = 0;
+        // The new file was fsynced and renamed into place (the folder fsynced too): only
+        // now may the log covered by the snapshot go.
+        self.durable.reached(meta.last_log_id);
         self.pairs_changed.send_modify(|v| *v += 1);
         self.applied_index
             .send_replace(self.last_applied.map_or(0, |l| l.index));
@@ -482,6 +531,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 pub struct SnapshotBuilder {
     meta: Arc<MetaStore>,
     snapshots: SnapshotDir,
+    durable: DurableIndex,
 }
 
 /// Writes a snapshot of `db` (one read transaction) to `path`; its metadata.
@@ -541,6 +591,8 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         .await
         .map_err(snap_err)?
         .map_err(snap_err)?;
+        // build_snapshot_file checkpointed before writing: the snapshot's state is durable.
+        self.durable.reached(meta.last_log_id);
         let file = tokio::fs::File::open(self.snapshots.current())
             .await
             .map_err(snap_err)?;
@@ -614,5 +666,81 @@ mod tests {
         assert_eq!(oks, vec![vec![true, false], vec![true], vec![]]);
         assert_eq!(names(), ["a", "b", "c", "d"]);
         assert_eq!(applied_state(&db).unwrap().0.map(|l| l.index), Some(4));
+    }
+    fn machine(dir: &Path) -> StateMachine {
+        let meta = Arc::new(MetaStore::open(&dir.join("meta.redb")).unwrap());
+        StateMachine::open(
+            meta,
+            SnapshotDir::new(dir.join("snapshots")),
+            watch::channel(0).0,
+            watch::channel(0).0,
+        )
+        .unwrap()
+    }
+
+    /// A follower's log purge after a snapshot from the leader waits until the state
+    /// machine holds that snapshot durably: openraft 0.9 issues the purge as soon as it has
+    /// handed the install over, and a kill -9 between the two left a node that could never
+    /// restart (its log purged to the snapshot, its state machine at an older checkpoint).
+    #[tokio::test]
+    async fn a_purge_waits_for_the_installed_snapshot_to_be_durable() {
+        use super::super::log::LogStore;
+        use openraft::storage::RaftLogStorage;
+
+        // The leader: nine entries applied, a snapshot at 9.
+        let leader_dir = tempfile::tempdir().unwrap();
+        let mut leader = machine(leader_dir.path());
+        let entries: Vec<_> = (1..=9)
+            .map(|i| entry(i, vec![create(&format!("b{i}"))]))
+            .collect();
+        leader.apply(entries).await.unwrap();
+        let mut builder = leader.get_snapshot_builder().await;
+        let snap = builder.build_snapshot().await.unwrap();
+        assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(9));
+        let bytes = std::fs::read(leader.snapshots.current()).unwrap();
+
+        // The follower: nothing applied; its log store gated on its state machine.
+        let follower_dir = tempfile::tempdir().unwrap();
+        let mut follower = machine(follower_dir.path());
+        let mut log = LogStore::open(&follower_dir.path().join("raft.redb")).unwrap();
+        log.gate_purges(follower.durable_index().subscribe());
+        let upto = snap.meta.last_log_id.unwrap();
+        let mut purge = tokio::spawn({
+            let mut log = log.clone();
+            async move { log.purge(upto).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !purge.is_finished(),
+            "purged before the snapshot was installed"
+        );
+        assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id, None);
+
+        // The install ends the wait, and a restart finds the snapshot's state.
+        let mut file = follower.begin_receiving_snapshot().await.unwrap();
+        use tokio::io::AsyncWriteExt;
+        file.write_all(&bytes).await.unwrap();
+        file.flush().await.unwrap();
+        follower.install_snapshot(&snap.meta, file).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), &mut purge)
+            .await
+            .expect("the purge ends once the install is durable")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            log.get_log_state().await.unwrap().last_purged_log_id,
+            Some(upto)
+        );
+        drop(follower);
+        let reopened = machine(follower_dir.path());
+        assert_eq!(reopened.last_applied, Some(upto));
+
+        // A purge of what the state machine already holds does not wait.
+        let mut other = LogStore::open(&follower_dir.path().join("other.redb")).unwrap();
+        other.gate_purges(reopened.durable_index().subscribe());
+        tokio::time::timeout(Duration::from_secs(10), other.purge(upto))
+            .await
+            .expect("no wait for what is durable")
+            .unwrap();
     }
 }

@@ -104,7 +104,7 @@ pub async fn open(
     transport: Arc<dyn network::Transport>,
 ) -> Result<Arc<Metadata>, MetaError> {
     let store = Arc::new(MetaStore::open(&data_dir.join("meta.redb"))?);
-    let log = LogStore::open(&data_dir.join("raft.redb"))?;
+    let mut log = LogStore::open(&data_dir.join("raft.redb"))?;
     let (pairs_tx, pairs_rx) = watch::channel(0u64);
     let (applied_tx, applied_rx) = watch::channel(0u64);
     let fresh = machine::applied_state(&store.db())?.0.is_none();
@@ -115,6 +115,7 @@ pub async fn open(
         pairs_tx,
         applied_tx,
     )?;
+    log.gate_purges(sm.durable_index().subscribe());
     let config = Config {
         cluster_name: "dedup-gateway".into(),
         heartbeat_interval: (cluster.election_timeout_ms / 5).max(1),
