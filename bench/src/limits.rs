@@ -357,3 +357,77 @@ fn serve_sink(blob: Bytes) -> Result<(SocketAddr, tokio::sync::oneshot::Sender<(
     });
     Ok((addr, tx))
 }
+
+/// The small-file limit of one group size: what the design does for small bodies, without
+/// the gateway.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct SmallFiles {
+    /// Uploads per pass: the files made durable by one `syncfs`.
+    pub group: usize,
+    /// Uploads (each body written twice) per second.
+    pub uploads_per_sec: f64,
+}
+
+/// Writes `count` bodies of `len` bytes as the gateway's write path does for small
+/// bodies, on one thread: each body to a temp file in two disk trees under `dir`, then per
+/// group of `group` uploads every temp file renamed to its content address in the `aa/bb`
+/// fan-out (directories made where missing, remembered) and one `syncfs` for the group
+/// (see `placement::disk::durable`). The ceiling a 64 KiB unique PUT is held against:
+/// everything a PUT must make durable, and nothing else (no HTTP, hashing or metadata).
+pub fn small_files(
+    dir: &Path,
+    count: usize,
+    len: usize,
+    group: usize,
+    rng: &mut Rng,
+) -> Result<SmallFiles, String> {
+    let err = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let group = group.max(1);
+    let trees = [dir.join("disk-a"), dir.join("disk-b")];
+    for tree in &trees {
+        let tmp = tree.join("tmp");
+        std::fs::create_dir_all(&tmp).map_err(|e| err(&tmp, e))?;
+    }
+    let names: Vec<String> = (0..count)
+        .map(|_| rng.bytes(20).iter().map(|b| format!("{b:02x}")).collect())
+        .collect();
+    let mut body = rng.bytes(len.max(8));
+    let sync_handle = std::fs::File::open(dir).map_err(|e| err(dir, e))?;
+    let mut known_dirs = std::collections::HashSet::new();
+    let t = Instant::now();
+    for (g, chunk) in names.chunks(group).enumerate() {
+        // The bodies, as uploads stream them to temp files.
+        for (i, _) in chunk.iter().enumerate() {
+            body[..8].copy_from_slice(&((g * group + i) as u64).to_le_bytes());
+            for tree in &trees {
+                let p = tree.join("tmp").join(format!("{i}.tmp"));
+                let mut f = std::fs::File::create(&p).map_err(|e| err(&p, e))?;
+                f.write_all(&body[..len]).map_err(|e| err(&p, e))?;
+            }
+        }
+        // The pass: directories, names, one syncfs.
+        for (i, name) in chunk.iter().enumerate() {
+            for tree in &trees {
+                let parent = tree.join(&name[..2]).join(&name[2..4]);
+                if known_dirs.insert(parent.clone()) {
+                    std::fs::create_dir_all(&parent).map_err(|e| err(&parent, e))?;
+                }
+                let from = tree.join("tmp").join(format!("{i}.tmp"));
+                let to = parent.join(name);
+                std::fs::rename(&from, &to).map_err(|e| err(&to, e))?;
+            }
+        }
+        // SAFETY: syncfs on a valid open descriptor of a folder on the filesystem.
+        if unsafe { libc::syncfs(sync_handle.as_raw_fd()) } != 0 {
+            return Err(err(dir, std::io::Error::last_os_error()));
+        }
+    }
+    let elapsed = t.elapsed();
+    for tree in &trees {
+        let _ = std::fs::remove_dir_all(tree);
+    }
+    Ok(SmallFiles {
+        group,
+        uploads_per_sec: count as f64 / elapsed.as_secs_f64().max(1e-9),
+    })
+}
