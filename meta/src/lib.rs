@@ -19,6 +19,7 @@ pub mod checksums;
 pub mod cluster_version;
 pub mod command;
 pub mod filedb;
+pub mod groups;
 pub mod jobs;
 pub mod keys;
 pub mod lifecycle;

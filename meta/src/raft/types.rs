@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Command, MetaError, Response};
 
-pub type NodeId = u64;
+pub use crate::groups::NodeId;
 pub type Node = BasicNode;
 
 /// Commands that travel in one log entry and are applied in order.
