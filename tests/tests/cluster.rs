@@ -342,6 +342,40 @@ async fn writes_through_every_node_are_readable_from_every_node() {
         "converged at last_applied {}: {:?}",
         d.last_applied, d.tables
     );
+
+    // One metadata group (the root, owning every sha1 and every key) on the three nodes,
+    // each holding every record: the same figure through every node, from the CLI.
+    let mut records = Vec::new();
+    for id in cluster.ids() {
+        let run = cluster.admin_cli(id, &["groups", "list"]);
+        assert_eq!(
+            run.code,
+            Some(0),
+            "gateway admin groups list, node {id}:\n{run}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("node {id}: groups list is not JSON ({e}):\n{run}"));
+        let groups = v["groups"].as_array().expect("a groups list");
+        assert_eq!(groups.len(), 1, "node {id}: {v}");
+        let g = &groups[0];
+        assert_eq!(g["id"], 0, "node {id}: {g}");
+        assert_eq!(g["kind"], "root", "node {id}: {g}");
+        assert_eq!(g["leader"], leader as u64, "node {id}: {g}");
+        assert_eq!(
+            g["replicas"],
+            serde_json::json!([1, 2, 3]),
+            "node {id}: {g}"
+        );
+        assert_eq!(g["filedb"][0]["start"], "0".repeat(40), "node {id}: {g}");
+        assert!(g["filedb"][0]["end"].is_null(), "node {id}: {g}");
+        assert_eq!(
+            g["index"][0]["start"],
+            serde_json::json!({"bucket": "", "key": ""})
+        );
+        records.push(g["records"].as_u64().expect("records"));
+    }
+    assert!(records[0] > 0, "{records:?}");
+    assert!(records.iter().all(|r| *r == records[0]), "{records:?}");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -139,6 +139,7 @@ fn a_single_node_grows_into_a_group_loses_a_member_and_is_backed_up_and_restored
     for (i, b) in bodies.iter().enumerate() {
         put(&n1, &format!("before/{i}"), b);
     }
+    assert_eq!(root_group_replicas(&group, &n1), vec![1]);
 
     // Nodes 2 and 3 name the running group, not themselves: they wait to be added.
     let peers = format!("1={}", addr(0));
@@ -167,6 +168,8 @@ fn a_single_node_grows_into_a_group_loses_a_member_and_is_backed_up_and_restored
     group.wait_members(&n2, &[1, 2]);
     put(&n2, "after/2", b"two voters");
     assert_eq!(get(&n1, "after/2"), b"two voters");
+    // The one metadata group follows the membership.
+    assert_eq!(root_group_replicas(&group, &n2), vec![1, 2]);
 
     // A backup taken while serving holds every acknowledged write.
     let file = group.root.path().join("meta.backup");
@@ -226,6 +229,23 @@ fn a_single_node_grows_into_a_group_loses_a_member_and_is_backed_up_and_restored
     assert!(!target.join("meta.redb").exists());
     drop((n1, n2, n3));
     std::thread::sleep(Duration::from_millis(10));
+}
+
+/// `gateway admin groups list` through `node`: the one group is the root, owning every
+/// sha1 and key; its replicas.
+fn root_group_replicas(group: &Group, node: &Gateway) -> Vec<u64> {
+    let out = group.cli_ok(node, &["groups", "list"]);
+    let v: serde_json::Value = serde_json::from_str(&out).expect("groups list prints JSON");
+    let groups = v["groups"].as_array().expect("a groups list");
+    assert_eq!(groups.len(), 1, "{v}");
+    assert_eq!(groups[0]["kind"], "root", "{v}");
+    assert!(groups[0]["records"].as_u64().is_some_and(|r| r > 0), "{v}");
+    groups[0]["replicas"]
+        .as_array()
+        .expect("replicas")
+        .iter()
+        .filter_map(|r| r.as_u64())
+        .collect()
 }
 
 fn fsck(data: &Path) -> Run {

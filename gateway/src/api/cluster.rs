@@ -8,6 +8,7 @@
 //!   [`rpc_routes`].
 //! - Operator endpoints under `/_admin/` (admin token): `GET /_admin/cluster` (status),
 //!   `POST /_admin/cluster/learners`, `POST /_admin/cluster/{promote,remove}/{id}`,
+//!   `GET /_admin/groups` (the metadata groups, their ranges and this node's replicas),
 //!   `GET /_admin/digest` (a digest of every table, to compare replicas) and
 //!   `GET /_admin/backup` (a consistent snapshot, streamed).
 
@@ -67,6 +68,7 @@ pub fn admin_routes() -> Router<Arc<AppState>> {
         .route("/_admin/cluster/learners", post(add_learner))
         .route("/_admin/cluster/promote/{id}", post(promote))
         .route("/_admin/cluster/remove/{id}", post(remove))
+        .route("/_admin/groups", get(groups))
         .route("/_admin/digest", get(digest))
         .route("/_admin/backup", get(backup))
 }
@@ -189,6 +191,11 @@ async fn remove(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiRes
 
 /// `GET /_admin/digest`: a SHA-256 of every table of this node's state machine at its
 /// `last_applied`, from one read transaction. Replicas at the same index must agree.
+/// `GET /_admin/groups`: the metadata groups (id, kind, leader, replicas, records, ...).
+async fn groups(State(app): State<Arc<AppState>>) -> ApiResult {
+    Ok(json_pretty(&app.store.metadata().groups().await?))
+}
+
 async fn digest(State(app): State<Arc<AppState>>) -> ApiResult {
     Ok(json_pretty(
         &app.store.metadata().read_local(|m| m.digest()).await?,

@@ -550,6 +550,25 @@ impl AdminClient {
 }
 
 #[derive(Clone, Debug, clap::Subcommand)]
+pub enum GroupsCommand {
+    /// The metadata groups (JSON, as `GET /_admin/groups`: version, and per group id,
+    /// kind, leader, replicas, records, last_applied, lag and its intervals).
+    List,
+}
+
+impl AdminClient {
+    /// Runs a groups command and returns the JSON to print.
+    pub async fn groups(&self, cmd: GroupsCommand) -> Result<String, String> {
+        let v = match cmd {
+            GroupsCommand::List => self.call(Method::GET, "/_admin/groups", None).await?,
+        };
+        serde_json::to_string_pretty(&v)
+            .map(|s| format!("{s}\n"))
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Clone, Debug, clap::Subcommand)]
 pub enum ClusterCommand {
     /// This node's view of the metadata group (JSON: node_id, leader, members, ...).
     Status,

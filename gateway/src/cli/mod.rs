@@ -21,7 +21,8 @@ use gateway::settings::{DATA_DIR_DEFAULT, Flags};
 use valkyrie::logging::LogFormat;
 
 use self::admin::{
-    AdminClient, ClusterCommand, DiskCommand, JobsCommand, PairsCommand, ScrubCommand,
+    AdminClient, ClusterCommand, DiskCommand, GroupsCommand, JobsCommand, PairsCommand,
+    ScrubCommand,
 };
 use self::admin_buckets::BucketsCommand;
 use self::admin_keys::KeysCommand;
@@ -122,6 +123,11 @@ pub enum AdminCmd {
         #[command(subcommand)]
         command: ClusterCommand,
     },
+    /// The metadata groups: `list` (each group's kind, leader, replicas, records, ranges).
+    Groups {
+        #[command(subcommand)]
+        command: GroupsCommand,
+    },
     /// Background jobs: delete-prefix (a whole mailbox), list, status [--watch], cancel.
     Jobs {
         #[command(subcommand)]
@@ -168,6 +174,7 @@ impl AdminCmd {
             AdminCmd::Scrub { command } => client.scrub(command).await,
             AdminCmd::Disk { command } => client.disk(command).await,
             AdminCmd::Cluster { command } => client.cluster(command).await,
+            AdminCmd::Groups { command } => client.groups(command).await,
             AdminCmd::Keys { command } => client.keys(command).await,
             AdminCmd::Jobs { command } => client.jobs(command).await,
             AdminCmd::Buckets { command } => client.buckets(command).await,

@@ -21,6 +21,7 @@ use super::network::{self, Network, Rpc};
 use super::proposer::{self, Proposer};
 use super::timeouts::{LEADER_WAIT, READ_TIMEOUT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, MetaRaft, Node, NodeId, TypeConfig};
+use crate::groups::{GroupId, IndexStart, ShardMap};
 use crate::{Command, MetaError, MetaStore, Response, cluster_version};
 
 /// Bound on asking a peer, at the start of a fresh node, whether the group already runs.
@@ -53,6 +54,48 @@ pub struct ClusterStatus {
     pub cluster_version: Option<u32>,
     /// The newest format this node's binary knows.
     pub format_version: u32,
+}
+
+/// The metadata groups as this node sees them (`GET /_admin/groups`; the field names are a
+/// contract). Today's cluster is one root group holding everything ([`ShardMap::single`]).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GroupsStatus {
+    /// The shard map's version.
+    pub version: u64,
+    pub groups: Vec<GroupStatus>,
+}
+
+/// One group of [`GroupsStatus`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GroupStatus {
+    pub id: GroupId,
+    /// `root`, `filedb` or `index`.
+    pub kind: String,
+    pub leader: Option<NodeId>,
+    /// The voters, ascending.
+    pub replicas: Vec<NodeId>,
+    /// Records in every table of this node's replica.
+    pub records: u64,
+    /// This node's replica: the last log index it applied, and how far behind the last
+    /// index it has in its log that is.
+    pub last_applied: Option<u64>,
+    pub lag: u64,
+    /// The sha1 intervals it owns (hex; `end` null: to the highest sha1).
+    pub filedb: Vec<Sha1Interval>,
+    /// The (bucket, key) intervals it owns (`end` null: past the last key).
+    pub index: Vec<KeyInterval>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Sha1Interval {
+    pub start: String,
+    pub end: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KeyInterval {
+    pub start: IndexStart,
+    pub end: Option<IndexStart>,
 }
 
 /// The replicated metadata as the rest of the gateway sees it.
@@ -578,6 +621,52 @@ impl Metadata {
             cluster_version: self.store.cluster_version().ok(),
             format_version: cluster_version::FORMAT_VERSION,
         }
+    }
+
+    /// The groups and this node's replica of each (see [`GroupsStatus`]).
+    pub async fn groups(&self) -> Result<GroupsStatus, MetaError> {
+        let records = self.read_local(|s| s.record_count()).await?;
+        let m = self.raft.metrics().borrow().clone();
+        let mut voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
+        voters.sort_unstable();
+        let map = ShardMap::single(voters).map_err(|e| MetaError::Storage(e.to_string()))?;
+        let last_applied = m.last_applied.map(|l| l.index);
+        let lag = m
+            .last_log_index
+            .unwrap_or(0)
+            .saturating_sub(last_applied.unwrap_or(0));
+        let groups = map
+            .groups()
+            .map(|g| GroupStatus {
+                id: g.id,
+                kind: g.kind.name().to_string(),
+                leader: m.current_leader,
+                replicas: g.replicas.clone(),
+                records,
+                last_applied,
+                lag,
+                filedb: map
+                    .filedb_intervals()
+                    .filter(|(_, _, owner)| *owner == g.id)
+                    .map(|(start, end, _)| Sha1Interval {
+                        start: hex::encode(start),
+                        end: end.map(hex::encode),
+                    })
+                    .collect(),
+                index: map
+                    .index_intervals()
+                    .filter(|(_, _, owner)| *owner == g.id)
+                    .map(|(start, end, _)| KeyInterval {
+                        start: start.clone(),
+                        end: end.cloned(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(GroupsStatus {
+            version: map.version,
+            groups,
+        })
     }
 
     /// Runs a membership change on the leader (forwarded there from a follower).

@@ -38,7 +38,10 @@ mod timeouts;
 mod types;
 
 pub use config::{ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, SNAPSHOT_LOGS_DEFAULT};
-pub use metadata::{ClusterStatus, MembershipOp, Metadata, PeerState, open};
+pub use metadata::{
+    ClusterStatus, GroupStatus, GroupsStatus, KeyInterval, MembershipOp, Metadata, PeerState,
+    Sha1Interval, open,
+};
 pub use offline::{RestoreError, replay_offline, restore};
 pub use timeouts::{LEADER_WAIT, READ_TIMEOUT, WRITE_TIMEOUT};
 pub use types::{Batch, BatchResult, MetaRaft, Node, NodeId, TypeConfig};

@@ -151,11 +151,9 @@ macro_rules! for_each_table {
     }};
 }
 
-/// Writes every table of `txn` to `out` after a header carrying `meta`; returns the number
-/// of records.
-pub fn write(txn: &ReadTransaction, meta: Vec<u8>, out: impl Write) -> Result<u64, SnapshotError> {
-    // Counted first so that the header can say how many records follow (a cheap check on
-    // load, and a progress figure).
+/// The records of every table in `txn` (each table's length is kept in its header: no
+/// scan).
+pub fn count_records(txn: &ReadTransaction) -> Result<u64, SnapshotError> {
     let mut records = 0u64;
     macro_rules! count {
         ($tag:expr, $def:expr,) => {
@@ -163,6 +161,15 @@ pub fn write(txn: &ReadTransaction, meta: Vec<u8>, out: impl Write) -> Result<u6
         };
     }
     for_each_table!(count,);
+    Ok(records)
+}
+
+/// Writes every table of `txn` to `out` after a header carrying `meta`; returns the number
+/// of records.
+pub fn write(txn: &ReadTransaction, meta: Vec<u8>, out: impl Write) -> Result<u64, SnapshotError> {
+    // Counted first so that the header can say how many records follow (a cheap check on
+    // load, and a progress figure).
+    let records = count_records(txn)?;
     let mut out = Crc {
         inner: BufWriter::with_capacity(BUFFER_BYTES, out),
         crc: crc32fast::Hasher::new(),

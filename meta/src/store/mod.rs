@@ -142,6 +142,12 @@ impl MetaStore {
         }
     }
 
+    /// The records of every table (each table's length is in its header: no scan).
+    pub fn record_count(&self) -> Result<u64, MetaError> {
+        let txn = self.db().begin_read()?;
+        raft::snapshot::count_records(&txn).map_err(|e| MetaError::Storage(e.to_string()))
+    }
+
     /// A digest of every table (see [`raft::snapshot::digest`]).
     pub fn digest(&self) -> Result<raft::snapshot::Digest, MetaError> {
         raft::snapshot::digest(&self.db()).map_err(|e| MetaError::Storage(e.to_string()))
