@@ -152,6 +152,11 @@ async fn metrics_show_the_dedup_savings_and_the_requests() {
     );
     assert!(num(&e, "gateway_raft_commit_index", &[]) >= applied);
     assert!(num(&e, "gateway_raft_term", &[]) >= 1.0);
+    // One metadata group, the root, holding every record on this node.
+    let root = [("group", "0"), ("kind", "root")];
+    assert!(num(&e, "gateway_group_records", &root) >= objects as f64);
+    assert_eq!(num(&e, "gateway_group_replicas", &root), 1.0);
+    assert_eq!(num(&e, "gateway_shard_map_version", &[]), 1.0);
 
     // Deleting every key of the shared body leaves only the other content.
     for n in 0..shared_keys {

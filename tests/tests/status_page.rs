@@ -158,6 +158,8 @@ async fn the_status_page_renders_in_chromium_and_matches_the_metrics() {
         "gateway_stored_references",
         "gateway_disk_free_bytes",
         "gateway_raft_term",
+        "gateway_group_records",
+        "gateway_group_lag",
     ] {
         assert!(names.contains(&must), "the page shows no {must}: {names:?}");
     }

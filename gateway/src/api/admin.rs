@@ -226,7 +226,7 @@ pub async fn scrub_status(State(app): State<Arc<AppState>>) -> Response {
 pub async fn metrics(State(app): State<Arc<AppState>>) -> ApiResult {
     use crate::telemetry::{exposition, snapshot};
     let text = exposition::render(
-        &snapshot::gather(&app.store, &app.telemetry, &app.workers),
+        &snapshot::gather_with_groups(&app.store, &app.telemetry, &app.workers).await,
         &app.telemetry.requests,
     )
     .map_err(ApiError::internal)?;
@@ -245,7 +245,9 @@ pub async fn status(State(app): State<Arc<AppState>>) -> Response {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, status_page::CONTENT_TYPE)],
-        status_page::render(&snapshot::gather(&app.store, &app.telemetry, &app.workers)),
+        status_page::render(
+            &snapshot::gather_with_groups(&app.store, &app.telemetry, &app.workers).await,
+        ),
     )
         .into_response()
 }

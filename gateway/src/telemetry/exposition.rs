@@ -36,6 +36,12 @@ struct PairFlagLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    group: u32,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RoleLabels {
     role: &'static str,
 }
@@ -65,6 +71,7 @@ pub fn render(s: &Snapshot, requests: &RequestMetrics) -> Result<String, std::fm
     valkyrie(&mut r, s);
     unmove(&mut r, s);
     raft(&mut r, s);
+    groups(&mut r, s);
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &r)?;
     Ok(out)
@@ -368,5 +375,53 @@ fn raft(r: &mut Registry, s: &Snapshot) {
         "gateway_raft_applied_index",
         "Index of the last entry applied to this node's state machine",
         v.applied_index,
+    );
+}
+
+/// Per metadata group: this node's replica's records and lag, the group's leader and
+/// replica count.
+fn groups(r: &mut Registry, s: &Snapshot) {
+    let Some(status) = &s.groups else {
+        return;
+    };
+    type Pick = fn(&meta::raft::GroupStatus) -> u64;
+    let gauges: [(&str, &str, Pick); 4] = [
+        (
+            "gateway_group_records",
+            "Records in every table of this node's replica of the group",
+            |g| g.records,
+        ),
+        (
+            "gateway_group_lag",
+            "Log entries of the group this node holds but has not applied yet",
+            |g| g.lag,
+        ),
+        (
+            "gateway_group_leader_id",
+            "The group's leader (0 while there is none)",
+            |g| g.leader.unwrap_or(0),
+        ),
+        ("gateway_group_replicas", "Voters of the group", |g| {
+            g.replicas.len() as u64
+        }),
+    ];
+    for (name, help, pick) in gauges {
+        let f = Family::<GroupLabels, Gauge>::default();
+        for g in &status.groups {
+            let kind = match g.kind.as_str() {
+                "root" => "root",
+                "filedb" => "filedb",
+                _ => "index",
+            };
+            f.get_or_create(&GroupLabels { group: g.id, kind })
+                .set(to_i64(pick(g)));
+        }
+        r.register(name, help, f);
+    }
+    gauge(
+        r,
+        "gateway_shard_map_version",
+        "Version of the shard map this node routes by",
+        status.version,
     );
 }

@@ -53,6 +53,9 @@ pub struct Snapshot {
     /// S3 requests answered, and those answered with a 5xx.
     pub requests: (u64, u64),
     pub recent_errors: Vec<RecentError>,
+    /// The metadata groups and this node's replica of each; None when they could not be
+    /// read (the metadata store failed) or were not asked for.
+    pub groups: Option<meta::raft::GroupsStatus>,
 }
 
 pub const PAIR_FLAGS: [(PairFlags, &str); 3] = [
@@ -89,7 +92,26 @@ pub fn gather(store: &ObjectStore, telemetry: &Telemetry, workers: &Workers) -> 
         raft: raft_view(store),
         requests: telemetry.requests.totals(),
         recent_errors: telemetry.errors.snapshot(),
+        groups: None,
     }
+}
+
+/// [`gather`], with the metadata groups (their record counts are read off the blocking
+/// pool).
+pub async fn gather_with_groups(
+    store: &ObjectStore,
+    telemetry: &Telemetry,
+    workers: &Workers,
+) -> Snapshot {
+    let mut snapshot = gather(store, telemetry, workers);
+    snapshot.groups = match store.metadata().groups().await {
+        Ok(g) => Some(g),
+        Err(e) => {
+            tracing::warn!(error = %e, "metadata groups for the status page and metrics");
+            None
+        }
+    };
+    snapshot
 }
 
 fn raft_view(store: &ObjectStore) -> RaftView {

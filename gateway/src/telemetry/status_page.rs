@@ -108,6 +108,7 @@ pub fn render(s: &Snapshot) -> String {
     unmove(&mut h, s);
     errors(&mut h, s);
     cluster(&mut h, s);
+    groups(&mut h, s);
     h.push_str("</body></html>");
     h
 }
@@ -355,6 +356,70 @@ fn cluster(h: &mut String, s: &Snapshot) {
         r.commit_index,
         r.applied_index,
     );
+}
+
+/// The metadata groups: each one's ranges, size, leader, replicas and this node's lag.
+fn groups(h: &mut String, s: &Snapshot) {
+    let Some(status) = &s.groups else {
+        return;
+    };
+    let _ = write!(
+        h,
+        "<section id=\"groups\"><h2>Metadata groups</h2><p>shard map version {}</p><table>\
+         <tr><th>group</th><th>kind</th><th>sha1 ranges</th><th>key ranges</th>\
+         <th>records here</th><th>leader</th><th>replicas</th><th>lag here</th></tr>",
+        status.version
+    );
+    for g in &status.groups {
+        let sha1s: Vec<String> = g
+            .filedb
+            .iter()
+            .map(|r| {
+                let short = |x: &str| x.get(..8).unwrap_or(x).to_string();
+                format!(
+                    "{}… – {}",
+                    short(&r.start),
+                    r.end
+                        .as_deref()
+                        .map_or("end".into(), |e| format!("{}…", short(e)))
+                )
+            })
+            .collect();
+        let keys: Vec<String> = g
+            .index
+            .iter()
+            .map(|r| {
+                let at = |k: &meta::groups::IndexStart| {
+                    if k.bucket.is_empty() && k.key.is_empty() {
+                        "start".to_string()
+                    } else {
+                        format!("{}/{}", k.bucket, k.key)
+                    }
+                };
+                format!(
+                    "{} – {}",
+                    at(&r.start),
+                    r.end.as_ref().map_or("end".into(), at)
+                )
+            })
+            .collect();
+        let replicas: Vec<String> = g.replicas.iter().map(|r| r.to_string()).collect();
+        let labels = [("group", g.id.to_string()), ("kind", g.kind.clone())];
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td></tr>",
+            g.id,
+            esc(&g.kind),
+            esc(&sha1s.join(", ")),
+            esc(&keys.join(", ")),
+            metric("gateway_group_records", &labels, g.records, false),
+            g.leader.map_or("none".into(), |l| l.to_string()),
+            esc(&replicas.join(", ")),
+            metric("gateway_group_lag", &labels, g.lag, false),
+        );
+    }
+    h.push_str("</table></section>");
 }
 
 #[cfg(test)]
