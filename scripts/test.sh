@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (the README's second line): installs what the tests need,
-# builds the previous release's gateway for the rolling-upgrade test, then builds the
-# gateway and runs every test of the workspace. Extra arguments go to `cargo test`.
+# builds the previous release's gateway for the rolling-upgrade test, then builds every
+# target of the workspace (the gateway binary among them) and runs every test. Extra
+# arguments go to `cargo test`.
 #
 # Needs, and installs with apt-get when run as root: nginx with its dav modules (the
 # WebDAV storage-node tests), iptables (the partition test, which also needs root for
@@ -45,6 +46,11 @@ GATEWAY_PREVIOUS_BIN="$(bash scripts/previous-gateway.sh)"
 export GATEWAY_PREVIOUS_BIN
 echo "GATEWAY_PREVIOUS_BIN=$GATEWAY_PREVIOUS_BIN"
 
-echo "== cargo build -p gateway && cargo test --workspace"
-cargo build -p gateway
-cargo test --workspace "$@"
+# One feature set for every target: `cargo build -p gateway` alone resolves the
+# dependencies' features without the test targets' (tokio's test-util, ...) and built tokio
+# and everything above it (hyper, axum, the AWS SDK, ...) a second time, minutes of CI. The
+# binaries the e2e tests and the benchmark run (target/debug/gateway, bench, filedb) come
+# out of this one build.
+echo "== cargo build --workspace --all-targets --features bench/filedb && cargo test --workspace --features bench/filedb"
+cargo build --workspace --all-targets --features bench/filedb
+cargo test --workspace --features bench/filedb "$@"
