@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every fuzz target for a bounded time (FUZZ_SECS each, default 25: 10 targets, under
-# 5 minutes after the build). New inputs go to a temporary corpus; the seeds in corpus/ are
+# Runs every fuzz target for a bounded time (FUZZ_SECS each, default 25: 13 targets, under
+# 6 minutes after the build). New inputs go to a temporary corpus; the seeds in corpus/ are
 # only read. A crash fails the run and leaves its input in fuzz/artifacts/<target>/: fix it,
 # with a unit test in the parser's module, and add the input to corpus/<target>/.
 set -euo pipefail

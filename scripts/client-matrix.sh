@@ -311,6 +311,43 @@ awscli_versions() {
     done
     aws_ s3api delete-bucket --bucket "$vb"
 }
+# Tags through s3api: put-object --tagging, get/put/delete-object-tagging, copy-object with
+# the REPLACE directive, and bucket tagging (NoSuchTagSet once deleted).
+awscli_tagging() {
+    local got
+    aws_ s3api put-object --bucket "$AB" --key api/tagged.bin --body "$AD/api.bin" \
+        --tagging 'team=blue&note=two%20words' >/dev/null || return 1
+    got="$(aws_ s3api get-object-tagging --bucket "$AB" --key api/tagged.bin \
+        --query 'join(`,`, TagSet[].join(`=`, [Key, Value]))' --output text)" || return 1
+    echo "tags: $got"
+    [ "$got" = "team=blue,note=two words" ] || return 1
+    aws_ s3api put-object-tagging --bucket "$AB" --key api/tagged.bin \
+        --tagging 'TagSet=[{Key=k,Value=v}]' &&
+        aws_ s3api copy-object --bucket "$AB" --key api/tagged-copy.bin \
+            --copy-source "$AB/api/tagged.bin" --tagging-directive REPLACE \
+            --tagging 'copied=yes' >/dev/null || return 1
+    got="$(aws_ s3api get-object-tagging --bucket "$AB" --key api/tagged-copy.bin \
+        --query 'TagSet[0].Key' --output text)" || return 1
+    echo "copy's tag: $got"
+    [ "$got" = "copied" ] || return 1
+    aws_ s3api delete-object-tagging --bucket "$AB" --key api/tagged.bin &&
+        got="$(aws_ s3api get-object-tagging --bucket "$AB" --key api/tagged.bin \
+            --query 'length(TagSet)' --output text)" || return 1
+    echo "tags left: $got"
+    [ "$got" = "0" ] || return 1
+    aws_ s3api put-bucket-tagging --bucket "$AB" \
+        --tagging 'TagSet=[{Key=cost,Value=42}]' &&
+        got="$(aws_ s3api get-bucket-tagging --bucket "$AB" \
+            --query 'TagSet[0].Value' --output text)" || return 1
+    echo "bucket tag: $got"
+    [ "$got" = "42" ] || return 1
+    aws_ s3api delete-bucket-tagging --bucket "$AB" || return 1
+    if aws_ s3api get-bucket-tagging --bucket "$AB" >"$AD/tagging.out" 2>&1; then
+        echo "get-bucket-tagging after delete succeeded"
+        return 1
+    fi
+    grep -q NoSuchTagSet "$AD/tagging.out"
+}
 awscli_delete_objects() {
     local out left
     aws_ s3api put-object --bucket "$AB" --key api/del1.txt --body "$AD/tree/a.txt" >/dev/null &&
@@ -396,6 +433,7 @@ section_awscli() {
     check "awscli: s3api list-objects-v2" awscli_list_v2
     check "awscli: s3api copy-object + get + cmp" awscli_copy_object
     check "awscli: s3api delete-objects" awscli_delete_objects
+    check "awscli: s3api object and bucket tagging (put/get/delete, copy REPLACE)" awscli_tagging
     check "awscli: s3api versioning, get-object --version-id, list-object-versions" awscli_versions
     check "awscli: s3 presign (s3v4) + curl + cmp" awscli_presign_curl
     check "awscli: s3 presign (default settings) + curl + cmp" awscli_presign_default_curl

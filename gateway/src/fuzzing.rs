@@ -33,6 +33,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("range", range),
     ("object_lock_xml", object_lock_xml),
     ("post_policy", post_policy),
+    ("tagging_xml", tagging_xml),
     ("command", command),
     ("records", records),
 ];
@@ -224,7 +225,9 @@ pub fn lifecycle_xml(data: &[u8]) {
     for day_secs in [0, 1, 86_400, u64::MAX] {
         for (size, created) in [(0, 0), (u64::MAX, u64::MAX), (50, NOW_SECS)] {
             let key = parsed[0].filter.prefix();
-            let _ = rules::object_expiry(&parsed, key, size, created, day_secs);
+            let _ = rules::object_expiry(&parsed, key, (size, None), created, day_secs);
+            let tags = meta::tags::TagSet(parsed[0].filter.tags().to_vec());
+            let _ = rules::object_expiry(&parsed, key, (size, Some(&tags)), created, day_secs);
             let _ = rules::upload_abort(&parsed, key, created, day_secs);
         }
     }
@@ -289,6 +292,32 @@ pub fn range(data: &[u8]) {
     }
 }
 
+/// A `<Tagging>` body (PutObjectTagging, PutBucketTagging, a POST form's `tagging`), and
+/// the same bytes as an `x-amz-tagging` header: an accepted set keeps S3's rules and
+/// renders to a document that parses back to itself.
+pub fn tagging_xml(data: &[u8]) {
+    use crate::s3::tagging::{check, parse_header, parse_xml, render};
+    use meta::tags::{BUCKET_TAGS_MAX, OBJECT_TAGS_MAX};
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(tags) = parse_header(text)
+        && check(&tags, OBJECT_TAGS_MAX).is_ok()
+    {
+        assert!(tags.len() <= OBJECT_TAGS_MAX);
+    }
+    let Ok(tags) = parse_xml(text) else {
+        return;
+    };
+    if check(&tags, BUCKET_TAGS_MAX).is_err() {
+        return;
+    }
+    let rendered = render(&tags);
+    let rendered = std::str::from_utf8(&rendered).unwrap_or_else(|e| panic!("rendered: {e}"));
+    let again = parse_xml(rendered).unwrap_or_else(|e| panic!("refused: {e:?}\n{rendered}"));
+    assert_eq!(again, tags, "\n{rendered}");
+}
+
 /// A metadata command as the Raft log stores it: what decodes re-encodes to itself.
 pub fn command(data: &[u8]) {
     if let Ok(cmd) = postcard::from_bytes::<Command>(data) {
@@ -302,8 +331,9 @@ pub fn command(data: &[u8]) {
 /// error, never a panic.
 pub fn records(data: &[u8]) {
     use meta::tables::decode_versioned;
-    let _ = meta::versions::decode_current(data);
-    let _ = meta::versions::VersionRecord::decode(data);
+    let _ = meta::versions::decode_current_with(data);
+    let _ = meta::versions::VersionRecord::decode_with(data);
+    let _ = meta::tags::TagSet::decode("bucket_tags", data);
     let _ = decode_versioned::<UploadRecord>("uploads", data);
     let _ = decode_versioned::<PartRecord>("parts", data);
     let _ = decode_versioned::<BucketRecord>("buckets", data);

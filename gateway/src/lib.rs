@@ -31,6 +31,7 @@ pub mod settings;
 pub mod state;
 pub mod storage_nodes;
 pub mod store;
+pub mod tags;
 pub mod telemetry;
 pub mod versions;
 pub mod workers;

@@ -22,6 +22,7 @@ use crate::store::{
     Stored, UploadError, now_ms, now_secs,
 };
 use meta::checksums::{ChecksumType, UploadChecksum, UploadChecksums};
+use meta::tags::TagSet;
 use meta::{
     Checksum, Command, MetaError, NewObject, ObjectPut, ObjectRecord, PartPut, PartRecord,
     Referenced, UploadRecord, WritePrecondition,
@@ -90,6 +91,7 @@ impl ObjectStore {
         key: &str,
         attrs: ObjectAttrs,
         checksum: Option<UploadChecksum>,
+        tags: &TagSet,
     ) -> Result<String, StoreError> {
         self.check_key(key)?;
         self.check_attrs(&attrs)?;
@@ -113,6 +115,8 @@ impl ObjectStore {
                 upload,
             },
         };
+        // The tags wait beside the upload for the object it completes into.
+        let cmd = Command::tagged(bucket, key, tags, cmd);
         self.execute(cmd)
             .await
             .map_err(|e| StoreError::meta(e, bucket))?;

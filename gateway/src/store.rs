@@ -28,6 +28,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use meta::command::LockChange;
 use meta::raft::Metadata;
+use meta::tags::TagSet;
 use meta::{
     Answer, BucketRecord, Checksum, Command, ContentSource, DeleteOutcome, Deleted, FileRecord,
     ListPage, ListQuery, MetaError, MetaStore, NewObject, ObjectPut, ObjectRecord, Referenced,
@@ -73,6 +74,8 @@ pub struct CopyWrite {
     pub attrs: Option<ObjectAttrs>,
     pub precondition: Option<WritePrecondition>,
     pub lock: Option<LockChange>,
+    /// The copy's tags: the source's (COPY directive) or the request's (REPLACE).
+    pub tags: TagSet,
 }
 
 /// What a client asks to store besides the body.
@@ -91,6 +94,8 @@ pub struct PutRequest {
     /// The object lock the request asks for (`x-amz-object-lock-*`), set on the version
     /// in the write's own command.
     pub lock: Option<LockChange>,
+    /// The tags of the new version (`x-amz-tagging`), set in the write's own command.
+    pub tags: TagSet,
 }
 
 /// Where the S3 layer leaves a flexible checksum it verified while the body streamed
@@ -608,6 +613,7 @@ impl ObjectStore {
             .and_then(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).take());
         req.attrs.apply_to(&mut object);
         let (bucket, key, precondition, lock) = (req.bucket, req.key, req.precondition, req.lock);
+        let tags = req.tags;
         let command = |source| {
             let put = Command::PutObject {
                 bucket: bucket.clone(),
@@ -617,7 +623,7 @@ impl ObjectStore {
                 now_secs: now_secs(),
                 precondition: precondition.clone(),
             };
-            match lock {
+            let put = match lock {
                 Some(change) => Command::Locked {
                     bucket: bucket.clone(),
                     key: key.clone(),
@@ -625,7 +631,8 @@ impl ObjectStore {
                     command: Box::new(put),
                 },
                 None => put,
-            }
+            };
+            Command::tagged(&bucket, &key, &tags, put)
         };
         match self.commit_content::<ObjectPut>(staged, command).await {
             Ok(put) => Ok(Stored {
@@ -685,6 +692,7 @@ impl ObjectStore {
             attrs,
             precondition,
             lock,
+            tags,
         } = write;
         self.check_key(to.1)?;
         if let Some(pre) = &precondition {
@@ -735,6 +743,7 @@ impl ObjectStore {
             },
             None => cmd,
         };
+        let cmd = Command::tagged(to.0, to.1, &tags, cmd);
         if let Some(id) = pinned {
             return match self.meta.referencing::<ObjectPut>(cmd).await {
                 Ok(Referenced::Done(put)) => Ok(Stored {

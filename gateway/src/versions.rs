@@ -4,18 +4,20 @@
 
 use meta::command::LockChange;
 use meta::list_versions::{VersionsPage, VersionsQuery};
+use meta::tags::TagSet;
 use meta::versions::{LockConfig, ObjectLock, Versioning};
 use meta::{Command, CurrentVersion, Deleted, MetaError, ObjectRecord};
 
 use crate::store::{ObjectStore, StoreError, now_secs, parse_version_id};
 
-/// A version as a read finds it: its record, its id where the bucket has versioning, and
-/// its object lock.
+/// A version as a read finds it: its record, its id where the bucket has versioning, its
+/// object lock and its tags.
 #[derive(Clone, Debug)]
 pub struct Head {
     pub record: ObjectRecord,
     pub version_id: Option<String>,
     pub lock: ObjectLock,
+    pub tags: TagSet,
 }
 
 impl ObjectStore {
@@ -29,10 +31,12 @@ impl ObjectStore {
                 record,
                 version_id,
                 lock,
+                tags,
             } => Ok(Head {
                 record,
                 version_id,
                 lock,
+                tags,
             }),
             CurrentVersion::NoBucket => Err(StoreError::NoSuchBucket(bucket.to_string())),
             CurrentVersion::Absent => Err(StoreError::NoSuchKey(key.to_string())),
@@ -75,6 +79,7 @@ impl ObjectStore {
                 record,
                 version_id: Some(version_id),
                 lock: view.stamp.lock,
+                tags: view.tags,
             }),
             None => Err(StoreError::VersionIsDeleteMarker {
                 version_id,

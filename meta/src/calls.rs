@@ -57,6 +57,21 @@ impl Answer for Deleted {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartPut;
 
+/// `SetObjectTags` set the tags of a version: its id, in a bucket with versioning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TagsSet {
+    pub version_id: Option<String>,
+}
+
+impl Answer for TagsSet {
+    fn take(response: Response) -> Result<Self, MetaError> {
+        match response {
+            Response::TagsSet { version_id } => Ok(TagsSet { version_id }),
+            other => Err(unexpected(other)),
+        }
+    }
+}
+
 /// The answer of a command that references content it expects to exist
 /// ([`super::ContentSource::Existing`]): that content may have gone since the caller
 /// looked, which is no error but a reason to store the content and try again.

@@ -49,7 +49,10 @@ impl Command {
             | Command::SetObjectLock { .. }
             | Command::Locked { .. }
             | Command::CreateUploadWithChecksum { .. }
-            | Command::PutPartWithChecksum { .. } => 4,
+            | Command::PutPartWithChecksum { .. }
+            | Command::Tagged { .. }
+            | Command::SetObjectTags { .. }
+            | Command::SetBucketTags { .. } => 4,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

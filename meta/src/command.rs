@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::MetaError;
 use crate::checksums::UploadChecksum;
 use crate::lifecycle::rules::{LifecycleRule, VersionActions};
+use crate::tags::TagSet;
 use crate::versions::{LockConfig, Retention, VersionId, Versioning};
 
 use super::jobs::{JobOp, JobRecord, JobState};
@@ -389,6 +390,30 @@ pub enum Command {
         now_secs: u64,
         checksum: Checksum,
     },
+    /// `command` with the tags its request gave (`x-amz-tagging`, or a copy's source tags)
+    /// on what it writes, in the same transaction: a PutObject, CopyObject or
+    /// CompleteUpload of `bucket/key` (possibly under `Conditional` or `Locked`) tags the
+    /// version it writes; a CreateUpload (or `CreateUploadWithChecksum`) keeps them for the
+    /// object it completes into. Format version 4.
+    Tagged {
+        bucket: String,
+        key: String,
+        tags: TagSet,
+        command: Box<Command>,
+    },
+    /// `PutObjectTagging` / `DeleteObjectTagging` (an empty set) on one version (None: the
+    /// current one); answers `TagsSet`. Format version 4.
+    SetObjectTags {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+        tags: TagSet,
+    },
+    /// `PutBucketTagging` / `DeleteBucketTagging` (an empty set). Format version 4.
+    SetBucketTags {
+        bucket: String,
+        tags: TagSet,
+    },
 }
 
 /// A change to a version's object lock; None fields are left as they are.
@@ -400,13 +425,31 @@ pub struct LockChange {
 }
 
 impl Command {
+    /// `command` (a write of `bucket/key`) with `tags` on what it writes: under
+    /// [`Command::Tagged`] when there are some, else as it is (the command every release
+    /// knows).
+    pub fn tagged(bucket: &str, key: &str, tags: &TagSet, command: Command) -> Command {
+        if tags.is_empty() {
+            return command;
+        }
+        Command::Tagged {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            tags: tags.clone(),
+            command: Box::new(command),
+        }
+    }
+
     /// The command that sets a bucket's lifecycle `rules` (None: removes them): the one
     /// every release knows unless a rule acts on versions, else the one whose version
     /// actions travel beside the rules (which is how they are encoded).
     pub fn set_lifecycle(bucket: String, rules: Option<Vec<LifecycleRule>>) -> Command {
-        let on_versions = rules
-            .as_ref()
-            .is_some_and(|r| r.iter().any(|r| !r.versions.is_none()));
+        // Tag filters are variants older releases cannot decode: they go in the format-4
+        // command too.
+        let on_versions = rules.as_ref().is_some_and(|r| {
+            r.iter()
+                .any(|r| !r.versions.is_none() || !r.filter.tags().is_empty())
+        });
         if !on_versions {
             return Command::SetBucketLifecycle { bucket, rules };
         }
@@ -492,5 +535,9 @@ pub enum Response {
     VersionDeleted {
         version_id: String,
         marker: bool,
+    },
+    /// `SetObjectTags` set the tags of this version (None: the bucket is unversioned).
+    TagsSet {
+        version_id: Option<String>,
     },
 }

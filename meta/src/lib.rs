@@ -28,12 +28,13 @@ pub mod list_versions;
 pub mod native_refs;
 pub mod raft;
 pub mod tables;
+pub mod tags;
 pub mod versions;
 
 mod error;
 mod store;
 
-pub use calls::{Answer, Deleted, ObjectPut, PartPut, Referenced};
+pub use calls::{Answer, Deleted, ObjectPut, PartPut, Referenced, TagsSet};
 pub use command::{Command, ContentSource, DeleteOutcome, NewObject, Response, WritePrecondition};
 pub use error::MetaError;
 pub use filedb::DecOutcome;

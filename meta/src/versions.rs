@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
 use crate::tables::ObjectRecord;
+use crate::tags::TagSet;
 // Kept beside the bucket record it is part of; named here with the rest of versions.
 pub use crate::tables::{DefaultRetention, LockConfig, LockMode, RetentionPeriod, Versioning};
 
@@ -187,6 +188,8 @@ pub struct VersionView {
     pub created_ms: u64,
     /// Whether it is the key's current version.
     pub latest: bool,
+    /// Its tags, where the read asked for them (empty otherwise).
+    pub tags: TagSet,
 }
 
 impl VersionView {
@@ -198,7 +201,13 @@ impl VersionView {
             record: Some(record),
             stamp,
             latest: true,
+            tags: TagSet::default(),
         }
+    }
+
+    /// The view with the version's tags.
+    pub fn with_tags(self, tags: TagSet) -> VersionView {
+        VersionView { tags, ..self }
     }
 
     /// A `versions` entry; `latest` only for a delete marker that is the newest version.
@@ -210,6 +219,7 @@ impl VersionView {
                 record: Some(*record),
                 stamp,
                 latest,
+                tags: TagSet::default(),
             },
             VersionRecord::DeleteMarker {
                 stamp,
@@ -221,6 +231,7 @@ impl VersionView {
                 magic,
                 created_ms,
                 latest,
+                tags: TagSet::default(),
             },
         }
     }
@@ -231,11 +242,59 @@ impl VersionView {
     }
 }
 
+/// What an object version carries beside its record and stamp, in the same value (so it
+/// moves and vanishes with the version): its tags. Written only when there is some, so
+/// that a version without any keeps the bytes of the formats before it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VersionExtras {
+    pub tags: TagSet,
+}
+
+/// One item of [`VersionExtras`] as stored: a list of these, each present only when set,
+/// so that a later item is a new variant (appended: a variant's index is its encoding)
+/// rather than a new shape of the value.
+#[derive(Serialize, Deserialize)]
+enum Extra {
+    Tags(TagSet),
+}
+
+impl VersionExtras {
+    pub const NONE: VersionExtras = VersionExtras {
+        tags: TagSet(Vec::new()),
+    };
+
+    pub fn is_empty(&self) -> bool {
+        self.tags.is_empty()
+    }
+
+    fn items(&self) -> Vec<Extra> {
+        let mut out = Vec::new();
+        if !self.tags.is_empty() {
+            out.push(Extra::Tags(self.tags.clone()));
+        }
+        out
+    }
+
+    fn from_items(items: Vec<Extra>) -> VersionExtras {
+        let mut out = VersionExtras::default();
+        for item in items {
+            match item {
+                Extra::Tags(tags) => out.tags = tags,
+            }
+        }
+        out
+    }
+}
+
 /// Format byte of a `versions` value.
 const VERSION_RECORD_V1: u8 = 1;
+/// Format byte of a `versions` value with [`VersionExtras`]: the record, then the items.
+const VERSION_RECORD_WITH_EXTRAS: u8 = 2;
 /// Format byte of an `objects` value with its stamp (a versioned bucket's current version);
 /// 1 is a bare [`ObjectRecord`] with [`VersionStamp::UNVERSIONED`].
 const CURRENT_WITH_STAMP: u8 = 2;
+/// Format byte of an `objects` value with its stamp and [`VersionExtras`] (of any bucket).
+const CURRENT_WITH_EXTRAS: u8 = 3;
 
 fn corrupt(table: &str, e: impl std::fmt::Display) -> MetaError {
     MetaError::Corrupt(format!("{table}: {e}"))
@@ -259,15 +318,38 @@ impl VersionRecord {
     }
 
     pub fn encode(&self) -> Result<Vec<u8>, MetaError> {
-        let mut out = vec![VERSION_RECORD_V1];
-        out.extend(postcard::to_stdvec(self).map_err(|e| corrupt("versions", e))?);
+        self.encode_with(&VersionExtras::NONE)
+    }
+
+    /// The value of a version with its extras (format 1 when it has none).
+    pub fn encode_with(&self, extras: &VersionExtras) -> Result<Vec<u8>, MetaError> {
+        if extras.is_empty() {
+            let mut out = vec![VERSION_RECORD_V1];
+            out.extend(postcard::to_stdvec(self).map_err(|e| corrupt("versions", e))?);
+            return Ok(out);
+        }
+        let mut out = vec![VERSION_RECORD_WITH_EXTRAS];
+        out.extend(
+            postcard::to_stdvec(&(self, extras.items())).map_err(|e| corrupt("versions", e))?,
+        );
         Ok(out)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, MetaError> {
+        Self::decode_with(bytes).map(|(record, _)| record)
+    }
+
+    /// A `versions` value of either format, with its extras.
+    pub fn decode_with(bytes: &[u8]) -> Result<(Self, VersionExtras), MetaError> {
         match bytes.split_first() {
-            Some((&VERSION_RECORD_V1, rest)) => {
-                postcard::from_bytes(rest).map_err(|e| corrupt("versions", e))
+            Some((&VERSION_RECORD_V1, rest)) => Ok((
+                postcard::from_bytes(rest).map_err(|e| corrupt("versions", e))?,
+                VersionExtras::default(),
+            )),
+            Some((&VERSION_RECORD_WITH_EXTRAS, rest)) => {
+                let (record, items): (VersionRecord, Vec<Extra>) =
+                    postcard::from_bytes(rest).map_err(|e| corrupt("versions", e))?;
+                Ok((record, VersionExtras::from_items(items)))
             }
             Some((v, _)) => Err(corrupt("versions", format!("unknown record version {v}"))),
             None => Err(corrupt("versions", "empty record")),
@@ -286,15 +368,46 @@ pub fn encode_current(record: &ObjectRecord, stamp: VersionStamp) -> Result<Vec<
     Ok(out)
 }
 
-/// Reads an `objects` value of either format.
+/// An `objects` value with the version's extras: [`encode_current`]'s bytes when it has
+/// none.
+pub fn encode_current_with(
+    record: &ObjectRecord,
+    stamp: VersionStamp,
+    extras: &VersionExtras,
+) -> Result<Vec<u8>, MetaError> {
+    if extras.is_empty() {
+        return encode_current(record, stamp);
+    }
+    let mut out = vec![CURRENT_WITH_EXTRAS];
+    out.extend(
+        postcard::to_stdvec(&(record, stamp, extras.items())).map_err(|e| corrupt("objects", e))?,
+    );
+    Ok(out)
+}
+
+/// Reads an `objects` value of any format.
 pub fn decode_current(bytes: &[u8]) -> Result<(ObjectRecord, VersionStamp), MetaError> {
+    decode_current_with(bytes).map(|(record, stamp, _)| (record, stamp))
+}
+
+/// Reads an `objects` value of any format, with the version's extras.
+pub fn decode_current_with(
+    bytes: &[u8],
+) -> Result<(ObjectRecord, VersionStamp, VersionExtras), MetaError> {
     match bytes.split_first() {
         Some((&CURRENT_WITH_STAMP, rest)) => {
-            postcard::from_bytes(rest).map_err(|e| corrupt("objects", e))
+            let (record, stamp) = postcard::from_bytes(rest).map_err(|e| corrupt("objects", e))?;
+            Ok((record, stamp, VersionExtras::default()))
+        }
+        Some((&CURRENT_WITH_EXTRAS, rest)) => {
+            let (record, stamp, items): (ObjectRecord, VersionStamp, Vec<Extra>) =
+                postcard::from_bytes(rest).map_err(|e| corrupt("objects", e))?;
+            Ok((record, stamp, VersionExtras::from_items(items)))
         }
         _ => Ok((
             crate::tables::decode_versioned("objects", bytes)?,
             VersionStamp::UNVERSIONED,
+            VersionExtras::default(),
         )),
     }
 }
@@ -476,7 +589,7 @@ mod tests {
             assert_eq!(VersionRecord::decode(&v.encode().unwrap()).unwrap(), v);
         }
         assert!(matches!(
-            VersionRecord::decode(&[2, 0]),
+            VersionRecord::decode(&[9, 0]),
             Err(MetaError::Corrupt(_))
         ));
         for state in [
@@ -488,5 +601,57 @@ mod tests {
             assert_eq!(postcard::from_bytes::<Versioning>(&bytes).unwrap(), state);
         }
         assert!(order_of(2) < order_of(1), "newest first");
+    }
+
+    #[test]
+    fn extras_travel_beside_the_record_and_only_when_set() {
+        use crate::tags::Tag;
+        let r = record();
+        let extras = VersionExtras {
+            tags: TagSet(vec![Tag::new("a", "1"), Tag::new("b", "")]),
+        };
+        // None: the formats before extras, byte for byte.
+        for stamp in [
+            VersionStamp::UNVERSIONED,
+            VersionStamp {
+                number: 2,
+                null: false,
+                lock: ObjectLock::NONE,
+            },
+        ] {
+            assert_eq!(
+                encode_current_with(&r, stamp, &VersionExtras::NONE).unwrap(),
+                encode_current(&r, stamp).unwrap()
+            );
+            let bytes = encode_current_with(&r, stamp, &extras).unwrap();
+            assert_eq!(bytes[0], CURRENT_WITH_EXTRAS);
+            assert_eq!(
+                decode_current_with(&bytes).unwrap(),
+                (r.clone(), stamp, extras.clone())
+            );
+            assert_eq!(decode_current(&bytes).unwrap(), (r.clone(), stamp));
+            assert_eq!(decode_object(&bytes).unwrap(), r);
+        }
+        let entry = VersionRecord::Object {
+            record: Box::new(r),
+            stamp: VersionStamp {
+                number: 4,
+                null: true,
+                lock: ObjectLock::NONE,
+            },
+            noncurrent_since_ms: 5,
+        };
+        assert_eq!(
+            entry.encode_with(&VersionExtras::NONE).unwrap(),
+            entry.encode().unwrap()
+        );
+        let bytes = entry.encode_with(&extras).unwrap();
+        assert_eq!(bytes[0], VERSION_RECORD_WITH_EXTRAS);
+        assert_eq!(
+            VersionRecord::decode_with(&bytes).unwrap(),
+            (entry.clone(), extras)
+        );
+        assert_eq!(VersionRecord::decode(&bytes).unwrap(), entry);
+        assert!(decode_current_with(&[CURRENT_WITH_EXTRAS, 0]).is_err());
     }
 }

@@ -376,6 +376,53 @@ def main():
 
     check("get_object IfNoneMatch=ETag -> 304", conditional)
 
+    def tags():
+        s3.put_object(Bucket=bucket, Key="tags/a.txt", Body=small, Tagging="team=blue&tier=hot")
+        got = s3.get_object_tagging(Bucket=bucket, Key="tags/a.txt")["TagSet"]
+        want = [{"Key": "team", "Value": "blue"}, {"Key": "tier", "Value": "hot"}]
+        expect(got == want, "TagSet %r, want %r" % (got, want))
+        count = s3.get_object(Bucket=bucket, Key="tags/a.txt").get("TagCount")
+        expect(count == 2, "TagCount %r, want 2" % count)
+        s3.put_object_tagging(
+            Bucket=bucket, Key="tags/a.txt", Tagging={"TagSet": [{"Key": "k", "Value": "v"}]}
+        )
+        s3.copy_object(
+            Bucket=bucket,
+            Key="tags/b.txt",
+            CopySource={"Bucket": bucket, "Key": "tags/a.txt"},
+            TaggingDirective="REPLACE",
+            Tagging="copied=yes",
+        )
+        got = s3.get_object_tagging(Bucket=bucket, Key="tags/b.txt")["TagSet"]
+        expect(got == [{"Key": "copied", "Value": "yes"}], "copy's TagSet %r" % got)
+        s3.delete_object_tagging(Bucket=bucket, Key="tags/a.txt")
+        got = s3.get_object_tagging(Bucket=bucket, Key="tags/a.txt")["TagSet"]
+        expect(got == [], "TagSet after delete_object_tagging %r" % got)
+        try:
+            s3.put_object_tagging(
+                Bucket=bucket,
+                Key="tags/a.txt",
+                Tagging={"TagSet": [{"Key": "aws:x", "Value": "1"}]},
+            )
+            raise CheckFailed("an aws: key was accepted")
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code")
+            expect(code == "InvalidTag", "aws: key answered %s, want InvalidTag" % code)
+        s3.put_bucket_tagging(
+            Bucket=bucket, Tagging={"TagSet": [{"Key": "cost", "Value": "42"}]}
+        )
+        got = s3.get_bucket_tagging(Bucket=bucket)["TagSet"]
+        expect(got == [{"Key": "cost", "Value": "42"}], "bucket TagSet %r" % got)
+        s3.delete_bucket_tagging(Bucket=bucket)
+        try:
+            s3.get_bucket_tagging(Bucket=bucket)
+            raise CheckFailed("get_bucket_tagging after delete answered 200")
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code")
+            expect(code == "NoSuchTagSet", "answered %s, want NoSuchTagSet" % code)
+
+    check("object and bucket tagging (put/get/delete, Tagging=, copy REPLACE, TagCount)", tags)
+
     def cleanup():
         keys = []
         token = None

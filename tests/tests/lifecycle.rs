@@ -903,3 +903,161 @@ async fn expiry_on_a_versioned_bucket_keeps_versions_by_the_rules() {
     gw.kill9();
     assert_fsck_clean(&gw);
 }
+
+/// Tag filters, with days of 2 s: `<Tag>` and `<And>` of a prefix and tags expire exactly
+/// the objects that have every tag of the rule (tags set after the PUT count, an object
+/// with one of two tags or outside the prefix stays), and noncurrent versions alike;
+/// GetBucketLifecycleConfiguration gives the filters back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tag_filters_expire_only_what_has_every_tag() {
+    use aws_sdk_s3::types::{
+        BucketVersioningStatus, NoncurrentVersionExpiration, Tag, Tagging, VersioningConfiguration,
+    };
+    let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build().expect("tag");
+    let conf = ConfigFile::new("[valkyrie]\ndeletion_interval_secs = 1\n");
+    let mut gw = start(&conf, &["--lifecycle-day-secs", "2"]);
+    let s3 = gw.client();
+    create_bucket(&s3, "bkt").await;
+    let one_tag = LifecycleRuleFilter::builder()
+        .tag(tag("tier", "tmp"))
+        .build();
+    let and = LifecycleRuleFilter::builder()
+        .and(
+            LifecycleRuleAndOperator::builder()
+                .prefix("logs/")
+                .tags(tag("a", "1"))
+                .tags(tag("b", "2"))
+                .build(),
+        )
+        .build();
+    put_rules(
+        &s3,
+        "bkt",
+        vec![
+            rule("tmp", one_tag)
+                .expiration(days(1))
+                .build()
+                .expect("rule"),
+            rule("logs", and).expiration(days(1)).build().expect("rule"),
+        ],
+    )
+    .await;
+    let got = s3
+        .get_bucket_lifecycle_configuration()
+        .bucket("bkt")
+        .send()
+        .await
+        .expect("get rules");
+    let filter = got.rules()[0].filter().expect("filter");
+    assert_eq!(filter.tag().map(|t| t.key()), Some("tier"));
+    let and_got = got.rules()[1]
+        .filter()
+        .and_then(|f| f.and())
+        .expect("And kept");
+    assert_eq!(and_got.prefix(), Some("logs/"));
+    assert_eq!(and_got.tags().len(), 2);
+
+    let put = |key: &'static str, tags: &'static str| {
+        let s3 = s3.clone();
+        async move {
+            let mut req = s3
+                .put_object()
+                .bucket("bkt")
+                .key(key)
+                .body(ByteStream::from(random_body(key.len() as u64, 100)));
+            if !tags.is_empty() {
+                req = req.tagging(tags);
+            }
+            req.send().await.expect("put")
+        }
+    };
+    let tmp = put("tmp", "tier=tmp&other=x").await;
+    assert!(
+        tmp.expiration()
+            .is_some_and(|e| e.contains("rule-id=\"tmp\"")),
+        "x-amz-expiration by the tag rule"
+    );
+    let kept = put("kept", "tier=keep").await;
+    assert_eq!(kept.expiration(), None);
+    put("logs/both", "a=1&b=2").await;
+    put("logs/one", "a=1").await;
+    put("other/both", "a=1&b=2").await;
+    put("late", "").await;
+    // Tagged after its PUT: the tags at expiry count.
+    s3.put_object_tagging()
+        .bucket("bkt")
+        .key("late")
+        .tagging(
+            Tagging::builder()
+                .tag_set(tag("tier", "tmp"))
+                .build()
+                .expect("tagging"),
+        )
+        .send()
+        .await
+        .expect("PutObjectTagging");
+
+    // Noncurrent versions by their own tags.
+    create_bucket(&s3, "vers").await;
+    s3.put_bucket_versioning()
+        .bucket("vers")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("enable versioning");
+    let put_version = |key: &'static str, tags: &'static str, seed: u64| {
+        let s3 = s3.clone();
+        async move {
+            let mut req = s3
+                .put_object()
+                .bucket("vers")
+                .key(key)
+                .body(ByteStream::from(random_body(seed, 100)));
+            if !tags.is_empty() {
+                req = req.tagging(tags);
+            }
+            req.send()
+                .await
+                .expect("put")
+                .version_id()
+                .expect("version id")
+                .to_string()
+        }
+    };
+    let _tagged_old = put_version("k", "tier=tmp", 81).await;
+    let plain_new = put_version("k", "", 82).await;
+    let plain_old = put_version("j", "", 83).await;
+    let tagged_new = put_version("j", "tier=tmp", 84).await;
+    let noncurrent = rule(
+        "tmp",
+        LifecycleRuleFilter::builder()
+            .tag(tag("tier", "tmp"))
+            .build(),
+    )
+    .noncurrent_version_expiration(
+        NoncurrentVersionExpiration::builder()
+            .noncurrent_days(1)
+            .build(),
+    )
+    .build()
+    .expect("rule");
+    put_rules(&s3, "vers", vec![noncurrent]).await;
+
+    wait_for(&gw, "the objects with every tag expired", 30, || {
+        keys_now(&s3, "bkt") == ["kept", "logs/one", "other/both"]
+    });
+    wait_for(&gw, "the tagged noncurrent version expired", 30, || {
+        versions_now(&s3, "vers", "k") == [(plain_new.clone(), false)]
+    });
+    // j's noncurrent version has no tags: it stays (its current one is not noncurrent).
+    assert_eq!(
+        versions_now(&s3, "vers", "j"),
+        [(tagged_new.clone(), false), (plain_old.clone(), false)]
+    );
+    gw.kill9();
+    assert_fsck_clean(&gw);
+}

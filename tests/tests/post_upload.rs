@@ -1,10 +1,10 @@
 //! POST Object (browser uploads) against the real binary: forms signed by boto3's
 //! `generate_presigned_post` (SigV4) and by the documented V2 algorithm (computed in
 //! python with hmac/sha1), posted with `requests` as `multipart/form-data`; the stored
-//! objects read back with the AWS SDK. Every refusal (expired, tampered, violated
-//! condition, too large, too small, extra field, unknown key, key without rights, tags,
-//! anonymous form) answers S3's code and leaves nothing stored. Then headless Chromium
-//! submits real forms (a file input set over the DevTools protocol) and a page's
+//! objects read back with the AWS SDK, a `tagging` field's tags on its object. Every
+//! refusal (expired, tampered, violated condition, too large, too small, extra field,
+//! unknown key, key without rights, bad tags, anonymous form) answers S3's code and leaves
+//! nothing stored. Then headless Chromium submits real forms (a file input set over the DevTools protocol) and a page's
 //! `fetch` of a `FormData` across origins, which only succeeds with the bucket's CORS
 //! headers.
 //!
@@ -242,6 +242,14 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
                "fields": {"tagging": "<Tagging><TagSet><Tag><Key>a</Key><Value>b</Value></Tag></TagSet></Tagging>"},
                "conditions": [["starts-with", "$tagging", ""]],
                "file": file("g.bin", &small, "application/octet-stream")}),
+        json!({"name": "reserved tag", "key": "reserved-tag.bin",
+               "fields": {"tagging": "<Tagging><TagSet><Tag><Key>aws:a</Key><Value>b</Value></Tag></TagSet></Tagging>"},
+               "conditions": [["starts-with", "$tagging", ""]],
+               "file": file("r.bin", &small, "application/octet-stream")}),
+        json!({"name": "tagging as a query", "key": "query-tag.bin",
+               "fields": {"tagging": "a=b"},
+               "conditions": [["starts-with", "$tagging", ""]],
+               "file": file("q.bin", &small, "application/octet-stream")}),
         json!({"name": "public acl", "key": "public.bin", "fields": {"acl": "public-read"},
                "conditions": [{"acl": "public-read"}],
                "file": file("p.bin", &small, "application/octet-stream")}),
@@ -258,7 +266,7 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
                "file": file("j.bin", &small, "application/octet-stream")}),
     ];
     let answers = run_python("post_forms.py", &job(&gw, cases));
-    assert_eq!(answers.len(), 20, "{answers:?}");
+    assert_eq!(answers.len(), 22, "{answers:?}");
     let by = |name: &str| named(&answers, name);
 
     // SigV4, 201 with the PostResponse document; the object reads back byte for byte with
@@ -317,6 +325,23 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
     expect(by("virtual host"), 204, None);
     read_back(&s3, "vhost.bin", &small).await;
 
+    // The `tagging` field, a <Tagging> document as S3 takes it: the object's tags.
+    expect(by("tagging"), 204, None);
+    read_back(&s3, "tagged.bin", &small).await;
+    let tags = s3
+        .get_object_tagging()
+        .bucket(BUCKET)
+        .key("tagged.bin")
+        .send()
+        .await
+        .expect("GetObjectTagging");
+    let tags: Vec<(&str, &str)> = tags
+        .tag_set()
+        .iter()
+        .map(|t| (t.key(), t.value()))
+        .collect();
+    assert_eq!(tags, [("a", "b")]);
+
     // Refusals, each with S3's code, and nothing stored.
     let refused = [
         ("expired", 403, "AccessDenied", "expired.bin"),
@@ -338,7 +363,8 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
         ("extra field", 403, "AccessDenied", "extra.bin"),
         ("unknown key", 403, "InvalidAccessKeyId", "unknown.bin"),
         ("key without rights", 403, "AccessDenied", "norights.bin"),
-        ("tagging", 501, "NotImplemented", "tagged.bin"),
+        ("reserved tag", 400, "InvalidTag", "reserved-tag.bin"),
+        ("tagging as a query", 400, "MalformedXML", "query-tag.bin"),
         ("public acl", 501, "NotImplemented", "public.bin"),
         ("anonymous", 403, "AccessDenied", "anon.bin"),
         ("no file", 400, "InvalidArgument", "nofile.bin"),
@@ -384,6 +410,7 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
         keys,
         [
             "redirected.bin",
+            "tagged.bin",
             "uploads/photo.png",
             "v2/note.txt",
             "vhost.bin"

@@ -247,7 +247,8 @@ impl LifecycleWorker {
                     } => rules::noncurrent_due(
                         &rules,
                         key,
-                        record.size_bytes,
+                        // Tags are not read here: the command checks the version's own.
+                        (record.size_bytes, None),
                         noncurrent_since_ms / 1000,
                         u32::MAX,
                         day_secs,
@@ -315,7 +316,9 @@ impl LifecycleWorker {
             let due: Vec<(String, u64)> = objects
                 .iter()
                 .filter(|(key, o)| {
-                    rules::object_expiry(&rules, key, o.size_bytes, o.created_ms / 1000, day_secs)
+                    // Tags are not read here: the command checks the object's own.
+                    let object = (o.size_bytes, None);
+                    rules::object_expiry(&rules, key, object, o.created_ms / 1000, day_secs)
                         .is_some_and(|(at, _)| at <= now)
                 })
                 .map(|(key, o)| (key.clone(), o.seq))

@@ -97,6 +97,9 @@ pub fn needs(
                 (Method::GET | Method::HEAD, _) => Rights::READ,
                 (Method::POST, _) if super::request::bypass_governance(headers) => Rights::OWNER,
                 (Method::POST, _) => Rights::WRITE,
+                // Tags are data more than settings: a key that may write the bucket's
+                // objects may tag the bucket too.
+                (Method::PUT | Method::DELETE, Some("tagging")) => Rights::WRITE,
                 // DeleteBucket, Put/DeleteBucketCors and other settings.
                 _ => Rights::OWNER,
             };
@@ -203,5 +206,32 @@ mod tests {
             Rights::OWNER
         );
         assert_eq!(rights(Method::GET, &object, None, &bypass), Rights::READ);
+    }
+
+    /// Tagging takes the write right to change tags and the read right to read them, on
+    /// an object as on its bucket.
+    #[test]
+    fn tagging_takes_write_to_change_and_read_to_read() {
+        let object = Target::Object {
+            bucket: "b".into(),
+            key: "k".into(),
+        };
+        let bucket = Target::Bucket("b".into());
+        let plain = HeaderMap::new();
+        let rights =
+            |m: Method, t: &Target| needs(&m, t, Some("tagging"), &plain).expect("needs")[0].1;
+        for target in [&object, &bucket] {
+            assert_eq!(rights(Method::PUT, target), Rights::WRITE);
+            assert_eq!(rights(Method::DELETE, target), Rights::WRITE);
+            assert_eq!(rights(Method::GET, target), Rights::READ);
+        }
+        assert_eq!(
+            rights(Method::PUT, &Target::Bucket("b".into())),
+            Rights::WRITE
+        );
+        assert_eq!(
+            needs(&Method::PUT, &bucket, Some("cors"), &plain).expect("needs")[0].1,
+            Rights::OWNER
+        );
     }
 }

@@ -27,6 +27,8 @@ pub enum ErrorCode {
     InvalidDigest,
     InvalidRange,
     InvalidRequest,
+    InvalidTag,
+    BadRequest,
     KeyTooLongError,
     MalformedXML,
     MalformedPOSTRequest,
@@ -83,6 +85,8 @@ impl ErrorCode {
             InvalidDigest => "InvalidDigest",
             InvalidRange => "InvalidRange",
             InvalidRequest => "InvalidRequest",
+            InvalidTag => "InvalidTag",
+            BadRequest => "BadRequest",
             KeyTooLongError => "KeyTooLongError",
             MalformedXML => "MalformedXML",
             MalformedPOSTRequest => "MalformedPOSTRequest",
@@ -163,6 +167,8 @@ impl ErrorCode {
             | InvalidBucketName
             | InvalidDigest
             | InvalidRequest
+            | InvalidTag
+            | BadRequest
             | KeyTooLongError
             | MalformedXML
             | MalformedPOSTRequest

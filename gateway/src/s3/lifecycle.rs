@@ -6,8 +6,9 @@
 //! InvalidArgument for values out of range (Days 0, a Date not at midnight UTC, a duplicate
 //! or too long ID), InvalidRequest for a rule with no action or an upload abort with a size
 //! filter. NoncurrentVersionExpiration (NoncurrentDays, NewerNoncurrentVersions) and
-//! Expiration/ExpiredObjectDeleteMarker act on versioned buckets. Elements this gateway
-//! cannot honour (transitions to storage classes, tag filters) are refused with
+//! Expiration/ExpiredObjectDeleteMarker act on versioned buckets. A `<Tag>` filter (alone
+//! or in `<And>`) matches the versions that have every one of its tags. Elements this
+//! gateway cannot honour (transitions to storage classes) are refused with
 //! NotImplemented, never stored and ignored.
 
 use std::collections::HashSet;
@@ -23,6 +24,7 @@ use crate::lifecycle::rules::{self, RULE_ID_CHARS_MAX, RULES_MAX};
 use crate::lifecycle::{Expiration, LifecycleRule, RuleFilter, VersionActions};
 use crate::state::AppState;
 use crate::store::{ObjectStore, StoreError};
+use meta::tags::{OBJECT_TAGS_MAX, Tag, TagSet};
 use meta::{Command, ObjectRecord};
 
 const LIFECYCLE_BODY_BYTES_MAX: usize = 1024 * 1024;
@@ -74,7 +76,7 @@ struct FilterXml {
     #[serde(rename = "Prefix")]
     prefix: Option<String>,
     #[serde(rename = "Tag")]
-    tag: Option<Present>,
+    tag: Option<TagXml>,
     #[serde(rename = "ObjectSizeGreaterThan")]
     size_greater_than: Option<String>,
     #[serde(rename = "ObjectSizeLessThan")]
@@ -84,11 +86,28 @@ struct FilterXml {
 }
 
 #[derive(Deserialize)]
+struct TagXml {
+    #[serde(rename = "Key")]
+    key: Option<String>,
+    #[serde(rename = "Value")]
+    value: Option<String>,
+}
+
+impl TagXml {
+    fn parse(&self) -> Result<Tag, S3Error> {
+        match &self.key {
+            Some(key) => Ok(Tag::new(key, self.value.clone().unwrap_or_default())),
+            None => Err(malformed()),
+        }
+    }
+}
+
+#[derive(Deserialize)]
 struct AndXml {
     #[serde(rename = "Prefix")]
     prefix: Option<String>,
     #[serde(default, rename = "Tag")]
-    tags: Vec<Present>,
+    tags: Vec<TagXml>,
     #[serde(rename = "ObjectSizeGreaterThan")]
     size_greater_than: Option<String>,
     #[serde(rename = "ObjectSizeLessThan")]
@@ -178,24 +197,38 @@ fn parse_filter(rule: &RuleXml) -> Result<RuleFilter, S3Error> {
     if given > 1 {
         return Err(malformed());
     }
-    if f.tag.is_some() || f.and.as_ref().is_some_and(|a| !a.tags.is_empty()) {
-        return Err(unsupported("A tag filter"));
-    }
     let filter = if let Some(p) = &f.prefix {
         RuleFilter::Prefix(p.clone())
+    } else if let Some(t) = &f.tag {
+        RuleFilter::Tag(t.parse()?)
     } else if let Some(g) = &f.size_greater_than {
         RuleFilter::SizeGreaterThan(size(g)?)
     } else if let Some(l) = &f.size_less_than {
         RuleFilter::SizeLessThan(size(l)?)
     } else if let Some(a) = &f.and {
-        RuleFilter::And {
-            prefix: a.prefix.clone(),
-            size_greater_than: a.size_greater_than.as_deref().map(size).transpose()?,
-            size_less_than: a.size_less_than.as_deref().map(size).transpose()?,
+        let prefix = a.prefix.clone();
+        let size_greater_than = a.size_greater_than.as_deref().map(size).transpose()?;
+        let size_less_than = a.size_less_than.as_deref().map(size).transpose()?;
+        if a.tags.is_empty() {
+            RuleFilter::And {
+                prefix,
+                size_greater_than,
+                size_less_than,
+            }
+        } else {
+            RuleFilter::AndTags {
+                prefix,
+                size_greater_than,
+                size_less_than,
+                tags: a.tags.iter().map(TagXml::parse).collect::<Result<_, _>>()?,
+            }
         }
     } else {
         RuleFilter::All
     };
+    // S3's rules on a tag set hold for a filter's tags too (an object has at most 10: a
+    // filter needing more would match nothing).
+    super::tagging::check(&TagSet(filter.tags().to_vec()), OBJECT_TAGS_MAX)?;
     if let (Some(g), Some(l)) = filter.size_bounds()
         && g >= l
     {
@@ -283,6 +316,19 @@ fn parse_rule(rule: RuleXml) -> Result<LifecycleRule, S3Error> {
             "AbortIncompleteMultipartUpload cannot be specified with an object size filter",
         ));
     }
+    // An upload and a delete marker have no tags: S3 refuses these actions with tags.
+    if abort_upload_days.is_some() && !filter.tags().is_empty() {
+        return Err(S3Error::new(
+            ErrorCode::InvalidRequest,
+            "AbortIncompleteMultipartUpload cannot be specified with Tags.",
+        ));
+    }
+    if versions.expired_object_delete_marker && !filter.tags().is_empty() {
+        return Err(S3Error::new(
+            ErrorCode::InvalidRequest,
+            "ExpiredObjectDeleteMarker cannot be specified with Tags.",
+        ));
+    }
     if expiration.is_none() && abort_upload_days.is_none() && versions.is_none() {
         return Err(S3Error::new(
             ErrorCode::InvalidRequest,
@@ -330,14 +376,24 @@ fn render_filter(w: &mut XmlWriter, filter: &RuleFilter) {
         RuleFilter::Prefix(p) => w.leaf("Prefix", p),
         RuleFilter::SizeGreaterThan(g) => w.leaf("ObjectSizeGreaterThan", &g.to_string()),
         RuleFilter::SizeLessThan(l) => w.leaf("ObjectSizeLessThan", &l.to_string()),
+        RuleFilter::Tag(t) => render_tag(w, t),
         RuleFilter::And {
             prefix,
             size_greater_than,
             size_less_than,
+        }
+        | RuleFilter::AndTags {
+            prefix,
+            size_greater_than,
+            size_less_than,
+            ..
         } => {
             w.open("And");
             if let Some(p) = prefix {
                 w.leaf("Prefix", p);
+            }
+            for t in filter.tags() {
+                render_tag(w, t);
             }
             if let Some(g) = size_greater_than {
                 w.leaf("ObjectSizeGreaterThan", &g.to_string());
@@ -349,6 +405,13 @@ fn render_filter(w: &mut XmlWriter, filter: &RuleFilter) {
         }
     }
     w.close("Filter");
+}
+
+fn render_tag(w: &mut XmlWriter, t: &Tag) {
+    w.open("Tag");
+    w.leaf("Key", &t.key);
+    w.leaf("Value", &t.value);
+    w.close("Tag");
 }
 
 /// The LifecycleConfiguration document of `rules`.
@@ -431,7 +494,7 @@ pub async fn expiration_header(
     app: &AppState,
     bucket: &str,
     key: &str,
-    record: &ObjectRecord,
+    (record, tags): (&ObjectRecord, &TagSet),
     headers: &mut HeaderMap,
 ) {
     let rules = match app.store.lifecycle_local(bucket).await {
@@ -445,7 +508,7 @@ pub async fn expiration_header(
     let expiry = rules::object_expiry(
         &rules,
         key,
-        record.size_bytes,
+        (record.size_bytes, Some(tags)),
         record.created_ms / 1000,
         app.lifecycle.day_secs,
     );
@@ -676,11 +739,41 @@ mod tests {
         ] {
             assert_eq!(code(&rule(&format!("<Filter/>{bad}"))), want, "{bad}");
         }
+        let one = "<Filter><Tag><Key>a</Key><Value>b</Value></Tag></Filter>";
+        let and = "<Filter><And><Prefix>p/</Prefix><Tag><Key>a</Key><Value>b</Value></Tag>\
+                   <Tag><Key>c</Key><Value></Value></Tag>\
+                   <ObjectSizeLessThan>9</ObjectSizeLessThan></And></Filter>";
+        for filter in [one, and] {
+            let text = rule(&format!("{filter}<Expiration><Days>1</Days></Expiration>"));
+            let rules = parse_configuration(&doc(&text)).unwrap();
+            assert!(!rules[0].filter.tags().is_empty());
+            // Rendered and read back: the same rule.
+            let again = String::from_utf8(render_configuration(&rules)).unwrap();
+            assert_eq!(parse_configuration(&again).unwrap(), rules, "{again}");
+            for (action, want) in [
+                (
+                    "<AbortIncompleteMultipartUpload><DaysAfterInitiation>1</DaysAfterInitiation></AbortIncompleteMultipartUpload>",
+                    ErrorCode::InvalidRequest,
+                ),
+                (
+                    "<Expiration><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker></Expiration>",
+                    ErrorCode::InvalidRequest,
+                ),
+            ] {
+                assert_eq!(code(&rule(&format!("{filter}{action}"))), want, "{action}");
+            }
+        }
         assert_eq!(
             code(&rule(
-                "<Filter><Tag><Key>a</Key><Value>b</Value></Tag></Filter><Expiration><Days>1</Days></Expiration>"
+                "<Filter><Tag><Key>aws:a</Key><Value>b</Value></Tag></Filter><Expiration><Days>1</Days></Expiration>"
             )),
-            ErrorCode::NotImplemented
+            ErrorCode::InvalidTag
+        );
+        assert_eq!(
+            code(&rule(
+                "<Filter><Tag><Value>b</Value></Tag></Filter><Expiration><Days>1</Days></Expiration>"
+            )),
+            ErrorCode::MalformedXML
         );
         assert_eq!(
             code(&rule(

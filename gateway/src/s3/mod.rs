@@ -28,6 +28,7 @@ pub mod request_log;
 mod settings;
 pub mod sigv2;
 pub mod sigv4;
+pub mod tagging;
 mod versioning;
 pub mod xml;
 
@@ -93,6 +94,12 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
         (&Method::DELETE, Target::Bucket(b)) if sub == Some("lifecycle") => {
             lifecycle::delete(app, &b).await
         }
+        (&Method::PUT, Target::Bucket(b)) if sub == Some("tagging") => {
+            tagging::put_bucket(app, &b, req).await
+        }
+        (&Method::DELETE, Target::Bucket(b)) if sub == Some("tagging") => {
+            tagging::delete_bucket(app, &b).await
+        }
         (&Method::PUT, Target::Bucket(b)) if sub == Some("versioning") => {
             versioning::put(app, &b, req).await
         }
@@ -113,6 +120,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             Some("uploads") => multipart::list_uploads(app, &b, &query).await,
             Some("lifecycle") => lifecycle::get(app, &b).await,
             Some("versioning") => versioning::get(app, &b).await,
+            Some("tagging") => tagging::get_bucket(app, &b).await,
             Some("object-lock") => object_lock::get_config(app, &b).await,
             Some("versions") => versioning::list(app, &b, &query).await,
             None => bucket::list_objects(app, &b, &query).await,
@@ -134,6 +142,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             Some("legal-hold") => {
                 object_lock::put_legal_hold(app, &bucket, &key, &query, req).await
             }
+            Some("tagging") => tagging::put_object(app, &bucket, &key, &query, req).await,
             Some(other) => Err(S3Error::not_implemented(&format!("PUT ?{other}"))),
         },
         (&Method::POST, Target::Object { bucket, key }) => match sub {
@@ -150,6 +159,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
                 object_lock::get_lock(app, &bucket, &key, &query, lock == "legal-hold").await
             }
             Some("attributes") => attributes::get(app, &bucket, &key, req.headers(), &query).await,
+            Some("tagging") => tagging::get_object(app, &bucket, &key, &query).await,
             Some(other)
                 if let Some(answer) = settings::object_setting(app, &bucket, &key, other).await =>
             {
@@ -166,6 +176,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
         (&Method::DELETE, Target::Object { bucket, key }) => match sub {
             None => object::delete(app, &bucket, &key, req.headers(), &query).await,
             Some("uploadId") => multipart::abort(app, &bucket, &key, &query).await,
+            Some("tagging") => tagging::delete_object(app, &bucket, &key, &query).await,
             Some(other) => Err(S3Error::not_implemented(&format!("DELETE ?{other}"))),
         },
         (m, _)

@@ -126,9 +126,10 @@ pub async fn create(
 ) -> Result<Response, S3Error> {
     super::object::refuse_lock_headers(headers, "CreateMultipartUpload")?;
     let declared = upload_checksum(headers)?;
+    let tags = super::tagging::from_headers(headers)?;
     let id = app
         .store
-        .create_upload(bucket, key, attrs_from(headers)?, declared.clone())
+        .create_upload(bucket, key, attrs_from(headers)?, declared.clone(), &tags)
         .await?;
     let mut w = XmlWriter::new();
     w.open_root("InitiateMultipartUploadResult");
@@ -261,7 +262,7 @@ async fn upload_part_copy(
     let mut attempt = 0;
     let (modified, (part, checksum), source_version) = loop {
         attempt += 1;
-        let (source, source_version) =
+        let (source, source_version, _) =
             copy_source_version(app, &src_bucket, &src_key, src_version.as_deref()).await?;
         check_copy_conditions(headers, &source)?;
         let range = copy_range(headers, source.size_bytes)?;

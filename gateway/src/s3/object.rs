@@ -17,6 +17,7 @@ use crate::state::AppState;
 use crate::store::{
     ChecksumSlot, CopyWrite, ObjectAttrs, PutRequest, RangeSpec, ReadBody, StoreError,
 };
+use meta::tags::TagSet;
 use meta::{ObjectRecord, WritePrecondition};
 
 /// Bound on reading a key again when what a GET or copy read changed under it (an
@@ -37,21 +38,6 @@ const STORED_HEADERS: [&str; 5] = [
     "content-language",
     "expires",
 ];
-
-/// Object tags are not kept yet: a write that asks for some is refused before anything is
-/// stored, never accepted with its tags dropped. An empty `x-amz-tagging` asks for none.
-fn refuse_tags(headers: &HeaderMap) -> Result<(), S3Error> {
-    let tagged = header_str(headers, "x-amz-tagging")?.is_some_and(|v| !v.trim().is_empty());
-    let replaced = header_str(headers, "x-amz-tagging-directive")?
-        .is_some_and(|v| v.eq_ignore_ascii_case("REPLACE"));
-    if tagged || replaced {
-        return Err(S3Error::new(
-            ErrorCode::NotImplemented,
-            "Object tags are not kept by this gateway (x-amz-tagging)",
-        ));
-    }
-    Ok(())
-}
 
 /// Content-Type, `x-amz-meta-*` and the stored standard headers of a request, whose
 /// header section must be within S3's bound (the store checks the user metadata's).
@@ -76,7 +62,6 @@ pub fn refuse_lock_headers(headers: &HeaderMap, what: &str) -> Result<(), S3Erro
 
 pub fn attrs_from(headers: &HeaderMap) -> Result<ObjectAttrs, S3Error> {
     super::request::check_header_section(headers)?;
-    refuse_tags(headers)?;
     let mut user_meta = Vec::new();
     for (name, value) in headers {
         if let Some(n) = name.as_str().strip_prefix(META_PREFIX) {
@@ -262,6 +247,7 @@ pub async fn put(
     let (parts, body) = req.into_parts();
     let lock = super::object_lock::lock_change(&parts.headers)?;
     super::object_lock::check_lock_allowed(app, bucket, &lock).await?;
+    let tags = super::tagging::from_headers(&parts.headers)?;
     let (stream, checksum) = checked_body(&parts, body)?;
     let request = PutRequest {
         bucket: bucket.to_string(),
@@ -272,6 +258,7 @@ pub async fn put(
         precondition: write_precondition(&parts.headers)?,
         checksum,
         lock,
+        tags: tags.clone(),
     };
     let stored = app.store.put(request, stream).await?;
     let record = stored.record;
@@ -279,7 +266,8 @@ pub async fn put(
     set(resp.headers_mut(), header::ETAG, &record.etag());
     version_header(resp.headers_mut(), stored.version_id.as_deref());
     checksum_headers(resp.headers_mut(), &record, true);
-    super::lifecycle::expiration_header(app, bucket, key, &record, resp.headers_mut()).await;
+    super::lifecycle::expiration_header(app, bucket, key, (&record, &tags), resp.headers_mut())
+        .await;
     Ok(resp)
 }
 
@@ -299,7 +287,13 @@ pub async fn copy(
     headers: &HeaderMap,
 ) -> Result<Response, S3Error> {
     let (src_bucket, src_key, src_version) = copy_source(headers)?;
-    refuse_tags(headers)?;
+    // REPLACE takes the request's tags (none without `x-amz-tagging`), COPY the source's.
+    let replace_tags = super::tagging::replaces(headers)?;
+    let request_tags = if replace_tags {
+        super::tagging::from_headers(headers)?
+    } else {
+        meta::tags::TagSet::default()
+    };
     let lock = super::object_lock::lock_change(headers)?;
     super::object_lock::check_lock_allowed(app, bucket, &lock).await?;
     let replace = match header_str(headers, "x-amz-metadata-directive")? {
@@ -328,9 +322,14 @@ pub async fn copy(
     let mut attempt = 0;
     let (stored, source_version) = loop {
         attempt += 1;
-        let (source, source_version) =
+        let (source, source_version, source_tags) =
             copy_source_version(app, &src_bucket, &src_key, src_version.as_deref()).await?;
         check_copy_conditions(headers, &source)?;
+        let tags = if replace_tags {
+            request_tags.clone()
+        } else {
+            source_tags
+        };
         match app
             .store
             .copy(
@@ -341,6 +340,7 @@ pub async fn copy(
                     attrs: attrs.clone(),
                     precondition: precondition.clone(),
                     lock,
+                    tags,
                 },
                 src_version.as_deref(),
             )
@@ -366,19 +366,19 @@ pub async fn copy(
 }
 
 /// A copy's source (CopyObject, UploadPartCopy): the version named, else the current
-/// one, with its id. A delete marker cannot be copied: named by id it is InvalidRequest
-/// (S3's answer), as the current version it is NoSuchKey.
+/// one, with its id and tags. A delete marker cannot be copied: named by id it is
+/// InvalidRequest (S3's answer), as the current version it is NoSuchKey.
 pub(crate) async fn copy_source_version(
     app: &AppState,
     bucket: &str,
     key: &str,
     version: Option<&str>,
-) -> Result<(ObjectRecord, Option<String>), S3Error> {
+) -> Result<(ObjectRecord, Option<String>, TagSet), S3Error> {
     match app
         .store
         .head_at(bucket, key, version)
         .await
-        .map(|h| (h.record, h.version_id))
+        .map(|h| (h.record, h.version_id, h.tags))
     {
         Err(StoreError::VersionIsDeleteMarker { .. }) => Err(S3Error::new(
             ErrorCode::InvalidRequest,
@@ -688,10 +688,11 @@ pub async fn get(
     }
     let version = q.get("versionId");
     let mut attempt = 0;
-    let (read, version_id, lock) = loop {
+    let (read, version_id, lock, tags) = loop {
         attempt += 1;
         let found = app.store.head_at(bucket, key, version).await?;
-        let (record, version_id, lock) = (found.record, found.version_id, found.lock);
+        let (record, version_id, lock, tags) =
+            (found.record, found.version_id, found.lock, found.tags);
         if let Some(resp) = read_conditions(headers, &record)? {
             return Ok(resp);
         }
@@ -710,7 +711,7 @@ pub async fn get(
             // Overwritten or deleted since its record was read: the new answer, with its
             // own conditions and range.
             Err(StoreError::Raced(_)) if attempt < READ_RACE_ATTEMPTS => continue,
-            read => break (read?, version_id, lock),
+            read => break (read?, version_id, lock, tags),
         }
     };
     let length = match read.range {
@@ -730,6 +731,7 @@ pub async fn get(
     let h = resp.headers_mut();
     version_header(h, version_id.as_deref());
     super::object_lock::lock_headers(h, &lock);
+    super::tagging::count_header(h, &tags);
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(length));
     if let Some((first, last)) = read.range {
         set(
@@ -748,7 +750,7 @@ pub async fn get(
     }
     if version.is_none() {
         // Expiry rules apply to the current version, which one named by id may not be.
-        super::lifecycle::expiration_header(app, bucket, key, &read.record, h).await;
+        super::lifecycle::expiration_header(app, bucket, key, (&read.record, &tags), h).await;
     }
     Ok(resp)
 }
@@ -825,9 +827,11 @@ pub async fn head(
     let mut resp = head_response(&record, q, headers, StatusCode::OK, Body::empty())?;
     version_header(resp.headers_mut(), version_id.as_deref());
     super::object_lock::lock_headers(resp.headers_mut(), &found.lock);
+    super::tagging::count_header(resp.headers_mut(), &found.tags);
     if !q.has("versionId") {
         // Expiry rules apply to the current version, which one named by id may not be.
-        super::lifecycle::expiration_header(app, bucket, key, &record, resp.headers_mut()).await;
+        let (h, tags) = (resp.headers_mut(), &found.tags);
+        super::lifecycle::expiration_header(app, bucket, key, (&record, tags), h).await;
     }
     Ok(resp)
 }

@@ -49,6 +49,12 @@ fn classify(
         (&Method::PUT, Target::Bucket(_), Some("versioning")) => "PutBucketVersioning",
         // A browser's form upload (multipart/form-data on the bucket).
         (&Method::POST, Target::Bucket(_), None) => "PostObject",
+        (&Method::GET, Target::Bucket(_), Some("tagging")) => "GetBucketTagging",
+        (&Method::PUT, Target::Bucket(_), Some("tagging")) => "PutBucketTagging",
+        (&Method::DELETE, Target::Bucket(_), Some("tagging")) => "DeleteBucketTagging",
+        (&Method::GET, Target::Object { .. }, Some("tagging")) => "GetObjectTagging",
+        (&Method::PUT, Target::Object { .. }, Some("tagging")) => "PutObjectTagging",
+        (&Method::DELETE, Target::Object { .. }, Some("tagging")) => "DeleteObjectTagging",
         (&Method::GET, Target::Bucket(_), Some(_)) => "GetBucketSetting",
         (&Method::PUT, Target::Bucket(_), Some(_)) => "PutBucketSetting",
         (&Method::PUT, Target::Object { .. }, None) if copy => "CopyObject",
@@ -108,6 +114,11 @@ mod tests {
         assert_eq!(
             op(Method::PUT, "/b/k?partNumber=1&uploadId=u", false),
             "UploadPart"
+        );
+        assert_eq!(op(Method::PUT, "/b/k?tagging", false), "PutObjectTagging");
+        assert_eq!(
+            op(Method::DELETE, "/b?tagging", false),
+            "DeleteBucketTagging"
         );
         assert_eq!(op(Method::PATCH, "/b/k", false), "Other");
     }

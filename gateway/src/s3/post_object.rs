@@ -32,6 +32,7 @@ use super::xml::XmlWriter;
 use crate::state::AppState;
 use crate::store::PutRequest;
 use meta::keys::Rights;
+use meta::tags::TagSet;
 
 /// Bound on the names and values of the fields before the file, as S3's 20 KB.
 pub const FIELDS_BYTES_MAX: usize = 20 * 1024;
@@ -46,8 +47,8 @@ const PRELUDE_BYTES_MAX: u64 = 128 * 1024;
 const PRELUDE_PIECE_BYTES: usize = 4 * 1024;
 
 /// Form fields copied to the object as the headers of a PUT would be: the stored standard
-/// headers and the flexible checksums. `x-amz-meta-*` are copied too, and `tagging` as
-/// `x-amz-tagging` (refused as PUT refuses it: tags are not kept).
+/// headers and the flexible checksums. `x-amz-meta-*` are copied too. The `tagging` field
+/// is a `<Tagging>` document (not `x-amz-tagging`'s query form), read by [`form_tags`].
 const HEADER_FIELDS: [&str; 10] = [
     "content-type",
     "cache-control",
@@ -293,7 +294,6 @@ fn object_headers(form: &FormFields) -> Result<HeaderMap, S3Error> {
     let mut headers = HeaderMap::new();
     for (name, value) in form.iter() {
         let as_header = match name {
-            "tagging" => "x-amz-tagging",
             "x-amz-checksum-algorithm" => "x-amz-sdk-checksum-algorithm",
             n if HEADER_FIELDS.contains(&n) || n.starts_with("x-amz-meta-") => n,
             _ => continue,
@@ -309,6 +309,19 @@ fn object_headers(form: &FormFields) -> Result<HeaderMap, S3Error> {
         headers.insert(n, v);
     }
     Ok(headers)
+}
+
+/// The `tagging` field: the object's tags as a `<Tagging>` document, as S3 takes it in a
+/// form (none without the field).
+fn form_tags(form: &FormFields) -> Result<TagSet, S3Error> {
+    match form.get("tagging") {
+        Some(doc) if doc.len() > super::tagging::TAGGING_BODY_BYTES_MAX => Err(S3Error::new(
+            ErrorCode::MalformedXML,
+            "The tagging field is too long",
+        )),
+        Some(doc) => super::tagging::from_form_field(doc),
+        None => Ok(TagSet::default()),
+    }
 }
 
 /// The file's size must lie within the policy's `content-length-range`: too large is
@@ -387,6 +400,7 @@ pub async fn post(app: &AppState, bucket: &str, req: Request) -> Result<Response
 
     let headers = object_headers(&form)?;
     let attrs = attrs_from(&headers)?;
+    let tags = form_tags(&form)?;
     let key = post_policy::object_key(key_field, &filename);
     let file: BodyStream = Box::new(file.map(|r| r.map_err(|e| form_error(e, true))));
     let file = match policy.length_range() {
@@ -403,6 +417,7 @@ pub async fn post(app: &AppState, bucket: &str, req: Request) -> Result<Response
         precondition: None,
         checksum,
         lock: None,
+        tags,
     };
     let stored = app.store.put(request, file).await?;
     // The rest of the body (fields after the file) is not read, as on S3.
@@ -588,10 +603,17 @@ mod tests {
         let h = object_headers(&f).unwrap();
         assert_eq!(h["content-type"], "image/png");
         assert_eq!(h["x-amz-meta-owner"], "ann");
-        assert_eq!(h["x-amz-tagging"], "<Tagging/>");
+        assert!(!h.contains_key("x-amz-tagging"), "tagging is no header");
         assert_eq!(h["x-amz-sdk-checksum-algorithm"], "CRC32");
         assert!(!h.contains_key("key") && !h.contains_key("policy"));
-        assert_eq!(attrs_from(&h).unwrap_err().code, ErrorCode::NotImplemented);
+        assert!(attrs_from(&h).is_ok());
+        let doc = "<Tagging><TagSet><Tag><Key>a</Key><Value>1</Value></Tag></TagSet></Tagging>";
+        assert_eq!(form_tags(&form(&[("tagging", doc)])).unwrap().len(), 1);
+        assert_eq!(
+            form_tags(&form(&[("tagging", "a=1")])).unwrap_err().code,
+            ErrorCode::MalformedXML
+        );
+        assert!(form_tags(&form(&[])).unwrap().is_empty());
         assert!(object_headers(&form(&[("content-type", "a\nb")])).is_err());
 
         assert!(refuse_unsupported(&form(&[("acl", "private")])).is_ok());

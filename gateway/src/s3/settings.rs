@@ -21,7 +21,7 @@ pub async fn bucket_setting(
     bucket: &str,
     sub: &str,
 ) -> Option<Result<Response, S3Error>> {
-    const ANSWERED: [&str; 5] = ["acl", "policy", "encryption", "tagging", "object-lock"];
+    const ANSWERED: [&str; 4] = ["acl", "policy", "encryption", "object-lock"];
     if !ANSWERED.contains(&sub) {
         return None;
     }
@@ -43,7 +43,7 @@ pub async fn bucket_setting(
             ErrorCode::ServerSideEncryptionConfigurationNotFoundError,
             "The server side encryption configuration was not found",
         ),
-        _ => not_found(ErrorCode::NoSuchTagSet, "The TagSet does not exist"),
+        _ => Err(S3Error::not_implemented(&format!("?{sub}"))),
     })
 }
 
@@ -54,7 +54,7 @@ pub async fn object_setting(
     key: &str,
     sub: &str,
 ) -> Option<Result<Response, S3Error>> {
-    if sub != "acl" && sub != "tagging" {
+    if sub != "acl" {
         return None;
     }
     let record = match app.store.bucket(bucket).await {
@@ -64,18 +64,8 @@ pub async fn object_setting(
     if let Err(e) = app.store.head(bucket, key).await {
         return Some(Err(e.into()));
     }
-    Some(Ok(if sub == "acl" {
-        // The object's owner is its bucket's: the key that wrote it is not recorded.
-        owner_full_control(&Owner::of_bucket(app, &record))
-    } else {
-        // No tags are kept: an empty tag set.
-        let mut w = XmlWriter::new();
-        w.open_root("Tagging");
-        w.open("TagSet");
-        w.close("TagSet");
-        w.close("Tagging");
-        xml(w.finish())
-    }))
+    // The object's owner is its bucket's: the key that wrote it is not recorded.
+    Some(Ok(owner_full_control(&Owner::of_bucket(app, &record))))
 }
 
 /// The only access policy there is: the owner has full control.

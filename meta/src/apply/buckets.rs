@@ -6,6 +6,7 @@ use redb::{ReadableTable, WriteTransaction};
 use super::uploads::drop_upload;
 use crate::lifecycle::{self, LifecycleRule};
 use crate::tables::{self, BUCKETS, BucketRecord, CorsRule, check_bucket};
+use crate::tags::{self, BUCKET_TAGS, TagSet};
 use crate::versions::{LockConfig, Versioning};
 use crate::{MetaError, Response, keys};
 
@@ -47,6 +48,7 @@ pub(super) fn create(
         drop_upload(txn, &upload_id, created_ms / 1000)?;
     }
     lifecycle::forget(txn, bucket)?;
+    tags::put(txn, BUCKET_TAGS, bucket, &TagSet::default())?;
     Ok(Response::Done)
 }
 
@@ -63,6 +65,19 @@ pub(super) fn set_cors(
     };
     record.cors = rules.clone();
     buckets.insert(bucket, record.encode()?.as_slice())?;
+    Ok(Response::Done)
+}
+
+/// `SetBucketTags`: sets (an empty set: removes) a bucket's tags.
+pub(super) fn set_tags(
+    txn: &WriteTransaction,
+    bucket: &str,
+    tags: &TagSet,
+) -> Result<Response, MetaError> {
+    check_bucket(txn, bucket)?;
+    tags.check(tags::BUCKET_TAGS_MAX)
+        .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
+    tags::put(txn, BUCKET_TAGS, bucket, tags)?;
     Ok(Response::Done)
 }
 
@@ -95,6 +110,7 @@ pub(super) fn delete(txn: &WriteTransaction, bucket: &str) -> Result<Response, M
 /// keys' grants (a later bucket of the same name, perhaps another key's, starts with none).
 pub(super) fn forget_bucket(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
     txn.open_table(BUCKETS)?.remove(bucket)?;
+    tags::put(txn, BUCKET_TAGS, bucket, &TagSet::default())?;
     lifecycle::forget(txn, bucket)?;
     keys::drop_grants(txn, bucket)?;
     Ok(())

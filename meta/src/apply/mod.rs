@@ -27,10 +27,13 @@ mod checksums_tests;
 #[cfg(test)]
 mod conditional_tests;
 #[cfg(test)]
+mod tags_tests;
+#[cfg(test)]
 mod versions_tests;
 
 use redb::WriteTransaction;
 
+use crate::tags::TagSet;
 use crate::{Command, MetaError, Response, cluster_version};
 
 pub use objects::{DELETE_KEYS_MAX, EXPIRE_KEYS_MAX};
@@ -270,7 +273,57 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             *now_secs,
             Some(checksum),
         ),
+        Command::Tagged {
+            bucket,
+            key,
+            tags,
+            command,
+        } => tagged(txn, bucket, key, tags, command),
+        Command::SetObjectTags {
+            bucket,
+            key,
+            version,
+            tags,
+        } => versions::set_tags(txn, bucket, key, *version, tags),
+        Command::SetBucketTags { bucket, tags } => buckets::set_tags(txn, bucket, tags),
     }
+}
+
+/// `Tagged`: the write, then its tags on the version it wrote (or, for a new upload, kept
+/// for the object it completes into).
+fn tagged(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    tags: &TagSet,
+    command: &Command,
+) -> Result<Response, MetaError> {
+    tags.check(crate::tags::OBJECT_TAGS_MAX)
+        .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
+    let (target_bucket, target_key, upload_id) = match command {
+        Command::CreateUpload { upload_id, upload }
+        | Command::CreateUploadWithChecksum {
+            upload_id, upload, ..
+        } => (upload.bucket.clone(), upload.key.clone(), Some(upload_id)),
+        Command::Locked { bucket, key, .. } => (bucket.clone(), key.clone(), None),
+        _ => {
+            let (b, k) = locked_target(txn, command)?;
+            (b, k, None)
+        }
+    };
+    if target_bucket != bucket || target_key != key {
+        return Err(MetaError::Unexpected(format!(
+            "tags on {bucket}/{key} go with a write of {target_bucket}/{target_key}"
+        )));
+    }
+    let response = apply(txn, command)?;
+    match upload_id {
+        Some(id) => crate::tags::put(txn, crate::tags::UPLOAD_TAGS, id, tags)?,
+        // Nothing was written: nothing to tag.
+        None if response == Response::ContentGone => {}
+        None => versions::tag_current(txn, bucket, key, tags)?,
+    }
+    Ok(response)
 }
 
 /// The `bucket/key` that a command guarded by `Conditional` writes: only the writes S3

@@ -17,9 +17,11 @@ use crate::lifecycle::{self, rules};
 use crate::tables::{
     BUCKETS, BucketRecord, COUNTERS, NULL_VERSIONS, OBJECT_SEQ, OBJECTS, ObjectRecord, VERSIONS,
 };
+use crate::tags::TagSet;
 use crate::versions::{
-    LockConfig, ObjectLock, VersionId, VersionRecord, VersionStamp, Versioning, decode_current,
-    encode_current, null_number, order_of,
+    LockConfig, ObjectLock, VersionExtras, VersionId, VersionRecord, VersionStamp, Versioning,
+    decode_current, decode_current_with, encode_current, encode_current_with, null_number,
+    order_of,
 };
 use crate::{MetaError, Response};
 
@@ -102,9 +104,9 @@ pub(super) fn lock_current(
     let mut objects = txn.open_table(OBJECTS)?;
     let current = objects
         .get((bucket, key.as_bytes()))?
-        .map(|v| decode_current(v.value()))
+        .map(|v| decode_current_with(v.value()))
         .transpose()?;
-    let Some((record, mut stamp)) = current else {
+    let Some((record, mut stamp, extras)) = current else {
         return Err(MetaError::Unexpected(format!(
             "{bucket}/{key}: no current version after its write"
         )));
@@ -112,7 +114,7 @@ pub(super) fn lock_current(
     apply_change(&mut stamp.lock, change);
     objects.insert(
         (bucket, key.as_bytes()),
-        encode_current(&record, stamp)?.as_slice(),
+        encode_current_with(&record, stamp, &extras)?.as_slice(),
     )?;
     Ok(())
 }
@@ -124,6 +126,96 @@ fn apply_change(lock: &mut ObjectLock, change: LockChange) {
     if let Some(hold) = change.legal_hold {
         lock.legal_hold = hold;
     }
+}
+
+/// `SetObjectTags`: replaces the tags of one version (the current one without an id; an
+/// empty set removes them). Answers the version's id where the bucket has versioning.
+pub(super) fn set_tags(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    version: Option<VersionId>,
+    tags: &TagSet,
+) -> Result<Response, MetaError> {
+    let versioning = versioning_of(txn, bucket)?;
+    let id_of = |stamp: VersionStamp, magic| {
+        (versioning != Versioning::Unversioned).then(|| stamp.id(magic))
+    };
+    let k = key.as_bytes();
+    let current = txn
+        .open_table(OBJECTS)?
+        .get((bucket, k))?
+        .map(|v| decode_current_with(v.value()))
+        .transpose()?;
+    if let Some((record, stamp, mut extras)) = current
+        && version.is_none_or(|id| id.names(stamp, Some(record.magic)))
+    {
+        extras.tags = tags.clone();
+        txn.open_table(OBJECTS)?.insert(
+            (bucket, k),
+            encode_current_with(&record, stamp, &extras)?.as_slice(),
+        )?;
+        return Ok(Response::TagsSet {
+            version_id: id_of(stamp, record.magic),
+        });
+    }
+    let Some(id) = version else {
+        return Err(MetaError::NoSuchKey);
+    };
+    let number = match id {
+        VersionId::Numbered { number, .. } => number,
+        VersionId::Null => null_number(&txn.open_table(NULL_VERSIONS)?, bucket, key)?
+            .ok_or(MetaError::NoSuchVersion)?,
+    };
+    let mut versions = txn.open_table(VERSIONS)?;
+    let entry = versions
+        .get((bucket, k, order_of(number)))?
+        .map(|v| VersionRecord::decode_with(v.value()))
+        .transpose()?;
+    match entry {
+        Some((entry @ VersionRecord::Object { .. }, mut extras))
+            if id.names(entry.stamp(), Some(entry.magic())) =>
+        {
+            extras.tags = tags.clone();
+            versions.insert(
+                (bucket, k, order_of(number)),
+                entry.encode_with(&extras)?.as_slice(),
+            )?;
+            Ok(Response::TagsSet {
+                version_id: id_of(entry.stamp(), entry.magic()),
+            })
+        }
+        // A delete marker has no tags (S3: MethodNotAllowed; the gateway tells it first).
+        Some((VersionRecord::DeleteMarker { .. }, _)) => Err(MetaError::InvalidCommand(
+            "a delete marker cannot be tagged".to_string(),
+        )),
+        _ => Err(MetaError::NoSuchVersion),
+    }
+}
+
+/// A write under `Tagged`: `tags` on the key's current version (the one just written).
+pub(super) fn tag_current(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    tags: &TagSet,
+) -> Result<(), MetaError> {
+    let mut objects = txn.open_table(OBJECTS)?;
+    let current = objects
+        .get((bucket, key.as_bytes()))?
+        .map(|v| decode_current_with(v.value()))
+        .transpose()?;
+    let Some((record, stamp, mut extras)) = current else {
+        return Err(MetaError::Unexpected(format!(
+            "{bucket}/{key}: no current version after its write"
+        )));
+    };
+    extras.tags = tags.clone();
+    objects.insert(
+        (bucket, key.as_bytes()),
+        encode_current_with(&record, stamp, &extras)?.as_slice(),
+    )?;
+    Ok(())
 }
 
 /// `SetObjectLock`: a retention or legal hold change on one version (the current one
@@ -150,17 +242,19 @@ pub(super) fn set_lock(
     let current = txn
         .open_table(OBJECTS)?
         .get((bucket, k))?
-        .map(|v| decode_current(v.value()))
+        .map(|v| decode_current_with(v.value()))
         .transpose()?;
-    if let Some((record, mut stamp)) = current
+    if let Some((record, mut stamp, extras)) = current
         && version.is_none_or(|id| id.names(stamp, Some(record.magic)))
     {
         if !allowed(&stamp.lock) {
             return Err(MetaError::ObjectLocked);
         }
         apply_change(&mut stamp.lock, change);
-        txn.open_table(OBJECTS)?
-            .insert((bucket, k), encode_current(&record, stamp)?.as_slice())?;
+        txn.open_table(OBJECTS)?.insert(
+            (bucket, k),
+            encode_current_with(&record, stamp, &extras)?.as_slice(),
+        )?;
         return Ok(Response::Done);
     }
     let Some(id) = version else {
@@ -174,14 +268,17 @@ pub(super) fn set_lock(
     let mut versions = txn.open_table(VERSIONS)?;
     let entry = versions
         .get((bucket, k, order_of(number)))?
-        .map(|v| VersionRecord::decode(v.value()))
+        .map(|v| VersionRecord::decode_with(v.value()))
         .transpose()?;
     match entry {
-        Some(VersionRecord::Object {
-            record,
-            mut stamp,
-            noncurrent_since_ms,
-        }) if id.names(stamp, Some(record.magic)) => {
+        Some((
+            VersionRecord::Object {
+                record,
+                mut stamp,
+                noncurrent_since_ms,
+            },
+            extras,
+        )) if id.names(stamp, Some(record.magic)) => {
             if !allowed(&stamp.lock) {
                 return Err(MetaError::ObjectLocked);
             }
@@ -191,11 +288,14 @@ pub(super) fn set_lock(
                 stamp,
                 noncurrent_since_ms,
             };
-            versions.insert((bucket, k, order_of(number)), entry.encode()?.as_slice())?;
+            versions.insert(
+                (bucket, k, order_of(number)),
+                entry.encode_with(&extras)?.as_slice(),
+            )?;
             Ok(Response::Done)
         }
         // A delete marker has no content to lock (S3: MethodNotAllowed).
-        Some(VersionRecord::DeleteMarker { .. }) => Err(MetaError::InvalidCommand(
+        Some((VersionRecord::DeleteMarker { .. }, _)) => Err(MetaError::InvalidCommand(
             "a delete marker cannot be locked".to_string(),
         )),
         _ => Err(MetaError::NoSuchVersion),
@@ -211,12 +311,12 @@ pub(super) fn next_seq(txn: &WriteTransaction) -> Result<u64, MetaError> {
     Ok(next)
 }
 
-/// The newest `versions` entry of a key, with its number.
+/// The newest `versions` entry of a key, with its number and extras.
 fn newest_entry(
     txn: &WriteTransaction,
     bucket: &str,
     key: &str,
-) -> Result<Option<(u64, VersionRecord)>, MetaError> {
+) -> Result<Option<(u64, VersionRecord, VersionExtras)>, MetaError> {
     let table = txn.open_table(VERSIONS)?;
     let k = key.as_bytes();
     let mut range = table.range((bucket, k, 0)..=(bucket, k, u64::MAX))?;
@@ -224,26 +324,26 @@ fn newest_entry(
         Some(entry) => {
             let (key, value) = entry?;
             let (_, _, order) = key.value();
-            Ok(Some((
-                u64::MAX - order,
-                VersionRecord::decode(value.value())?,
-            )))
+            let (record, extras) = VersionRecord::decode_with(value.value())?;
+            Ok(Some((u64::MAX - order, record, extras)))
         }
         None => Ok(None),
     }
 }
 
-/// Adds a `versions` entry under its number, indexing it when it is the null version.
+/// Adds a `versions` entry (with its extras) under its number, indexing it when it is the
+/// null version.
 fn insert_entry(
     txn: &WriteTransaction,
     bucket: &str,
     key: &str,
     entry: &VersionRecord,
+    extras: &VersionExtras,
 ) -> Result<(), MetaError> {
     let stamp = entry.stamp();
     txn.open_table(VERSIONS)?.insert(
         (bucket, key.as_bytes(), order_of(stamp.number)),
-        entry.encode()?.as_slice(),
+        entry.encode_with(extras)?.as_slice(),
     )?;
     if stamp.null {
         txn.open_table(NULL_VERSIONS)?
@@ -322,7 +422,7 @@ fn highest_number(
     if let Some(v) = txn.open_table(OBJECTS)?.get((bucket, key.as_bytes()))? {
         return Ok(Some(decode_current(v.value())?.1.number));
     }
-    Ok(newest_entry(txn, bucket, key)?.map(|(n, _)| n))
+    Ok(newest_entry(txn, bucket, key)?.map(|(n, _, _)| n))
 }
 
 /// The stamp of a new version: the next number, null in a suspended bucket (whose old
@@ -346,20 +446,21 @@ fn retire_current(
     let current = txn
         .open_table(OBJECTS)?
         .remove((bucket, key.as_bytes()))?
-        .map(|v| decode_current(v.value()))
+        .map(|v| decode_current_with(v.value()))
         .transpose()?;
     match current {
-        Some((record, stamp)) => {
+        Some((record, stamp, extras)) => {
             let entry = VersionRecord::Object {
                 record: Box::new(record),
                 stamp,
                 noncurrent_since_ms: now_ms,
             };
-            insert_entry(txn, bucket, key, &entry)?;
+            // Its tags go with it.
+            insert_entry(txn, bucket, key, &entry, &extras)?;
             // It was newer than every entry there (invariant 1).
             Ok(Some(stamp.number))
         }
-        None => Ok(newest_entry(txn, bucket, key)?.map(|(n, _)| n)),
+        None => Ok(newest_entry(txn, bucket, key)?.map(|(n, _, _)| n)),
     }
 }
 
@@ -423,7 +524,7 @@ pub(super) fn add_marker(
         created_ms: now_ms,
         magic,
     };
-    insert_entry(txn, bucket, key, &marker)?;
+    insert_entry(txn, bucket, key, &marker, &VersionExtras::NONE)?;
     Ok(Response::MarkerAdded {
         version_id: stamp.id(magic),
     })
@@ -484,7 +585,7 @@ pub(super) fn delete_version(
         return Err(MetaError::ObjectLocked);
     }
     let was_newest =
-        current.is_none() && newest_entry(txn, bucket, key)?.is_some_and(|(n, _)| n == number);
+        current.is_none() && newest_entry(txn, bucket, key)?.is_some_and(|(n, _, _)| n == number);
     remove_entry(txn, bucket, key, number)?;
     let marker = match &entry {
         VersionRecord::Object { record, .. } => {
@@ -505,13 +606,14 @@ pub(super) fn delete_version(
 /// After the current version went: the newest `versions` entry, if it is an object,
 /// becomes the current one (a marker stays current where it is).
 fn promote(txn: &WriteTransaction, bucket: &str, key: &str) -> Result<(), MetaError> {
-    if let Some((number, VersionRecord::Object { record, stamp, .. })) =
+    if let Some((number, VersionRecord::Object { record, stamp, .. }, extras)) =
         newest_entry(txn, bucket, key)?
     {
         remove_entry(txn, bucket, key, number)?;
+        // Its tags come back with it.
         txn.open_table(OBJECTS)?.insert(
             (bucket, key.as_bytes()),
-            encode_current(&record, stamp)?.as_slice(),
+            encode_current_with(&record, stamp, &extras)?.as_slice(),
         )?;
     }
     Ok(())
@@ -553,11 +655,16 @@ pub(super) fn expire_versions(
     };
     let mut out = Vec::with_capacity(entries.len());
     for (key, number) in entries {
-        let entry = txn
+        let found = txn
             .open_table(VERSIONS)?
             .get((bucket, key.as_bytes(), order_of(*number)))?
-            .map(|v| VersionRecord::decode(v.value()))
+            .map(|v| VersionRecord::decode_with(v.value()))
             .transpose()?;
+        let tags = found
+            .as_ref()
+            .map(|(_, extras)| extras.tags.clone())
+            .unwrap_or_default();
+        let entry = found.map(|(entry, _)| entry);
         let locked = entry
             .as_ref()
             .is_some_and(|e| e.stamp().lock.holds(now_secs.saturating_mul(1000), false));
@@ -575,7 +682,7 @@ pub(super) fn expire_versions(
                 rules::noncurrent_due(
                     &record.rules,
                     key,
-                    object.size_bytes,
+                    (object.size_bytes, Some(&tags)),
                     noncurrent_since_ms / 1000,
                     newer,
                     day_secs,

@@ -8,7 +8,7 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use super::MetaError;
-use super::tables::{self, OBJECTS, ObjectRecord, UPLOADS, UploadRecord};
+use super::tables::{self, OBJECTS, UPLOADS, UploadRecord};
 
 pub mod rules;
 
@@ -187,16 +187,16 @@ pub(super) fn expirable(
     {
         let table = txn.open_table(OBJECTS)?;
         for (key, seq) in objects {
-            let current: Option<ObjectRecord> = table
+            let current = table
                 .get((bucket, key.as_bytes()))?
-                .map(|v| crate::versions::decode_object(v.value()))
+                .map(|v| crate::versions::decode_current_with(v.value()))
                 .transpose()?;
-            let due = current.is_some_and(|o| {
+            let due = current.is_some_and(|(o, _, extras)| {
                 o.seq == *seq
                     && rules::object_expiry(
                         &record.rules,
                         key,
-                        o.size_bytes,
+                        (o.size_bytes, Some(&extras.tags)),
                         o.created_ms / 1000,
                         day_secs,
                     )

@@ -8,6 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::tags::{Tag, TagSet};
+
 /// At most this many rules per bucket, as S3.
 pub const RULES_MAX: usize = 1000;
 /// Longest rule ID S3 accepts.
@@ -68,6 +70,17 @@ pub enum RuleFilter {
         size_greater_than: Option<u64>,
         size_less_than: Option<u64>,
     },
+    /// `<Tag>`: the objects that have this tag. The tag variants come after the others (a
+    /// variant's index is its encoding): rules that use them travel only in the format-4
+    /// `SetBucketLifecycleWithVersions` (see [`crate::Command::set_lifecycle`]).
+    Tag(Tag),
+    /// `<And>` with at least one `<Tag>`: the prefix, size bounds and every tag hold.
+    AndTags {
+        prefix: Option<String>,
+        size_greater_than: Option<u64>,
+        size_less_than: Option<u64>,
+        tags: Vec<Tag>,
+    },
 }
 
 /// When a rule expires the objects it matches.
@@ -86,8 +99,20 @@ impl RuleFilter {
             RuleFilter::LegacyPrefix(p) | RuleFilter::Prefix(p) => p,
             RuleFilter::And {
                 prefix: Some(p), ..
+            }
+            | RuleFilter::AndTags {
+                prefix: Some(p), ..
             } => p,
             _ => "",
+        }
+    }
+
+    /// The tags a matching object has (none for a filter without tags).
+    pub fn tags(&self) -> &[Tag] {
+        match self {
+            RuleFilter::Tag(t) => std::slice::from_ref(t),
+            RuleFilter::AndTags { tags, .. } => tags,
+            _ => &[],
         }
     }
 
@@ -100,17 +125,25 @@ impl RuleFilter {
                 size_greater_than,
                 size_less_than,
                 ..
+            }
+            | RuleFilter::AndTags {
+                size_greater_than,
+                size_less_than,
+                ..
             } => (*size_greater_than, *size_less_than),
             _ => (None, None),
         }
     }
 
-    /// Whether an object of this key and size is in the filter.
-    pub fn matches(&self, key: &str, size_bytes: u64) -> bool {
+    /// Whether an object of this key, size and tags is in the filter: it has every tag of
+    /// the filter. `tags` None: not known (the worker's scan, which reads no tags), taken
+    /// as matching; the command that expires checks again with the version's own.
+    pub fn matches(&self, key: &str, size_bytes: u64, tags: Option<&TagSet>) -> bool {
         let (gt, lt) = self.size_bounds();
         key.starts_with(self.prefix())
             && gt.is_none_or(|g| size_bytes > g)
             && lt.is_none_or(|l| size_bytes < l)
+            && tags.is_none_or(|set| self.tags().iter().all(|t| set.has(&t.key, &t.value)))
     }
 
     /// Whether the filter says anything about sizes (an upload has no size yet).
@@ -133,11 +166,11 @@ impl LifecycleRule {
     pub fn object_expiry_secs(
         &self,
         key: &str,
-        size_bytes: u64,
+        (size_bytes, tags): (u64, Option<&TagSet>),
         created_secs: u64,
         day_secs: u64,
     ) -> Option<u64> {
-        if !self.enabled || !self.filter.matches(key, size_bytes) {
+        if !self.enabled || !self.filter.matches(key, size_bytes, tags) {
             return None;
         }
         match self.expiration? {
@@ -148,7 +181,9 @@ impl LifecycleRule {
 
     /// When this rule aborts an upload of this key initiated at `created_secs`.
     pub fn upload_abort_secs(&self, key: &str, created_secs: u64, day_secs: u64) -> Option<u64> {
-        if !self.enabled || !key.starts_with(self.filter.prefix()) {
+        // An upload has no tags yet (S3 refuses the action in a rule with tags).
+        if !self.enabled || !key.starts_with(self.filter.prefix()) || !self.filter.tags().is_empty()
+        {
             return None;
         }
         self.abort_upload_days
@@ -156,19 +191,20 @@ impl LifecycleRule {
     }
 }
 
-/// The earliest expiry any rule gives an object, with the rule's ID: what
-/// `x-amz-expiration` reports and what the worker acts on.
+/// The earliest expiry any rule gives an object of this size and tags (None: not known,
+/// see [`RuleFilter::matches`]), with the rule's ID: what `x-amz-expiration` reports and
+/// what the worker acts on.
 pub fn object_expiry<'r>(
     rules: &'r [LifecycleRule],
     key: &str,
-    size_bytes: u64,
+    object: (u64, Option<&TagSet>),
     created_secs: u64,
     day_secs: u64,
 ) -> Option<(u64, &'r str)> {
     rules
         .iter()
         .filter_map(|r| {
-            r.object_expiry_secs(key, size_bytes, created_secs, day_secs)
+            r.object_expiry_secs(key, object, created_secs, day_secs)
                 .map(|at| (at, r.id.as_str()))
         })
         .min_by_key(|(at, _)| *at)
@@ -180,7 +216,7 @@ pub fn object_expiry<'r>(
 pub fn noncurrent_due(
     rules: &[LifecycleRule],
     key: &str,
-    size_bytes: u64,
+    (size_bytes, tags): (u64, Option<&TagSet>),
     since_secs: u64,
     newer: u32,
     day_secs: u64,
@@ -191,17 +227,21 @@ pub fn noncurrent_due(
             return false;
         };
         r.enabled
-            && r.filter.matches(key, size_bytes)
+            && r.filter.matches(key, size_bytes, tags)
             && after_days(since_secs, days, day_secs) <= now_secs
             && newer >= r.versions.newer_noncurrent.unwrap_or(0)
     })
 }
 
 /// Whether the rules remove a delete marker of this key that is its only version. A
-/// marker has no size: only the rule's prefix is matched, as S3 does.
+/// marker has no size: only the rule's prefix is matched, as S3 does; nor tags: a rule
+/// with tags matches no marker (S3 refuses ExpiredObjectDeleteMarker with tags).
 pub fn lone_marker_due(rules: &[LifecycleRule], key: &str) -> bool {
     rules.iter().any(|r| {
-        r.enabled && r.versions.expired_object_delete_marker && key.starts_with(r.filter.prefix())
+        r.enabled
+            && r.versions.expired_object_delete_marker
+            && key.starts_with(r.filter.prefix())
+            && r.filter.tags().is_empty()
     })
 }
 
@@ -256,11 +296,27 @@ mod tests {
         let rules = [r];
         // Noncurrent since t=10 with days of 10 s: two days after, rounded up to the next
         // day's start, t=40.
-        assert!(!noncurrent_due(&rules, "logs/a", 5, 10, 3, 10, 39));
-        assert!(noncurrent_due(&rules, "logs/a", 5, 10, 3, 10, 40));
+        assert!(!noncurrent_due(&rules, "logs/a", (5, None), 10, 3, 10, 39));
+        assert!(noncurrent_due(&rules, "logs/a", (5, None), 10, 3, 10, 40));
         // The three newest noncurrent versions stay.
-        assert!(!noncurrent_due(&rules, "logs/a", 5, 10, 2, 10, 1000));
-        assert!(!noncurrent_due(&rules, "other/a", 5, 10, 3, 10, 1000));
+        assert!(!noncurrent_due(
+            &rules,
+            "logs/a",
+            (5, None),
+            10,
+            2,
+            10,
+            1000
+        ));
+        assert!(!noncurrent_due(
+            &rules,
+            "other/a",
+            (5, None),
+            10,
+            3,
+            10,
+            1000
+        ));
         assert_eq!(newer_noncurrent_bound(&rules, "logs/x"), 3);
         assert_eq!(newer_noncurrent_bound(&rules, "other"), 0);
         assert!(!lone_marker_due(&rules, "logs/a"));
@@ -290,13 +346,46 @@ mod tests {
             size_greater_than: Some(10),
             size_less_than: Some(100),
         };
-        assert!(f.matches("logs/a", 50));
-        assert!(!f.matches("logs/a", 10));
-        assert!(!f.matches("logs/a", 100));
-        assert!(!f.matches("other/a", 50));
-        assert!(RuleFilter::All.matches("x", 0));
-        assert!(RuleFilter::SizeLessThan(5).matches("x", 4));
-        assert!(!RuleFilter::SizeGreaterThan(5).matches("x", 5));
+        assert!(f.matches("logs/a", 50, None));
+        assert!(!f.matches("logs/a", 10, None));
+        assert!(!f.matches("logs/a", 100, None));
+        assert!(!f.matches("other/a", 50, None));
+        assert!(RuleFilter::All.matches("x", 0, None));
+        assert!(RuleFilter::SizeLessThan(5).matches("x", 4, None));
+        assert!(!RuleFilter::SizeGreaterThan(5).matches("x", 5, None));
+    }
+
+    /// A tag filter matches an object that has every one of its tags (and any others);
+    /// unknown tags (the worker's scan) match.
+    #[test]
+    fn tag_filters_need_every_tag() {
+        let tags =
+            |pairs: &[(&str, &str)]| TagSet(pairs.iter().map(|(k, v)| Tag::new(*k, *v)).collect());
+        let one = RuleFilter::Tag(Tag::new("tier", "tmp"));
+        assert!(one.matches("k", 1, Some(&tags(&[("a", "b"), ("tier", "tmp")]))));
+        assert!(!one.matches("k", 1, Some(&tags(&[("tier", "keep")]))));
+        assert!(!one.matches("k", 1, Some(&TagSet::default())));
+        assert!(one.matches("k", 1, None));
+        let and = RuleFilter::AndTags {
+            prefix: Some("logs/".into()),
+            size_greater_than: None,
+            size_less_than: Some(10),
+            tags: vec![Tag::new("a", "1"), Tag::new("b", "2")],
+        };
+        let both = tags(&[("b", "2"), ("a", "1")]);
+        assert!(and.matches("logs/x", 5, Some(&both)));
+        assert!(!and.matches("logs/x", 5, Some(&tags(&[("a", "1")]))));
+        assert!(!and.matches("other", 5, Some(&both)));
+        assert!(!and.matches("logs/x", 50, Some(&both)));
+        let mut r = rule(one, Expiration::Days(1));
+        r.versions.expired_object_delete_marker = true;
+        r.abort_upload_days = Some(1);
+        assert!(!lone_marker_due(std::slice::from_ref(&r), "k"));
+        assert_eq!(r.upload_abort_secs("k", 0, 10), None);
+        assert_eq!(
+            object_expiry(&[r], "k", (1, Some(&tags(&[("tier", "tmp")]))), 0, 10),
+            Some((20, "r"))
+        );
     }
 
     #[test]
@@ -315,13 +404,16 @@ mod tests {
             },
         ];
         assert_eq!(
-            object_expiry(&rules, "abc", 1, 0, 86_400),
+            object_expiry(&rules, "abc", (1, None), 0, 86_400),
             Some((86_400, "date"))
         );
         assert_eq!(
-            object_expiry(&rules, "xyz", 1, 0, 86_400),
+            object_expiry(&rules, "xyz", (1, None), 0, 86_400),
             Some((31 * 86_400, "late"))
         );
-        assert_eq!(object_expiry(&rules[..1], "xyz", 1, 0, 86_400), None);
+        assert_eq!(
+            object_expiry(&rules[..1], "xyz", (1, None), 0, 86_400),
+            None
+        );
     }
 }

@@ -33,6 +33,7 @@ use super::super::tables::{
     BUCKETS, COUNTERS, DELETING, FILES, NULL_VERSIONS, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
     VERSIONS,
 };
+use super::super::tags::{BUCKET_TAGS, UPLOAD_TAGS};
 
 const MAGIC: &[u8; 8] = b"DGWSNAP1";
 const END_TAG: u8 = 0xff;
@@ -148,6 +149,8 @@ macro_rules! for_each_table {
         $m!(14u8, NULL_VERSIONS, $($args)*);
         $m!(15u8, UPLOAD_CHECKSUMS, $($args)*);
         $m!(16u8, OBJECT_CHECKSUMS, $($args)*);
+        $m!(17u8, BUCKET_TAGS, $($args)*);
+        $m!(18u8, UPLOAD_TAGS, $($args)*);
     }};
 }
 
@@ -402,6 +405,8 @@ pub fn digest(db: &Database) -> Result<Digest, SnapshotError> {
                 NULL_VERSIONS.name(),
                 UPLOAD_CHECKSUMS.name(),
                 OBJECT_CHECKSUMS.name(),
+                BUCKET_TAGS.name(),
+                UPLOAD_TAGS.name(),
             ]
             .contains(&$def.name())
                 && txn.open_table($def)?.is_empty()?;
@@ -485,6 +490,43 @@ mod tests {
         let got = txn.open_table(OBJECT_CHECKSUMS).unwrap();
         let got = got.get(([1; 20], 7)).unwrap().unwrap();
         assert_eq!(PartChecksums::decode(got.value()).unwrap(), parts);
+    }
+
+    /// Bucket and upload tags travel in snapshots, and stay out of the digest while empty.
+    #[test]
+    fn tags_travel_in_snapshots_and_join_the_digest_once_written() {
+        use crate::tags::{Tag, TagSet};
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let before = store.digest().unwrap();
+        assert!(!before.tables.contains_key("bucket_tags"));
+        assert!(!before.tables.contains_key("upload_tags"));
+        let tags = TagSet(vec![Tag::new("team", "a")]);
+        let db = store.db();
+        let txn = db.begin_write().unwrap();
+        for def in [BUCKET_TAGS, UPLOAD_TAGS] {
+            txn.open_table(def)
+                .unwrap()
+                .insert("x", tags.encode().unwrap().as_slice())
+                .unwrap();
+        }
+        txn.commit().unwrap();
+        let want = store.digest().unwrap();
+        assert!(want.tables.contains_key("bucket_tags"));
+        assert!(want.tables.contains_key("upload_tags"));
+
+        let file = dir.path().join("snap");
+        let read = db.begin_read().unwrap();
+        write(&read, Vec::new(), std::fs::File::create(&file).unwrap()).unwrap();
+        let restored = dir.path().join("restored.redb");
+        load(&file, &restored).unwrap();
+        let loaded = Database::open(&restored).unwrap();
+        let txn = loaded.begin_read().unwrap();
+        for def in [BUCKET_TAGS, UPLOAD_TAGS] {
+            let table = txn.open_table(def).unwrap();
+            let got = table.get("x").unwrap().unwrap();
+            assert_eq!(TagSet::decode("t", got.value()).unwrap(), tags);
+        }
     }
 
     #[test]

@@ -7,9 +7,10 @@ use super::MetaStore;
 use crate::MetaError;
 use crate::list_versions::{Tables, VersionsPage, VersionsQuery, list_versions};
 use crate::tables::{BUCKETS, BucketRecord, NULL_VERSIONS, OBJECTS, ObjectRecord, VERSIONS};
+use crate::tags::{self, BUCKET_TAGS, TagSet};
 use crate::versions::{
-    ObjectLock, VersionId, VersionRecord, VersionView, Versioning, decode_current, null_number,
-    order_of,
+    ObjectLock, VersionId, VersionRecord, VersionView, Versioning, decode_current_with,
+    null_number, order_of,
 };
 
 /// What a GET or HEAD without a version id finds at a key.
@@ -25,6 +26,7 @@ pub enum CurrentVersion {
         record: ObjectRecord,
         version_id: Option<String>,
         lock: ObjectLock,
+        tags: TagSet,
     },
     /// The newest version is a delete marker: S3 answers 404 naming it.
     DeleteMarker {
@@ -43,13 +45,14 @@ impl MetaStore {
         };
         let k = key.as_bytes();
         if let Some(v) = txn.open_table(OBJECTS)?.get((bucket, k))? {
-            let (record, stamp) = decode_current(v.value())?;
+            let (record, stamp, extras) = decode_current_with(v.value())?;
             let version_id =
                 (versioning != Versioning::Unversioned).then(|| stamp.id(record.magic));
             return Ok(CurrentVersion::Object {
                 record,
                 version_id,
                 lock: stamp.lock,
+                tags: extras.tags,
             });
         }
         if versioning == Versioning::Unversioned {
@@ -80,8 +83,8 @@ impl MetaStore {
         let k = key.as_bytes();
         let mut out = Vec::new();
         if let Some(v) = txn.open_table(OBJECTS)?.get((bucket, k))? {
-            let (record, stamp) = decode_current(v.value())?;
-            out.push(VersionView::current(record, stamp));
+            let (record, stamp, extras) = decode_current_with(v.value())?;
+            out.push(VersionView::current(record, stamp).with_tags(extras.tags));
         }
         let table = txn.open_table(VERSIONS)?;
         for entry in table.range((bucket, k, 0)..=(bucket, k, u64::MAX))? {
@@ -90,7 +93,8 @@ impl MetaStore {
             }
             let (_, v) = entry?;
             let latest = out.is_empty();
-            out.push(VersionView::of(VersionRecord::decode(v.value())?, latest));
+            let (entry, extras) = VersionRecord::decode_with(v.value())?;
+            out.push(VersionView::of(entry, latest).with_tags(extras.tags));
         }
         out.truncate(limit);
         Ok(out)
@@ -106,13 +110,13 @@ impl MetaStore {
         let txn = self.db().begin_read()?;
         let k = key.as_bytes();
         let current = match txn.open_table(OBJECTS)?.get((bucket, k))? {
-            Some(v) => Some(decode_current(v.value())?),
+            Some(v) => Some(decode_current_with(v.value())?),
             None => None,
         };
-        if let Some((record, stamp)) = &current
+        if let Some((record, stamp, _)) = &current
             && id.names(*stamp, Some(record.magic))
         {
-            return Ok(current.map(|(r, s)| VersionView::current(r, s)));
+            return Ok(current.map(|(r, s, e)| VersionView::current(r, s).with_tags(e.tags)));
         }
         let number = match id {
             VersionId::Numbered { number, .. } => number,
@@ -122,8 +126,8 @@ impl MetaStore {
             },
         };
         let table = txn.open_table(VERSIONS)?;
-        let entry = match table.get((bucket, k, order_of(number)))? {
-            Some(v) => VersionRecord::decode(v.value())?,
+        let (entry, extras) = match table.get((bucket, k, order_of(number)))? {
+            Some(v) => VersionRecord::decode_with(v.value())?,
             None => return Ok(None),
         };
         if !id.names(entry.stamp(), Some(entry.magic())) {
@@ -136,7 +140,18 @@ impl MetaStore {
                 .next()
                 .transpose()?
                 .is_some_and(|(key, _)| key.value().2 == order_of(number));
-        Ok(Some(VersionView::of(entry, latest)))
+        Ok(Some(VersionView::of(entry, latest).with_tags(extras.tags)))
+    }
+}
+
+impl MetaStore {
+    /// A bucket's tags (empty when it has none); NoSuchBucket when there is no bucket.
+    pub fn bucket_tags(&self, bucket: &str) -> Result<TagSet, MetaError> {
+        let txn = self.db().begin_read()?;
+        if txn.open_table(BUCKETS)?.get(bucket)?.is_none() {
+            return Err(MetaError::NoSuchBucket);
+        }
+        tags::get(&txn.open_table(BUCKET_TAGS)?, "bucket_tags", bucket)
     }
 }
 

@@ -1,0 +1,64 @@
+//! Object and bucket tags as the store serves them: a version's tags are read with the
+//! version ([`crate::versions::Head`]) and written by their own command, or with the write
+//! that makes the version (`meta::Command::Tagged`).
+
+use meta::tags::TagSet;
+use meta::{Command, MetaError, TagsSet};
+
+use crate::store::{ObjectStore, StoreError, parse_version_id};
+
+impl ObjectStore {
+    /// Replaces the tags of the version `version` names (the current one without an id;
+    /// an empty set removes them); the version's id where the bucket has versioning. A
+    /// missing key or version, or a delete marker, answers as a read of it does.
+    pub async fn set_object_tags(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        tags: TagSet,
+    ) -> Result<Option<String>, StoreError> {
+        // S3's answers for what has no tags to set: NoSuchKey, NoSuchVersion, a marker's
+        // MethodNotAllowed. The command checks again where it counts.
+        self.head_at(bucket, key, version).await?;
+        let id = version.map(parse_version_id).transpose()?;
+        let cmd = Command::SetObjectTags {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            version: id,
+            tags,
+        };
+        match self.metadata().call::<TagsSet>(cmd).await {
+            Ok(set) => Ok(set.version_id),
+            Err(MetaError::NoSuchKey) => Err(StoreError::NoSuchKey(key.to_string())),
+            Err(MetaError::NoSuchVersion) => Err(StoreError::NoSuchVersion {
+                key: key.to_string(),
+                version_id: version.unwrap_or_default().to_string(),
+            }),
+            Err(e) => Err(StoreError::meta(e, bucket)),
+        }
+    }
+
+    /// A bucket's tags (empty when it has none). Linearizable.
+    pub async fn bucket_tags(&self, bucket: &str) -> Result<TagSet, StoreError> {
+        let b = bucket.to_string();
+        self.meta_read(move |m| m.bucket_tags(&b))
+            .await
+            .map_err(|e| match e {
+                StoreError::Meta(e) => StoreError::meta(e, bucket),
+                other => other,
+            })
+    }
+
+    /// Replaces a bucket's tags (an empty set removes them).
+    pub async fn set_bucket_tags(&self, bucket: &str, tags: TagSet) -> Result<(), StoreError> {
+        let cmd = Command::SetBucketTags {
+            bucket: bucket.to_string(),
+            tags,
+        };
+        self.execute(cmd)
+            .await
+            .map(drop)
+            .map_err(|e| StoreError::meta(e, bucket))
+    }
+}
