@@ -653,13 +653,6 @@ async fn lifecycle_configurations_are_validated_like_s3() {
         "noncurrent version transition"
     );
     assert_eq!(
-        put_raw(with(
-            "<Filter><Tag><Key>k</Key><Value>v</Value></Tag></Filter><Expiration><Days>1</Days></Expiration>"
-        )),
-        not_implemented,
-        "tag filter"
-    );
-    assert_eq!(
         put_raw(with("<Filter/>")),
         (400, "InvalidRequest".to_string()),
         "no action"
