@@ -211,6 +211,73 @@ fn every_role_restarts_after_its_log_was_purged() {
 
 /// Starts node 4 naming the running group (not itself) and adds it as a learner through
 /// the leader.
+/// A follower killed while it installs a snapshot from the leader, again and again: it
+/// restarts every time and catches up. openraft 0.9 purged the follower's log as soon as
+/// the install was handed to the state machine, and a kill before the install was durable
+/// left a node whose log was purged past its state machine: it failed every restart
+/// ("Failed to get log entries"). The kill is aimed, not timed: the install builds the new
+/// state in `meta.redb.install` beside the data folder's `meta.redb` and renames it into
+/// place, so the test kills the node while that file exists.
+#[test]
+fn a_follower_killed_while_it_installs_a_snapshot_restarts() {
+    let rounds: usize = std::env::var("INSTALL_KILL_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    let snapshot_logs = SNAPSHOT_LOGS.to_string();
+    let mut cluster = Cluster::start(3, &["--snapshot-logs", &snapshot_logs]);
+    cluster.create_bucket(1, BUCKET);
+    let mut written = Written::default();
+    // Enough records that an install takes a moment to build.
+    written.put_many(&cluster, &cluster.ids(), 300);
+    let mut caught = 0;
+    for round in 0..rounds {
+        let leader = cluster.wait_leader(ELECTION_TIMEOUT);
+        let follower = (1..=3).find(|&id| id != leader).expect("a follower");
+        let up: Vec<usize> = cluster
+            .ids()
+            .into_iter()
+            .filter(|&id| id != follower)
+            .collect();
+        // Behind the others' purged logs: only a snapshot can catch it up.
+        let left_at = cluster.digest(leader).expect("leader digest").last_applied;
+        cluster.pause(follower);
+        written.put_many(&cluster, &up, 4 * SNAPSHOT_LOGS);
+        wait_purged_past(&cluster, &up, left_at + SNAPSHOT_LOGS);
+        let building = cluster.node(follower).data_dir().join("meta.redb.install");
+        cluster.resume(follower);
+        // Polled every millisecond, bounded; the install's fsyncs alone keep the file for
+        // several.
+        let deadline = Instant::now() + CATCH_UP_TIMEOUT;
+        let seen = loop {
+            if building.exists() {
+                break true;
+            }
+            if Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        cluster.kill9(follower);
+        caught += usize::from(seen);
+        cluster.restart(follower);
+        cluster.wait_leader(ELECTION_TIMEOUT);
+        written.put_many(&cluster, &cluster.ids(), SNAPSHOT_LOGS);
+        cluster.wait_same_digest(&cluster.ids(), CATCH_UP_TIMEOUT);
+        written.verify(&cluster.remote(follower), "the follower killed mid-install");
+        println!(
+            "round {round}: node {follower} killed {} its install, restarted and caught up",
+            if seen { "during" } else { "after" }
+        );
+    }
+    println!("{caught} of {rounds} kills landed while the snapshot was being installed");
+    assert!(
+        caught * 2 >= rounds,
+        "only {caught} of {rounds} kills landed during an install: the test did not test it"
+    );
+    cluster.kill_all_and_fsck();
+}
+
 fn start_learner(cluster: &Cluster, leader: usize) -> Gateway {
     let first = cluster.node(leader);
     let peers = format!("{leader}=127.0.0.1:{}", first.port());
