@@ -262,17 +262,22 @@ async fn copies_uploads_and_public_buckets() {
         .expect("copy");
     assert_eq!(anonymous(&gw, "GET", "/bkt/copy2").0, 403);
 
+    // An upload with tags and an ACL both; the key's current object keeps its own until
+    // the upload completes.
+    put_bytes(&s3, "bkt", "mp", b"before").await;
     let id = s3
         .create_multipart_upload()
         .bucket("bkt")
         .key("mp")
         .acl(ObjectCannedAcl::PublicRead)
+        .tagging("k=v")
         .send()
         .await
         .expect("CreateMultipartUpload")
         .upload_id()
         .expect("upload id")
         .to_string();
+    assert_eq!(anonymous(&gw, "GET", "/bkt/mp").0, 403);
     let part = s3
         .upload_part()
         .bucket("bkt")
@@ -304,6 +309,14 @@ async fn copies_uploads_and_public_buckets() {
         anonymous(&gw, "GET", "/bkt/mp"),
         (200, "one part".to_string())
     );
+    let tags = s3
+        .get_object_tagging()
+        .bucket("bkt")
+        .key("mp")
+        .send()
+        .await
+        .expect("GetObjectTagging");
+    assert_eq!(tags.tag_set().len(), 1);
 
     // A public-read bucket: every object reads, the bucket lists, a missing key is 404.
     s3.create_bucket()

@@ -318,15 +318,14 @@ enum Written<'a> {
     Bucket,
 }
 
-/// `Tagged` and `WithAcl`: the write, then `f` on the extras of what it wrote: the version
-/// it wrote, a new upload (for the object it completes into) or a new bucket.
-fn with_extras(
+/// The `bucket/key` a command under `Tagged` or `WithAcl` writes, and what it makes; a
+/// `Tagged` or `WithAcl` inside is looked through (an upload created with tags and an ACL
+/// is an upload under both).
+fn written_by<'a>(
     txn: &WriteTransaction,
-    (bucket, key): (&str, &str),
-    command: &Command,
-    f: impl FnOnce(&mut Extras),
-) -> Result<Response, MetaError> {
-    let (target_bucket, target_key, written) = match command {
+    command: &'a Command,
+) -> Result<(String, String, Written<'a>), MetaError> {
+    Ok(match command {
         Command::CreateUpload { upload_id, upload }
         | Command::CreateUploadWithChecksum {
             upload_id, upload, ..
@@ -340,14 +339,26 @@ fn with_extras(
         | Command::CreateLockedBucket { bucket, .. } => {
             (bucket.clone(), String::new(), Written::Bucket)
         }
-        Command::Locked { bucket, key, .. }
-        | Command::Tagged { bucket, key, .. }
-        | Command::WithAcl { bucket, key, .. } => (bucket.clone(), key.clone(), Written::Version),
+        Command::Tagged { command, .. } | Command::WithAcl { command, .. } => {
+            written_by(txn, command)?
+        }
+        Command::Locked { bucket, key, .. } => (bucket.clone(), key.clone(), Written::Version),
         _ => {
             let (b, k) = locked_target(txn, command)?;
             (b, k, Written::Version)
         }
-    };
+    })
+}
+
+/// `Tagged` and `WithAcl`: the write, then `f` on the extras of what it wrote: the version
+/// it wrote, a new upload (for the object it completes into) or a new bucket.
+fn with_extras(
+    txn: &WriteTransaction,
+    (bucket, key): (&str, &str),
+    command: &Command,
+    f: impl FnOnce(&mut Extras),
+) -> Result<Response, MetaError> {
+    let (target_bucket, target_key, written) = written_by(txn, command)?;
     if target_bucket != bucket || target_key != key {
         return Err(MetaError::Unexpected(format!(
             "tags or an ACL on {bucket}/{key} go with a write of {target_bucket}/{target_key}"

@@ -465,6 +465,10 @@ fn an_acl_stays_with_its_version_upload_and_bucket() {
         upload_id: "u".into(),
         upload,
     };
+    // With tags and an ACL both: an upload under both wrappers, which leaves the key's
+    // current object as it is until the upload completes.
+    put(&s, "mp", 4, 14, &TagSet::default());
+    let create = Command::tagged("bkt", "mp", &tags(2), create);
     s.execute(&Command::with_acl(
         "bkt",
         "mp",
@@ -472,6 +476,8 @@ fn an_acl_stays_with_its_version_upload_and_bucket() {
         create,
     ))
     .unwrap();
+    assert_eq!(current_acl(&s, "mp"), Some(CannedAcl::Private));
+    assert_eq!(current_tags(&s, "mp"), Some(TagSet::default()));
     s.execute(&Command::CompleteUpload {
         upload_id: "u".into(),
         object: NewObject::new(Sha1([3; 20]), Magic::new(13).unwrap(), 1, 0, [3; 16]),
@@ -481,6 +487,7 @@ fn an_acl_stays_with_its_version_upload_and_bucket() {
     })
     .unwrap();
     assert_eq!(current_acl(&s, "mp"), Some(CannedAcl::PublicRead));
+    assert_eq!(current_tags(&s, "mp"), Some(tags(2)));
     // A bucket created public; private again; its ACL gone with it.
     let create = Command::CreateOwnedBucket {
         bucket: "pub".into(),
