@@ -288,8 +288,12 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             key,
             version,
             tags,
-        } => versions::set_extras(txn, bucket, key, *version, |e| e.tags = tags.clone())
-            .map(|version_id| Response::TagsSet { version_id }),
+        } => {
+            tags.check(crate::tags::OBJECT_TAGS_MAX)
+                .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
+            versions::set_extras(txn, bucket, key, *version, |e| e.tags = tags.clone())
+                .map(|version_id| Response::TagsSet { version_id })
+        }
         Command::SetBucketTags { bucket, tags } => buckets::set_tags(txn, bucket, tags),
         Command::WithAcl {
             bucket,

@@ -264,6 +264,10 @@ fn an_unversioned_object_loses_its_tags_with_it() {
     };
     assert_eq!(set(tags(2)), Ok(Response::TagsSet { version_id: None }));
     assert_eq!(current_tags(&s, "k"), Some(tags(2)));
+    // Tags that break S3's rules are refused, the old ones kept.
+    let reserved = TagSet(vec![Tag::new("aws:x", "1")]);
+    assert!(matches!(set(reserved), Err(MetaError::InvalidCommand(_))));
+    assert_eq!(current_tags(&s, "k"), Some(tags(2)));
     // An overwrite without tags has none.
     put(&s, "k", 2, 6, &TagSet::default());
     assert_eq!(current_tags(&s, "k"), Some(TagSet::default()));
