@@ -348,6 +348,23 @@ awscli_tagging() {
     fi
     grep -q NoSuchTagSet "$AD/tagging.out"
 }
+# Canned ACLs: s3 cp --acl public-read read with plain curl (no signature), get-object-acl
+# naming AllUsers READ, put-object-acl private closing it again.
+awscli_acl() {
+    local code grants
+    aws_ s3 cp --no-progress --acl public-read "$AD/api.bin" "s3://$AB/api/public.bin" &&
+        fetch_url "$ENDPOINT/$AB/api/public.bin" "$AD/public.down" &&
+        cmp "$AD/api.bin" "$AD/public.down" || return 1
+    grants="$(aws_ s3api get-object-acl --bucket "$AB" --key api/public.bin \
+        --query 'join(`,`, sort(Grants[].Permission))' --output text)" || return 1
+    echo "grants: $grants"
+    [ "$grants" = "FULL_CONTROL,READ" ] || return 1
+    aws_ s3api put-object-acl --bucket "$AB" --key api/public.bin --acl private || return 1
+    code="$(curl -sS --max-time 60 -o /dev/null -w '%{http_code}' \
+        "$ENDPOINT/$AB/api/public.bin")" || return 1
+    echo "anonymous GET after put-object-acl private: $code"
+    [ "$code" = "403" ]
+}
 awscli_delete_objects() {
     local out left
     aws_ s3api put-object --bucket "$AB" --key api/del1.txt --body "$AD/tree/a.txt" >/dev/null &&
@@ -434,6 +451,7 @@ section_awscli() {
     check "awscli: s3api copy-object + get + cmp" awscli_copy_object
     check "awscli: s3api delete-objects" awscli_delete_objects
     check "awscli: s3api object and bucket tagging (put/get/delete, copy REPLACE)" awscli_tagging
+    check "awscli: s3 cp --acl public-read + anonymous curl, get/put-object-acl" awscli_acl
     check "awscli: s3api versioning, get-object --version-id, list-object-versions" awscli_versions
     check "awscli: s3 presign (s3v4) + curl + cmp" awscli_presign_curl
     check "awscli: s3 presign (default settings) + curl + cmp" awscli_presign_default_curl

@@ -333,7 +333,8 @@ pub fn records(data: &[u8]) {
     use meta::tables::decode_versioned;
     let _ = meta::versions::decode_current_with(data);
     let _ = meta::versions::VersionRecord::decode_with(data);
-    let _ = meta::tags::TagSet::decode("bucket_tags", data);
+    let _ = meta::tags::TagSet::decode("tags", data);
+    let _ = meta::extras::Extras::decode("bucket_extras", data);
     let _ = decode_versioned::<UploadRecord>("uploads", data);
     let _ = decode_versioned::<PartRecord>("parts", data);
     let _ = decode_versioned::<BucketRecord>("buckets", data);

@@ -21,6 +21,7 @@ use crate::store::{
     ChecksumSlot, CommitError, ContentReadError, ObjectAttrs, ObjectStore, ReadBody, StoreError,
     Stored, UploadError, now_ms, now_secs,
 };
+use meta::acl::CannedAcl;
 use meta::checksums::{ChecksumType, UploadChecksum, UploadChecksums};
 use meta::tags::TagSet;
 use meta::{
@@ -91,7 +92,7 @@ impl ObjectStore {
         key: &str,
         attrs: ObjectAttrs,
         checksum: Option<UploadChecksum>,
-        tags: &TagSet,
+        (tags, acl): (&TagSet, CannedAcl),
     ) -> Result<String, StoreError> {
         self.check_key(key)?;
         self.check_attrs(&attrs)?;
@@ -117,6 +118,7 @@ impl ObjectStore {
         };
         // The tags wait beside the upload for the object it completes into.
         let cmd = Command::tagged(bucket, key, tags, cmd);
+        let cmd = Command::with_acl(bucket, key, acl, cmd);
         self.execute(cmd)
             .await
             .map_err(|e| StoreError::meta(e, bucket))?;

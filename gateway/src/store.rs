@@ -26,6 +26,7 @@ use placement::write::{self, StagedUpload, WriteError};
 use placement::{ContentHasher, Digests, Disk, Magic, PairId, PairRecord, Sha1};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use meta::acl::CannedAcl;
 use meta::command::LockChange;
 use meta::raft::Metadata;
 use meta::tags::TagSet;
@@ -76,6 +77,8 @@ pub struct CopyWrite {
     pub lock: Option<LockChange>,
     /// The copy's tags: the source's (COPY directive) or the request's (REPLACE).
     pub tags: TagSet,
+    /// The copy's canned ACL (`x-amz-acl`; a copy never takes its source's).
+    pub acl: CannedAcl,
 }
 
 /// What a client asks to store besides the body.
@@ -96,6 +99,8 @@ pub struct PutRequest {
     pub lock: Option<LockChange>,
     /// The tags of the new version (`x-amz-tagging`), set in the write's own command.
     pub tags: TagSet,
+    /// The canned ACL of the new version (`x-amz-acl`), set in the write's own command.
+    pub acl: CannedAcl,
 }
 
 /// Where the S3 layer leaves a flexible checksum it verified while the body streamed
@@ -490,12 +495,14 @@ impl ObjectStore {
         &self,
         bucket: &str,
         owner: Option<String>,
+        acl: CannedAcl,
     ) -> Result<(), StoreError> {
         let cmd = Command::CreateOwnedBucket {
             bucket: bucket.to_string(),
             created_ms: now_ms(),
             owner,
         };
+        let cmd = Command::with_acl(bucket, "", acl, cmd);
         let done = self.execute_in(bucket, cmd).await;
         self.lifecycle_rules.forget(bucket);
         done
@@ -613,7 +620,7 @@ impl ObjectStore {
             .and_then(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).take());
         req.attrs.apply_to(&mut object);
         let (bucket, key, precondition, lock) = (req.bucket, req.key, req.precondition, req.lock);
-        let tags = req.tags;
+        let (tags, acl) = (req.tags, req.acl);
         let command = |source| {
             let put = Command::PutObject {
                 bucket: bucket.clone(),
@@ -632,7 +639,8 @@ impl ObjectStore {
                 },
                 None => put,
             };
-            Command::tagged(&bucket, &key, &tags, put)
+            let put = Command::tagged(&bucket, &key, &tags, put);
+            Command::with_acl(&bucket, &key, acl, put)
         };
         match self.commit_content::<ObjectPut>(staged, command).await {
             Ok(put) => Ok(Stored {
@@ -693,6 +701,7 @@ impl ObjectStore {
             precondition,
             lock,
             tags,
+            acl,
         } = write;
         self.check_key(to.1)?;
         if let Some(pre) = &precondition {
@@ -744,6 +753,7 @@ impl ObjectStore {
             None => cmd,
         };
         let cmd = Command::tagged(to.0, to.1, &tags, cmd);
+        let cmd = Command::with_acl(to.0, to.1, acl, cmd);
         if let Some(id) = pinned {
             return match self.meta.referencing::<ObjectPut>(cmd).await {
                 Ok(Referenced::Done(put)) => Ok(Stored {

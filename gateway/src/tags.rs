@@ -1,7 +1,9 @@
-//! Object and bucket tags as the store serves them: a version's tags are read with the
-//! version ([`crate::versions::Head`]) and written by their own command, or with the write
-//! that makes the version (`meta::Command::Tagged`).
+//! Object and bucket tags and canned ACLs as the store serves them: a version's are read
+//! with the version ([`crate::versions::Head`]) and written by their own command, or with
+//! the write that makes the version (`meta::Command::Tagged`, `meta::Command::WithAcl`).
 
+use meta::acl::CannedAcl;
+use meta::extras::Extras;
 use meta::tags::TagSet;
 use meta::{Command, MetaError, TagsSet};
 
@@ -18,9 +20,6 @@ impl ObjectStore {
         version: Option<&str>,
         tags: TagSet,
     ) -> Result<Option<String>, StoreError> {
-        // S3's answers for what has no tags to set: NoSuchKey, NoSuchVersion, a marker's
-        // MethodNotAllowed. The command checks again where it counts.
-        self.head_at(bucket, key, version).await?;
         let id = version.map(parse_version_id).transpose()?;
         let cmd = Command::SetObjectTags {
             bucket: bucket.to_string(),
@@ -28,6 +27,38 @@ impl ObjectStore {
             version: id,
             tags,
         };
+        self.change_version(bucket, key, version, cmd).await
+    }
+
+    /// Sets the canned ACL of the version `version` names, as [`Self::set_object_tags`].
+    pub async fn set_object_acl(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        acl: CannedAcl,
+    ) -> Result<Option<String>, StoreError> {
+        let id = version.map(parse_version_id).transpose()?;
+        let cmd = Command::SetObjectAcl {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            version: id,
+            acl,
+        };
+        self.change_version(bucket, key, version, cmd).await
+    }
+
+    /// Runs `cmd`, a change of one version's extras.
+    async fn change_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<&str>,
+        cmd: Command,
+    ) -> Result<Option<String>, StoreError> {
+        // S3's answers for what has nothing to change: NoSuchKey, NoSuchVersion, a
+        // marker's MethodNotAllowed. The command checks again where it counts.
+        self.head_at(bucket, key, version).await?;
         match self.metadata().call::<TagsSet>(cmd).await {
             Ok(set) => Ok(set.version_id),
             Err(MetaError::NoSuchKey) => Err(StoreError::NoSuchKey(key.to_string())),
@@ -41,13 +72,34 @@ impl ObjectStore {
 
     /// A bucket's tags (empty when it has none). Linearizable.
     pub async fn bucket_tags(&self, bucket: &str) -> Result<TagSet, StoreError> {
+        self.bucket_extras(bucket).await.map(|e| e.tags)
+    }
+
+    /// A bucket's canned ACL. Linearizable.
+    pub async fn bucket_acl(&self, bucket: &str) -> Result<CannedAcl, StoreError> {
+        self.bucket_extras(bucket).await.map(|e| e.acl)
+    }
+
+    async fn bucket_extras(&self, bucket: &str) -> Result<Extras, StoreError> {
         let b = bucket.to_string();
-        self.meta_read(move |m| m.bucket_tags(&b))
+        self.meta_read(move |m| m.bucket_extras(&b))
             .await
             .map_err(|e| match e {
                 StoreError::Meta(e) => StoreError::meta(e, bucket),
                 other => other,
             })
+    }
+
+    /// Sets a bucket's canned ACL.
+    pub async fn set_bucket_acl(&self, bucket: &str, acl: CannedAcl) -> Result<(), StoreError> {
+        let cmd = Command::SetBucketAcl {
+            bucket: bucket.to_string(),
+            acl,
+        };
+        self.execute(cmd)
+            .await
+            .map(drop)
+            .map_err(|e| StoreError::meta(e, bucket))
     }
 
     /// Replaces a bucket's tags (an empty set removes them).

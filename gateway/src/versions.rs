@@ -2,6 +2,7 @@
 //! with its id, one version by id, the removal of one version, ListObjectVersions pages
 //! and a bucket's versioning state.
 
+use meta::acl::CannedAcl;
 use meta::command::LockChange;
 use meta::list_versions::{VersionsPage, VersionsQuery};
 use meta::tags::TagSet;
@@ -18,6 +19,7 @@ pub struct Head {
     pub version_id: Option<String>,
     pub lock: ObjectLock,
     pub tags: TagSet,
+    pub acl: CannedAcl,
 }
 
 impl ObjectStore {
@@ -32,11 +34,13 @@ impl ObjectStore {
                 version_id,
                 lock,
                 tags,
+                acl,
             } => Ok(Head {
                 record,
                 version_id,
                 lock,
                 tags,
+                acl,
             }),
             CurrentVersion::NoBucket => Err(StoreError::NoSuchBucket(bucket.to_string())),
             CurrentVersion::Absent => Err(StoreError::NoSuchKey(key.to_string())),
@@ -80,6 +84,7 @@ impl ObjectStore {
                 version_id: Some(version_id),
                 lock: view.stamp.lock,
                 tags: view.tags,
+                acl: view.acl,
             }),
             None => Err(StoreError::VersionIsDeleteMarker {
                 version_id,
@@ -172,12 +177,14 @@ impl ObjectStore {
         &self,
         bucket: &str,
         owner: Option<String>,
+        acl: CannedAcl,
     ) -> Result<(), StoreError> {
         let cmd = Command::CreateLockedBucket {
             bucket: bucket.to_string(),
             created_ms: crate::store::now_ms(),
             owner,
         };
+        let cmd = Command::with_acl(bucket, "", acl, cmd);
         self.execute(cmd)
             .await
             .map(drop)

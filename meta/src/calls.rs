@@ -57,7 +57,8 @@ impl Answer for Deleted {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PartPut;
 
-/// `SetObjectTags` set the tags of a version: its id, in a bucket with versioning.
+/// `SetObjectTags` (or `SetObjectAcl`) changed a version: its id, in a bucket with
+/// versioning.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TagsSet {
     pub version_id: Option<String>,
@@ -66,7 +67,9 @@ pub struct TagsSet {
 impl Answer for TagsSet {
     fn take(response: Response) -> Result<Self, MetaError> {
         match response {
-            Response::TagsSet { version_id } => Ok(TagsSet { version_id }),
+            Response::TagsSet { version_id } | Response::AclSet { version_id } => {
+                Ok(TagsSet { version_id })
+            }
             other => Err(unexpected(other)),
         }
     }

@@ -52,7 +52,10 @@ impl Command {
             | Command::PutPartWithChecksum { .. }
             | Command::Tagged { .. }
             | Command::SetObjectTags { .. }
-            | Command::SetBucketTags { .. } => 4,
+            | Command::SetBucketTags { .. }
+            | Command::WithAcl { .. }
+            | Command::SetObjectAcl { .. }
+            | Command::SetBucketAcl { .. } => 4,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

@@ -9,6 +9,7 @@ use placement::{Magic, PairFlags, PairId, PairRecord, Sha1};
 use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
+use crate::acl::CannedAcl;
 use crate::checksums::UploadChecksum;
 use crate::lifecycle::rules::{LifecycleRule, VersionActions};
 use crate::tags::TagSet;
@@ -414,6 +415,29 @@ pub enum Command {
         bucket: String,
         tags: TagSet,
     },
+    /// `command` with the canned ACL its request gave (`x-amz-acl`) on what it writes, in
+    /// the same transaction: as `Tagged` for a write of `bucket/key` or a new upload, and
+    /// for a CreateBucket (`CreateOwnedBucket`, `CreateLockedBucket`) with an empty `key`,
+    /// the bucket's. Format version 4.
+    WithAcl {
+        bucket: String,
+        key: String,
+        acl: CannedAcl,
+        command: Box<Command>,
+    },
+    /// `PutObjectAcl` on one version (None: the current one); answers `AclSet`. Format
+    /// version 4.
+    SetObjectAcl {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+        acl: CannedAcl,
+    },
+    /// `PutBucketAcl`. Format version 4.
+    SetBucketAcl {
+        bucket: String,
+        acl: CannedAcl,
+    },
 }
 
 /// A change to a version's object lock; None fields are left as they are.
@@ -436,6 +460,21 @@ impl Command {
             bucket: bucket.to_string(),
             key: key.to_string(),
             tags: tags.clone(),
+            command: Box::new(command),
+        }
+    }
+
+    /// `command` (a write of `bucket/key`, or with an empty `key` a CreateBucket) with
+    /// `acl` on what it writes: under [`Command::WithAcl`] unless it is private, the
+    /// default.
+    pub fn with_acl(bucket: &str, key: &str, acl: CannedAcl, command: Command) -> Command {
+        if acl == CannedAcl::Private {
+            return command;
+        }
+        Command::WithAcl {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            acl,
             command: Box::new(command),
         }
     }
@@ -538,6 +577,10 @@ pub enum Response {
     },
     /// `SetObjectTags` set the tags of this version (None: the bucket is unversioned).
     TagsSet {
+        version_id: Option<String>,
+    },
+    /// `SetObjectAcl` set the ACL of this version (None: the bucket is unversioned).
+    AclSet {
         version_id: Option<String>,
     },
 }

@@ -13,11 +13,13 @@
 //! (`command.rs`, `cluster_version.rs`); [`apply`]; [`MetaStore`] (`store/`); the Raft
 //! group ([`raft`]); the typed [`calls`].
 
+pub mod acl;
 pub mod apply;
 pub mod calls;
 pub mod checksums;
 pub mod cluster_version;
 pub mod command;
+pub mod extras;
 pub mod filedb;
 pub mod groups;
 pub mod jobs;

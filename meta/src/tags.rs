@@ -1,29 +1,15 @@
-//! Tags (S3's object and bucket tagging): a set of key/value pairs, S3's limits on it, and
-//! the two tables that keep tags that belong to no object version.
-//!
-//! An object version's tags live beside its record and stamp, in the version's own value
-//! of `objects` or `versions` ([`crate::versions::VersionExtras`]), so they move and vanish
-//! with the version. What is not a version keeps them here:
-//!
-//! - [`BUCKET_TAGS`]: bucket name -> [`TagSet`] (PutBucketTagging), dropped with the
-//!   bucket's record.
-//! - [`UPLOAD_TAGS`]: upload id -> [`TagSet`] (`x-amz-tagging` of
-//!   CreateMultipartUpload), given to the completed object and dropped with the upload.
+//! Tags (S3's object and bucket tagging): a set of key/value pairs and S3's limits on it.
+//! Where they are kept (beside an object version's record, beside an upload or a bucket)
+//! is [`crate::extras`]'s.
 //!
 //! Back of the envelope: at most 50 tags of 128 + 256 characters (4 bytes each at most)
 //! is 77 KB for a bucket, 10 such pairs 15 KB for a version; real tag sets are tens of
 //! bytes, written only when a client sets some.
 
-use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
 use crate::tables::{decode_versioned, encode_versioned};
-
-/// Bucket name -> [`TagSet`].
-pub const BUCKET_TAGS: TableDefinition<&str, &[u8]> = TableDefinition::new("bucket_tags");
-/// Upload id -> [`TagSet`] the completed object gets.
-pub const UPLOAD_TAGS: TableDefinition<&str, &[u8]> = TableDefinition::new("upload_tags");
 
 /// S3's bound on the tags of an object version.
 pub const OBJECT_TAGS_MAX: usize = 10;
@@ -129,34 +115,6 @@ impl Tag {
             key: key.into(),
             value: value.into(),
         }
-    }
-}
-
-/// Sets (an empty set: removes) the tags of a table's entry `name`.
-pub(crate) fn put(
-    txn: &WriteTransaction,
-    table: TableDefinition<&str, &[u8]>,
-    name: &str,
-    tags: &TagSet,
-) -> Result<(), MetaError> {
-    let mut t = txn.open_table(table)?;
-    if tags.is_empty() {
-        t.remove(name)?;
-    } else {
-        t.insert(name, tags.encode()?.as_slice())?;
-    }
-    Ok(())
-}
-
-/// The tags of a table's entry `name` (empty when it has none).
-pub fn get(
-    table: &impl ReadableTable<&'static str, &'static [u8]>,
-    what: &'static str,
-    name: &str,
-) -> Result<TagSet, MetaError> {
-    match table.get(name)? {
-        Some(v) => TagSet::decode(what, v.value()),
-        None => Ok(TagSet::default()),
     }
 }
 

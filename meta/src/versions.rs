@@ -10,6 +10,8 @@ use placement::Magic;
 use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
+use crate::acl::CannedAcl;
+use crate::extras::{Extra, Extras};
 use crate::tables::ObjectRecord;
 use crate::tags::TagSet;
 // Kept beside the bucket record it is part of; named here with the rest of versions.
@@ -188,8 +190,9 @@ pub struct VersionView {
     pub created_ms: u64,
     /// Whether it is the key's current version.
     pub latest: bool,
-    /// Its tags, where the read asked for them (empty otherwise).
+    /// Its tags and canned ACL, where the read asked for them (none otherwise).
     pub tags: TagSet,
+    pub acl: CannedAcl,
 }
 
 impl VersionView {
@@ -202,12 +205,17 @@ impl VersionView {
             stamp,
             latest: true,
             tags: TagSet::default(),
+            acl: CannedAcl::Private,
         }
     }
 
-    /// The view with the version's tags.
-    pub fn with_tags(self, tags: TagSet) -> VersionView {
-        VersionView { tags, ..self }
+    /// The view with the version's tags and ACL.
+    pub fn with_extras(self, extras: Extras) -> VersionView {
+        VersionView {
+            tags: extras.tags,
+            acl: extras.acl,
+            ..self
+        }
     }
 
     /// A `versions` entry; `latest` only for a delete marker that is the newest version.
@@ -220,6 +228,7 @@ impl VersionView {
                 stamp,
                 latest,
                 tags: TagSet::default(),
+                acl: CannedAcl::Private,
             },
             VersionRecord::DeleteMarker {
                 stamp,
@@ -232,6 +241,7 @@ impl VersionView {
                 created_ms,
                 latest,
                 tags: TagSet::default(),
+                acl: CannedAcl::Private,
             },
         }
     }
@@ -242,58 +252,14 @@ impl VersionView {
     }
 }
 
-/// What an object version carries beside its record and stamp, in the same value (so it
-/// moves and vanishes with the version): its tags. Written only when there is some, so
-/// that a version without any keeps the bytes of the formats before it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct VersionExtras {
-    pub tags: TagSet,
-}
-
-/// One item of [`VersionExtras`] as stored: a list of these, each present only when set,
-/// so that a later item is a new variant (appended: a variant's index is its encoding)
-/// rather than a new shape of the value.
-#[derive(Serialize, Deserialize)]
-enum Extra {
-    Tags(TagSet),
-}
-
-impl VersionExtras {
-    pub const NONE: VersionExtras = VersionExtras {
-        tags: TagSet(Vec::new()),
-    };
-
-    pub fn is_empty(&self) -> bool {
-        self.tags.is_empty()
-    }
-
-    fn items(&self) -> Vec<Extra> {
-        let mut out = Vec::new();
-        if !self.tags.is_empty() {
-            out.push(Extra::Tags(self.tags.clone()));
-        }
-        out
-    }
-
-    fn from_items(items: Vec<Extra>) -> VersionExtras {
-        let mut out = VersionExtras::default();
-        for item in items {
-            match item {
-                Extra::Tags(tags) => out.tags = tags,
-            }
-        }
-        out
-    }
-}
-
 /// Format byte of a `versions` value.
 const VERSION_RECORD_V1: u8 = 1;
-/// Format byte of a `versions` value with [`VersionExtras`]: the record, then the items.
+/// Format byte of a `versions` value with [`Extras`]: the record, then the items.
 const VERSION_RECORD_WITH_EXTRAS: u8 = 2;
 /// Format byte of an `objects` value with its stamp (a versioned bucket's current version);
 /// 1 is a bare [`ObjectRecord`] with [`VersionStamp::UNVERSIONED`].
 const CURRENT_WITH_STAMP: u8 = 2;
-/// Format byte of an `objects` value with its stamp and [`VersionExtras`] (of any bucket).
+/// Format byte of an `objects` value with its stamp and [`Extras`] (of any bucket).
 const CURRENT_WITH_EXTRAS: u8 = 3;
 
 fn corrupt(table: &str, e: impl std::fmt::Display) -> MetaError {
@@ -318,11 +284,11 @@ impl VersionRecord {
     }
 
     pub fn encode(&self) -> Result<Vec<u8>, MetaError> {
-        self.encode_with(&VersionExtras::NONE)
+        self.encode_with(&Extras::NONE)
     }
 
     /// The value of a version with its extras (format 1 when it has none).
-    pub fn encode_with(&self, extras: &VersionExtras) -> Result<Vec<u8>, MetaError> {
+    pub fn encode_with(&self, extras: &Extras) -> Result<Vec<u8>, MetaError> {
         if extras.is_empty() {
             let mut out = vec![VERSION_RECORD_V1];
             out.extend(postcard::to_stdvec(self).map_err(|e| corrupt("versions", e))?);
@@ -340,16 +306,16 @@ impl VersionRecord {
     }
 
     /// A `versions` value of either format, with its extras.
-    pub fn decode_with(bytes: &[u8]) -> Result<(Self, VersionExtras), MetaError> {
+    pub fn decode_with(bytes: &[u8]) -> Result<(Self, Extras), MetaError> {
         match bytes.split_first() {
             Some((&VERSION_RECORD_V1, rest)) => Ok((
                 postcard::from_bytes(rest).map_err(|e| corrupt("versions", e))?,
-                VersionExtras::default(),
+                Extras::default(),
             )),
             Some((&VERSION_RECORD_WITH_EXTRAS, rest)) => {
                 let (record, items): (VersionRecord, Vec<Extra>) =
                     postcard::from_bytes(rest).map_err(|e| corrupt("versions", e))?;
-                Ok((record, VersionExtras::from_items(items)))
+                Ok((record, Extras::from_items(items)))
             }
             Some((v, _)) => Err(corrupt("versions", format!("unknown record version {v}"))),
             None => Err(corrupt("versions", "empty record")),
@@ -373,7 +339,7 @@ pub fn encode_current(record: &ObjectRecord, stamp: VersionStamp) -> Result<Vec<
 pub fn encode_current_with(
     record: &ObjectRecord,
     stamp: VersionStamp,
-    extras: &VersionExtras,
+    extras: &Extras,
 ) -> Result<Vec<u8>, MetaError> {
     if extras.is_empty() {
         return encode_current(record, stamp);
@@ -393,21 +359,21 @@ pub fn decode_current(bytes: &[u8]) -> Result<(ObjectRecord, VersionStamp), Meta
 /// Reads an `objects` value of any format, with the version's extras.
 pub fn decode_current_with(
     bytes: &[u8],
-) -> Result<(ObjectRecord, VersionStamp, VersionExtras), MetaError> {
+) -> Result<(ObjectRecord, VersionStamp, Extras), MetaError> {
     match bytes.split_first() {
         Some((&CURRENT_WITH_STAMP, rest)) => {
             let (record, stamp) = postcard::from_bytes(rest).map_err(|e| corrupt("objects", e))?;
-            Ok((record, stamp, VersionExtras::default()))
+            Ok((record, stamp, Extras::default()))
         }
         Some((&CURRENT_WITH_EXTRAS, rest)) => {
             let (record, stamp, items): (ObjectRecord, VersionStamp, Vec<Extra>) =
                 postcard::from_bytes(rest).map_err(|e| corrupt("objects", e))?;
-            Ok((record, stamp, VersionExtras::from_items(items)))
+            Ok((record, stamp, Extras::from_items(items)))
         }
         _ => Ok((
             crate::tables::decode_versioned("objects", bytes)?,
             VersionStamp::UNVERSIONED,
-            VersionExtras::default(),
+            Extras::default(),
         )),
     }
 }
@@ -607,8 +573,9 @@ mod tests {
     fn extras_travel_beside_the_record_and_only_when_set() {
         use crate::tags::Tag;
         let r = record();
-        let extras = VersionExtras {
+        let extras = Extras {
             tags: TagSet(vec![Tag::new("a", "1"), Tag::new("b", "")]),
+            acl: CannedAcl::PublicRead,
         };
         // None: the formats before extras, byte for byte.
         for stamp in [
@@ -620,7 +587,7 @@ mod tests {
             },
         ] {
             assert_eq!(
-                encode_current_with(&r, stamp, &VersionExtras::NONE).unwrap(),
+                encode_current_with(&r, stamp, &Extras::NONE).unwrap(),
                 encode_current(&r, stamp).unwrap()
             );
             let bytes = encode_current_with(&r, stamp, &extras).unwrap();
@@ -642,7 +609,7 @@ mod tests {
             noncurrent_since_ms: 5,
         };
         assert_eq!(
-            entry.encode_with(&VersionExtras::NONE).unwrap(),
+            entry.encode_with(&Extras::NONE).unwrap(),
             entry.encode().unwrap()
         );
         let bytes = entry.encode_with(&extras).unwrap();

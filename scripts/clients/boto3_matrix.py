@@ -423,6 +423,45 @@ def main():
 
     check("object and bucket tagging (put/get/delete, Tagging=, copy REPLACE, TagCount)", tags)
 
+    def anonymous_status(path):
+        try:
+            with urllib.request.urlopen(endpoint + path, timeout=60) as resp:
+                resp.read()
+                return resp.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    def acls():
+        all_users = "http://acs.amazonaws.com/groups/global/AllUsers"
+        s3.put_object(Bucket=bucket, Key="acl/pub.txt", Body=small, ACL="public-read")
+        status = anonymous_status("/%s/acl/pub.txt" % bucket)
+        expect(status == 200, "anonymous GET of a public-read object: %s" % status)
+        grants = s3.get_object_acl(Bucket=bucket, Key="acl/pub.txt")["Grants"]
+        public = [g for g in grants if g["Grantee"].get("URI") == all_users]
+        expect(len(grants) == 2 and public and public[0]["Permission"] == "READ",
+               "grants %r" % grants)
+        s3.put_object_acl(Bucket=bucket, Key="acl/pub.txt", ACL="private")
+        status = anonymous_status("/%s/acl/pub.txt" % bucket)
+        expect(status == 403, "anonymous GET after put_object_acl private: %s" % status)
+        open_bucket = bucket + "-public"
+        s3.create_bucket(Bucket=open_bucket, ACL="public-read")
+        s3.put_object(Bucket=open_bucket, Key="a.txt", Body=b"a")
+        status = anonymous_status("/%s?list-type=2" % open_bucket)
+        expect(status == 200, "anonymous listing of a public-read bucket: %s" % status)
+        s3.put_bucket_acl(Bucket=open_bucket, ACL="private")
+        status = anonymous_status("/%s/a.txt" % open_bucket)
+        expect(status == 403, "anonymous GET after put_bucket_acl private: %s" % status)
+        try:
+            s3.put_object_acl(Bucket=bucket, Key="acl/pub.txt", ACL="authenticated-read")
+            raise CheckFailed("authenticated-read was accepted")
+        except ClientError as e:
+            code = e.response.get("Error", {}).get("Code")
+            expect(code == "NotImplemented", "authenticated-read answered %s" % code)
+        s3.delete_object(Bucket=open_bucket, Key="a.txt")
+        s3.delete_bucket(Bucket=open_bucket)
+
+    check("canned ACLs: public-read object and bucket read anonymously, get/put_object_acl, put_bucket_acl", acls)
+
     def cleanup():
         keys = []
         token = None

@@ -653,6 +653,20 @@ async fn lifecycle_configurations_are_validated_like_s3() {
         "noncurrent version transition"
     );
     assert_eq!(
+        put_raw(with(
+            "<Filter><Tag><Key>aws:k</Key><Value>v</Value></Tag></Filter><Expiration><Days>1</Days></Expiration>"
+        )),
+        (400, "InvalidTag".to_string()),
+        "a reserved tag key in a filter"
+    );
+    assert_eq!(
+        put_raw(with(
+            "<Filter><Tag><Key>k</Key><Value>v</Value></Tag></Filter><AbortIncompleteMultipartUpload><DaysAfterInitiation>1</DaysAfterInitiation></AbortIncompleteMultipartUpload>"
+        )),
+        (400, "InvalidRequest".to_string()),
+        "an upload abort with a tag filter"
+    );
+    assert_eq!(
         put_raw(with("<Filter/>")),
         (400, "InvalidRequest".to_string()),
         "no action"

@@ -1,10 +1,10 @@
 //! POST Object (browser uploads) against the real binary: forms signed by boto3's
 //! `generate_presigned_post` (SigV4) and by the documented V2 algorithm (computed in
 //! python with hmac/sha1), posted with `requests` as `multipart/form-data`; the stored
-//! objects read back with the AWS SDK, a `tagging` field's tags on its object. Every
-//! refusal (expired, tampered, violated condition, too large, too small, extra field,
-//! unknown key, key without rights, bad tags, anonymous form) answers S3's code and leaves
-//! nothing stored. Then headless Chromium submits real forms (a file input set over the DevTools protocol) and a page's
+//! objects read back with the AWS SDK, a `tagging` field's tags on its object, an
+//! `acl=public-read` object read without a signature. Every refusal (expired, tampered,
+//! violated condition, too large, too small, extra field, unknown key, key without rights,
+//! bad tags, an ACL not kept, anonymous form) answers S3's code and leaves nothing stored. Then headless Chromium submits real forms (a file input set over the DevTools protocol) and a page's
 //! `fetch` of a `FormData` across origins, which only succeeds with the bucket's CORS
 //! headers.
 //!
@@ -253,6 +253,10 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
         json!({"name": "public acl", "key": "public.bin", "fields": {"acl": "public-read"},
                "conditions": [{"acl": "public-read"}],
                "file": file("p.bin", &small, "application/octet-stream")}),
+        json!({"name": "unkept acl", "key": "authenticated.bin",
+               "fields": {"acl": "authenticated-read"},
+               "conditions": [{"acl": "authenticated-read"}],
+               "file": file("p.bin", &small, "application/octet-stream")}),
         json!({"name": "anonymous", "sign": "none", "key": "anon.bin",
                "fields": {"key": "anon.bin"},
                "file": file("a.bin", &small, "application/octet-stream")}),
@@ -266,7 +270,7 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
                "file": file("j.bin", &small, "application/octet-stream")}),
     ];
     let answers = run_python("post_forms.py", &job(&gw, cases));
-    assert_eq!(answers.len(), 22, "{answers:?}");
+    assert_eq!(answers.len(), 23, "{answers:?}");
     let by = |name: &str| named(&answers, name);
 
     // SigV4, 201 with the PostResponse document; the object reads back byte for byte with
@@ -342,6 +346,14 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
         .collect();
     assert_eq!(tags, [("a", "b")]);
 
+    // The `acl` field, a canned ACL: public-read reads without a signature.
+    expect(by("public acl"), 204, None);
+    let anonymous = gw
+        .raw("GET", &format!("/{BUCKET}/public.bin"), &[], b"")
+        .expect("GET");
+    assert_eq!(anonymous.status, 200);
+    assert_eq!(anonymous.body, small);
+
     // Refusals, each with S3's code, and nothing stored.
     let refused = [
         ("expired", 403, "AccessDenied", "expired.bin"),
@@ -365,7 +377,7 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
         ("key without rights", 403, "AccessDenied", "norights.bin"),
         ("reserved tag", 400, "InvalidTag", "reserved-tag.bin"),
         ("tagging as a query", 400, "MalformedXML", "query-tag.bin"),
-        ("public acl", 501, "NotImplemented", "public.bin"),
+        ("unkept acl", 501, "NotImplemented", "authenticated.bin"),
         ("anonymous", 403, "AccessDenied", "anon.bin"),
         ("no file", 400, "InvalidArgument", "nofile.bin"),
         ("no key", 400, "InvalidArgument", "nokey.bin"),
@@ -409,6 +421,7 @@ async fn forms_signed_v4_and_v2_upload_and_every_refusal_stores_nothing() {
     assert_eq!(
         keys,
         [
+            "public.bin",
             "redirected.bin",
             "tagged.bin",
             "uploads/photo.png",

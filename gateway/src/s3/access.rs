@@ -31,13 +31,16 @@ pub enum Caller {
     Bootstrap,
     /// A key of the `keys` table, by access key id.
     Key(String),
+    /// An unsigned GET or HEAD: only what a public-read ACL opens to anyone
+    /// ([`super::acl::allow_anonymous`]).
+    Anonymous,
 }
 
 impl Caller {
     /// The owner recorded in a bucket this caller creates.
     pub fn owner(&self) -> Option<String> {
         match self {
-            Caller::Bootstrap => None,
+            Caller::Bootstrap | Caller::Anonymous => None,
             Caller::Key(k) => Some(k.clone()),
         }
     }
@@ -47,6 +50,7 @@ impl Caller {
     pub fn sees(&self, app: &AppState, bucket: &str, record: &BucketRecord) -> bool {
         match self {
             Caller::Bootstrap => true,
+            Caller::Anonymous => false,
             Caller::Key(k) => {
                 record.owner.as_deref() == Some(k.as_str())
                     || app
@@ -134,6 +138,7 @@ pub async fn authorize(
 ) -> Result<(), S3Error> {
     let key = match caller {
         Caller::Bootstrap => return Ok(()),
+        Caller::Anonymous => return Err(access_denied()),
         Caller::Key(k) => k,
     };
     let keys = app.store.meta_store().keys();

@@ -194,6 +194,15 @@ pub async fn authenticate(State(app): State<Arc<AppState>>, req: Request, next: 
         {
             return next.run(Request::from_parts(parts, body)).await;
         }
+        // An unsigned read goes on as anonymous: the router lets through only what a
+        // public-read ACL opens to anyone.
+        Err(AuthError::Missing)
+            if parts.method == http::Method::GET || parts.method == http::Method::HEAD =>
+        {
+            parts.extensions.insert(access::Caller::Anonymous);
+            parts.extensions.insert(BodyInfo::default());
+            return next.run(Request::from_parts(parts, body)).await;
+        }
         Err(e) => {
             let presigned = parts
                 .uri

@@ -11,6 +11,7 @@ use super::owner::Owner;
 use super::request::{Query, check_bucket_name};
 use super::xml::XmlWriter;
 use crate::state::AppState;
+use meta::acl::CannedAcl;
 use meta::{DeleteOutcome, ListQuery};
 
 fn xml_response(body: Vec<u8>) -> Response {
@@ -42,13 +43,13 @@ pub async fn create(
     app: &AppState,
     bucket: &str,
     owner: Option<String>,
-    object_lock: bool,
+    (object_lock, acl): (bool, CannedAcl),
 ) -> Result<Response, S3Error> {
     check_bucket_name(bucket)?;
     if object_lock {
-        app.store.create_locked_bucket(bucket, owner).await?;
+        app.store.create_locked_bucket(bucket, owner, acl).await?;
     } else {
-        app.store.create_bucket(bucket, owner).await?;
+        app.store.create_bucket(bucket, owner, acl).await?;
     }
     Ok((StatusCode::OK, [(header::LOCATION, format!("/{bucket}"))]).into_response())
 }

@@ -29,6 +29,8 @@ pub enum ErrorCode {
     InvalidRequest,
     InvalidTag,
     BadRequest,
+    MalformedACLError,
+    MissingSecurityHeader,
     KeyTooLongError,
     MalformedXML,
     MalformedPOSTRequest,
@@ -87,6 +89,8 @@ impl ErrorCode {
             InvalidRequest => "InvalidRequest",
             InvalidTag => "InvalidTag",
             BadRequest => "BadRequest",
+            MalformedACLError => "MalformedACLError",
+            MissingSecurityHeader => "MissingSecurityHeader",
             KeyTooLongError => "KeyTooLongError",
             MalformedXML => "MalformedXML",
             MalformedPOSTRequest => "MalformedPOSTRequest",
@@ -169,6 +173,8 @@ impl ErrorCode {
             | InvalidRequest
             | InvalidTag
             | BadRequest
+            | MalformedACLError
+            | MissingSecurityHeader
             | KeyTooLongError
             | MalformedXML
             | MalformedPOSTRequest

@@ -6,6 +6,7 @@
 //! axum's path router cannot express, so one `dispatch` function does the routing.
 
 pub mod access;
+pub mod acl;
 mod attributes;
 pub mod auth;
 mod body_check;
@@ -77,7 +78,9 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
         (_, Some(c)) => c,
         (_, None) => return Err(S3Error::new(ErrorCode::AccessDenied, "Access Denied")),
     };
-    if method != Method::OPTIONS {
+    if caller == access::Caller::Anonymous {
+        acl::allow_anonymous(app, &method, &target, sub, &query).await?;
+    } else if method != Method::OPTIONS {
         for (bucket, rights) in access::needs(&method, &target, sub, req.headers())? {
             access::authorize(app, &caller, &bucket, rights).await?;
         }
@@ -94,6 +97,9 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
         (&Method::DELETE, Target::Bucket(b)) if sub == Some("lifecycle") => {
             lifecycle::delete(app, &b).await
         }
+        (&Method::PUT, Target::Bucket(b)) if sub == Some("acl") => {
+            acl::put_bucket(app, &b, req).await
+        }
         (&Method::PUT, Target::Bucket(b)) if sub == Some("tagging") => {
             tagging::put_bucket(app, &b, req).await
         }
@@ -108,7 +114,8 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
                 .headers()
                 .get("x-amz-bucket-object-lock-enabled")
                 .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
-            bucket::create(app, &b, caller.owner(), locked).await
+            let acl = acl::from_headers(req.headers())?;
+            bucket::create(app, &b, caller.owner(), (locked, acl)).await
         }
         (&Method::PUT, Target::Bucket(b)) if sub == Some("object-lock") => {
             object_lock::put_config(app, &b, req).await
@@ -121,6 +128,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             Some("lifecycle") => lifecycle::get(app, &b).await,
             Some("versioning") => versioning::get(app, &b).await,
             Some("tagging") => tagging::get_bucket(app, &b).await,
+            Some("acl") => acl::get_bucket(app, &b).await,
             Some("object-lock") => object_lock::get_config(app, &b).await,
             Some("versions") => versioning::list(app, &b, &query).await,
             None => bucket::list_objects(app, &b, &query).await,
@@ -143,6 +151,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
                 object_lock::put_legal_hold(app, &bucket, &key, &query, req).await
             }
             Some("tagging") => tagging::put_object(app, &bucket, &key, &query, req).await,
+            Some("acl") => acl::put_object(app, &bucket, &key, &query, req).await,
             Some(other) => Err(S3Error::not_implemented(&format!("PUT ?{other}"))),
         },
         (&Method::POST, Target::Object { bucket, key }) => match sub {
@@ -160,11 +169,7 @@ async fn route(app: &AppState, req: Request) -> Result<Response, S3Error> {
             }
             Some("attributes") => attributes::get(app, &bucket, &key, req.headers(), &query).await,
             Some("tagging") => tagging::get_object(app, &bucket, &key, &query).await,
-            Some(other)
-                if let Some(answer) = settings::object_setting(app, &bucket, &key, other).await =>
-            {
-                answer
-            }
+            Some("acl") => acl::get_object(app, &bucket, &key, &query).await,
             Some(other) => Err(S3Error::not_implemented(&format!("GET ?{other}"))),
         },
         (&Method::HEAD, Target::Object { bucket, key }) => match sub {

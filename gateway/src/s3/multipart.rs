@@ -127,9 +127,16 @@ pub async fn create(
     super::object::refuse_lock_headers(headers, "CreateMultipartUpload")?;
     let declared = upload_checksum(headers)?;
     let tags = super::tagging::from_headers(headers)?;
+    let acl = super::acl::from_headers(headers)?;
     let id = app
         .store
-        .create_upload(bucket, key, attrs_from(headers)?, declared.clone(), &tags)
+        .create_upload(
+            bucket,
+            key,
+            attrs_from(headers)?,
+            declared.clone(),
+            (&tags, acl),
+        )
         .await?;
     let mut w = XmlWriter::new();
     w.open_root("InitiateMultipartUploadResult");

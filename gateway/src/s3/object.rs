@@ -248,6 +248,7 @@ pub async fn put(
     let lock = super::object_lock::lock_change(&parts.headers)?;
     super::object_lock::check_lock_allowed(app, bucket, &lock).await?;
     let tags = super::tagging::from_headers(&parts.headers)?;
+    let acl = super::acl::from_headers(&parts.headers)?;
     let (stream, checksum) = checked_body(&parts, body)?;
     let request = PutRequest {
         bucket: bucket.to_string(),
@@ -259,6 +260,7 @@ pub async fn put(
         checksum,
         lock,
         tags: tags.clone(),
+        acl,
     };
     let stored = app.store.put(request, stream).await?;
     let record = stored.record;
@@ -289,6 +291,8 @@ pub async fn copy(
     let (src_bucket, src_key, src_version) = copy_source(headers)?;
     // REPLACE takes the request's tags (none without `x-amz-tagging`), COPY the source's.
     let replace_tags = super::tagging::replaces(headers)?;
+    // A copy's ACL is the request's (private by default), never its source's.
+    let acl = super::acl::from_headers(headers)?;
     let request_tags = if replace_tags {
         super::tagging::from_headers(headers)?
     } else {
@@ -341,6 +345,7 @@ pub async fn copy(
                     precondition: precondition.clone(),
                     lock,
                     tags,
+                    acl,
                 },
                 src_version.as_deref(),
             )

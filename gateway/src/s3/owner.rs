@@ -37,7 +37,8 @@ impl Owner {
     /// The key that signed the request.
     pub fn of_caller(app: &AppState, caller: &Caller) -> Owner {
         match caller {
-            Caller::Bootstrap => Owner::of_key(app.credentials.access_key()),
+            // An anonymous caller owns nothing; it is never asked (no listing of buckets).
+            Caller::Bootstrap | Caller::Anonymous => Owner::of_key(app.credentials.access_key()),
             Caller::Key(k) => Owner::of_key(k),
         }
     }

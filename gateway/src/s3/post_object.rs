@@ -31,6 +31,7 @@ use super::sigv4::{self, AuthError, PATH_ENCODE_SET, QUERY_ENCODE_SET};
 use super::xml::XmlWriter;
 use crate::state::AppState;
 use crate::store::PutRequest;
+use meta::acl::CannedAcl;
 use meta::keys::Rights;
 use meta::tags::TagSet;
 
@@ -270,12 +271,11 @@ async fn signer(app: &AppState, form: &FormFields) -> Result<String, S3Error> {
     })
 }
 
-/// Refuses the fields that ask for what is not kept: a canned ACL other than `private`,
-/// a storage class other than STANDARD, encryption, object lock, grants, session tokens.
+/// Refuses the fields that ask for what is not kept: a storage class other than STANDARD,
+/// encryption, object lock, grants, session tokens (the `acl` field is read as `x-amz-acl`).
 fn refuse_unsupported(form: &FormFields) -> Result<(), S3Error> {
     for (name, value) in form.iter() {
         let refused = match name {
-            "acl" => value != "private",
             "x-amz-storage-class" => value != "STANDARD",
             _ => REFUSED_PREFIXES.iter().any(|p| name.starts_with(p)),
         };
@@ -401,6 +401,11 @@ pub async fn post(app: &AppState, bucket: &str, req: Request) -> Result<Response
     let headers = object_headers(&form)?;
     let attrs = attrs_from(&headers)?;
     let tags = form_tags(&form)?;
+    // The `acl` field: a canned ACL, as `x-amz-acl`.
+    let acl = match form.get("acl") {
+        Some(name) => super::acl::parse_canned(name)?,
+        None => CannedAcl::Private,
+    };
     let key = post_policy::object_key(key_field, &filename);
     let file: BodyStream = Box::new(file.map(|r| r.map_err(|e| form_error(e, true))));
     let file = match policy.length_range() {
@@ -418,6 +423,7 @@ pub async fn post(app: &AppState, bucket: &str, req: Request) -> Result<Response
         checksum,
         lock: None,
         tags,
+        acl,
     };
     let stored = app.store.put(request, file).await?;
     // The rest of the body (fields after the file) is not read, as on S3.
@@ -616,10 +622,9 @@ mod tests {
         assert!(form_tags(&form(&[])).unwrap().is_empty());
         assert!(object_headers(&form(&[("content-type", "a\nb")])).is_err());
 
-        assert!(refuse_unsupported(&form(&[("acl", "private")])).is_ok());
+        assert!(refuse_unsupported(&form(&[("acl", "public-read")])).is_ok());
         assert!(refuse_unsupported(&form(&[("x-amz-storage-class", "STANDARD")])).is_ok());
         for (n, v) in [
-            ("acl", "public-read"),
             ("x-amz-storage-class", "GLACIER"),
             ("x-amz-server-side-encryption", "AES256"),
             ("x-amz-security-token", "t"),

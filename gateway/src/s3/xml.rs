@@ -43,6 +43,15 @@ impl XmlWriter {
         let _ = self.w.write_event(Event::Start(start));
     }
 
+    /// `<Grantee xmlns:xsi=... xsi:type="Group">`, S3's grantee of a group (AllUsers).
+    pub fn open_group_grantee(&mut self) {
+        let start = BytesStart::new("Grantee").with_attributes([
+            ("xmlns:xsi", "http://www.w3.org/2001/XMLSchema-instance"),
+            ("xsi:type", "Group"),
+        ]);
+        let _ = self.w.write_event(Event::Start(start));
+    }
+
     pub fn close(&mut self, name: &str) {
         let _ = self.w.write_event(Event::End(BytesEnd::new(name)));
     }

@@ -4,9 +4,11 @@
 use redb::{ReadableTable, WriteTransaction};
 
 use super::uploads::drop_upload;
+use crate::acl::CannedAcl;
+use crate::extras::{self, BUCKET_EXTRAS, BUCKETS_OF};
 use crate::lifecycle::{self, LifecycleRule};
 use crate::tables::{self, BUCKETS, BucketRecord, CorsRule, check_bucket};
-use crate::tags::{self, BUCKET_TAGS, TagSet};
+use crate::tags::{self, TagSet};
 use crate::versions::{LockConfig, Versioning};
 use crate::{MetaError, Response, keys};
 
@@ -48,7 +50,7 @@ pub(super) fn create(
         drop_upload(txn, &upload_id, created_ms / 1000)?;
     }
     lifecycle::forget(txn, bucket)?;
-    tags::put(txn, BUCKET_TAGS, bucket, &TagSet::default())?;
+    extras::forget(txn, BUCKET_EXTRAS, bucket)?;
     Ok(Response::Done)
 }
 
@@ -77,7 +79,18 @@ pub(super) fn set_tags(
     check_bucket(txn, bucket)?;
     tags.check(tags::BUCKET_TAGS_MAX)
         .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
-    tags::put(txn, BUCKET_TAGS, bucket, tags)?;
+    extras::update(txn, BUCKETS_OF, bucket, |e| e.tags = tags.clone())?;
+    Ok(Response::Done)
+}
+
+/// `SetBucketAcl`: the bucket's canned ACL.
+pub(super) fn set_acl(
+    txn: &WriteTransaction,
+    bucket: &str,
+    acl: CannedAcl,
+) -> Result<Response, MetaError> {
+    check_bucket(txn, bucket)?;
+    extras::update(txn, BUCKETS_OF, bucket, |e| e.acl = acl)?;
     Ok(Response::Done)
 }
 
@@ -110,7 +123,7 @@ pub(super) fn delete(txn: &WriteTransaction, bucket: &str) -> Result<Response, M
 /// keys' grants (a later bucket of the same name, perhaps another key's, starts with none).
 pub(super) fn forget_bucket(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
     txn.open_table(BUCKETS)?.remove(bucket)?;
-    tags::put(txn, BUCKET_TAGS, bucket, &TagSet::default())?;
+    extras::forget(txn, BUCKET_EXTRAS, bucket)?;
     lifecycle::forget(txn, bucket)?;
     keys::drop_grants(txn, bucket)?;
     Ok(())

@@ -33,7 +33,7 @@ mod versions_tests;
 
 use redb::WriteTransaction;
 
-use crate::tags::TagSet;
+use crate::extras::{self, Extras};
 use crate::{Command, MetaError, Response, cluster_version};
 
 pub use objects::{DELETE_KEYS_MAX, EXPIRE_KEYS_MAX};
@@ -278,50 +278,103 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             key,
             tags,
             command,
-        } => tagged(txn, bucket, key, tags, command),
+        } => {
+            tags.check(crate::tags::OBJECT_TAGS_MAX)
+                .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
+            with_extras(txn, (bucket, key), command, |e| e.tags = tags.clone())
+        }
         Command::SetObjectTags {
             bucket,
             key,
             version,
             tags,
-        } => versions::set_tags(txn, bucket, key, *version, tags),
+        } => {
+            tags.check(crate::tags::OBJECT_TAGS_MAX)
+                .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
+            versions::set_extras(txn, bucket, key, *version, |e| e.tags = tags.clone())
+                .map(|version_id| Response::TagsSet { version_id })
+        }
         Command::SetBucketTags { bucket, tags } => buckets::set_tags(txn, bucket, tags),
+        Command::WithAcl {
+            bucket,
+            key,
+            acl,
+            command,
+        } => with_extras(txn, (bucket, key), command, |e| e.acl = *acl),
+        Command::SetObjectAcl {
+            bucket,
+            key,
+            version,
+            acl,
+        } => versions::set_extras(txn, bucket, key, *version, |e| e.acl = *acl)
+            .map(|version_id| Response::AclSet { version_id }),
+        Command::SetBucketAcl { bucket, acl } => buckets::set_acl(txn, bucket, *acl),
     }
 }
 
-/// `Tagged`: the write, then its tags on the version it wrote (or, for a new upload, kept
-/// for the object it completes into).
-fn tagged(
+/// What a `Tagged` or `WithAcl` command's write makes.
+enum Written<'a> {
+    /// An object version of the key.
+    Version,
+    /// An upload, whose completed object gets the extras.
+    Upload(&'a str),
+    /// A bucket (`WithAcl` only, its key empty).
+    Bucket,
+}
+
+/// The `bucket/key` a command under `Tagged` or `WithAcl` writes, and what it makes; a
+/// `Tagged` or `WithAcl` inside is looked through (an upload created with tags and an ACL
+/// is an upload under both).
+fn written_by<'a>(
     txn: &WriteTransaction,
-    bucket: &str,
-    key: &str,
-    tags: &TagSet,
-    command: &Command,
-) -> Result<Response, MetaError> {
-    tags.check(crate::tags::OBJECT_TAGS_MAX)
-        .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
-    let (target_bucket, target_key, upload_id) = match command {
+    command: &'a Command,
+) -> Result<(String, String, Written<'a>), MetaError> {
+    Ok(match command {
         Command::CreateUpload { upload_id, upload }
         | Command::CreateUploadWithChecksum {
             upload_id, upload, ..
-        } => (upload.bucket.clone(), upload.key.clone(), Some(upload_id)),
-        Command::Locked { bucket, key, .. } => (bucket.clone(), key.clone(), None),
+        } => (
+            upload.bucket.clone(),
+            upload.key.clone(),
+            Written::Upload(upload_id),
+        ),
+        Command::CreateBucket { bucket, .. }
+        | Command::CreateOwnedBucket { bucket, .. }
+        | Command::CreateLockedBucket { bucket, .. } => {
+            (bucket.clone(), String::new(), Written::Bucket)
+        }
+        Command::Tagged { command, .. } | Command::WithAcl { command, .. } => {
+            written_by(txn, command)?
+        }
+        Command::Locked { bucket, key, .. } => (bucket.clone(), key.clone(), Written::Version),
         _ => {
             let (b, k) = locked_target(txn, command)?;
-            (b, k, None)
+            (b, k, Written::Version)
         }
-    };
+    })
+}
+
+/// `Tagged` and `WithAcl`: the write, then `f` on the extras of what it wrote: the version
+/// it wrote, a new upload (for the object it completes into) or a new bucket.
+fn with_extras(
+    txn: &WriteTransaction,
+    (bucket, key): (&str, &str),
+    command: &Command,
+    f: impl FnOnce(&mut Extras),
+) -> Result<Response, MetaError> {
+    let (target_bucket, target_key, written) = written_by(txn, command)?;
     if target_bucket != bucket || target_key != key {
         return Err(MetaError::Unexpected(format!(
-            "tags on {bucket}/{key} go with a write of {target_bucket}/{target_key}"
+            "tags or an ACL on {bucket}/{key} go with a write of {target_bucket}/{target_key}"
         )));
     }
     let response = apply(txn, command)?;
-    match upload_id {
-        Some(id) => crate::tags::put(txn, crate::tags::UPLOAD_TAGS, id, tags)?,
-        // Nothing was written: nothing to tag.
-        None if response == Response::ContentGone => {}
-        None => versions::tag_current(txn, bucket, key, tags)?,
+    match written {
+        Written::Upload(id) => extras::update(txn, extras::UPLOADS_OF, id, f)?,
+        Written::Bucket => extras::update(txn, extras::BUCKETS_OF, bucket, f)?,
+        // Nothing was written: nothing to change.
+        Written::Version if response == Response::ContentGone => {}
+        Written::Version => versions::update_current(txn, bucket, key, f)?,
     }
     Ok(response)
 }

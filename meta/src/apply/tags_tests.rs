@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use placement::{Magic, PairId, Sha1};
 
+use crate::acl::CannedAcl;
 use crate::tags::{Tag, TagSet};
 use crate::versions::{VersionId, Versioning};
 use crate::{
@@ -263,6 +264,10 @@ fn an_unversioned_object_loses_its_tags_with_it() {
     };
     assert_eq!(set(tags(2)), Ok(Response::TagsSet { version_id: None }));
     assert_eq!(current_tags(&s, "k"), Some(tags(2)));
+    // Tags that break S3's rules are refused, the old ones kept.
+    let reserved = TagSet(vec![Tag::new("aws:x", "1")]);
+    assert!(matches!(set(reserved), Err(MetaError::InvalidCommand(_))));
+    assert_eq!(current_tags(&s, "k"), Some(tags(2)));
     // An overwrite without tags has none.
     put(&s, "k", 2, 6, &TagSet::default());
     assert_eq!(current_tags(&s, "k"), Some(TagSet::default()));
@@ -370,7 +375,7 @@ fn an_upload_gives_its_tags_to_the_object_it_completes_into() {
     .unwrap();
     let db = s.db();
     let txn = redb::ReadableDatabase::begin_read(&*db).unwrap();
-    let left = txn.open_table(crate::tags::UPLOAD_TAGS).unwrap();
+    let left = txn.open_table(crate::extras::UPLOAD_EXTRAS).unwrap();
     assert!(
         redb::ReadableTableMetadata::is_empty(&left).unwrap(),
         "an ended upload's tags go with it"
@@ -404,4 +409,117 @@ fn bucket_tags_go_with_the_bucket() {
     })
     .unwrap();
     assert_eq!(s.bucket_tags("bkt"), Ok(TagSet::default()));
+}
+
+fn current_acl(s: &MetaStore, key: &str) -> Option<CannedAcl> {
+    match s.current_version("bkt", key).unwrap() {
+        crate::CurrentVersion::Object { acl, .. } => Some(acl),
+        _ => None,
+    }
+}
+
+/// A canned ACL is kept like tags: beside the version (moving with it when it becomes
+/// noncurrent), beside an upload for its object, beside a bucket created with it.
+#[test]
+fn an_acl_stays_with_its_version_upload_and_bucket() {
+    let (_d, s) = store();
+    s.execute(&Command::SetBucketVersioning {
+        bucket: "bkt".into(),
+        state: Versioning::Enabled,
+    })
+    .unwrap();
+    let public = Command::with_acl("bkt", "k", CannedAcl::PublicRead, put_cmd("k", 1, 5));
+    assert_eq!(public.format_version(), 4);
+    let Response::VersionStored { version_id: v1, .. } = s.execute(&public).unwrap() else {
+        panic!("a versioned PUT");
+    };
+    assert_eq!(current_acl(&s, "k"), Some(CannedAcl::PublicRead));
+    put(&s, "k", 2, 6, &tags(1));
+    assert_eq!(current_acl(&s, "k"), Some(CannedAcl::Private));
+    let old = VersionId::parse(&v1).unwrap();
+    assert_eq!(
+        s.version("bkt", "k", old).unwrap().unwrap().acl,
+        CannedAcl::PublicRead
+    );
+    // Changed in place by id, the tags kept.
+    let r = s.execute(&Command::SetObjectAcl {
+        bucket: "bkt".into(),
+        key: "k".into(),
+        version: None,
+        acl: CannedAcl::PublicRead,
+    });
+    assert!(matches!(
+        r,
+        Ok(Response::AclSet {
+            version_id: Some(_)
+        })
+    ));
+    assert_eq!(current_acl(&s, "k"), Some(CannedAcl::PublicRead));
+    assert_eq!(current_tags(&s, "k"), Some(tags(1)));
+    // An upload created public gives that to its object.
+    let upload = UploadRecord {
+        bucket: "bkt".into(),
+        key: "mp".into(),
+        content_type: None,
+        user_meta: Vec::new(),
+        headers: Vec::new(),
+        created_ms: 1,
+    };
+    let create = Command::CreateUpload {
+        upload_id: "u".into(),
+        upload,
+    };
+    // With tags and an ACL both: an upload under both wrappers, which leaves the key's
+    // current object as it is until the upload completes.
+    put(&s, "mp", 4, 14, &TagSet::default());
+    let create = Command::tagged("bkt", "mp", &tags(2), create);
+    s.execute(&Command::with_acl(
+        "bkt",
+        "mp",
+        CannedAcl::PublicRead,
+        create,
+    ))
+    .unwrap();
+    assert_eq!(current_acl(&s, "mp"), Some(CannedAcl::Private));
+    assert_eq!(current_tags(&s, "mp"), Some(TagSet::default()));
+    s.execute(&Command::CompleteUpload {
+        upload_id: "u".into(),
+        object: NewObject::new(Sha1([3; 20]), Magic::new(13).unwrap(), 1, 0, [3; 16]),
+        parts: Vec::new(),
+        source: ContentSource::Stored(PairId(0)),
+        now_secs: 1,
+    })
+    .unwrap();
+    assert_eq!(current_acl(&s, "mp"), Some(CannedAcl::PublicRead));
+    assert_eq!(current_tags(&s, "mp"), Some(tags(2)));
+    // A bucket created public; private again; its ACL gone with it.
+    let create = Command::CreateOwnedBucket {
+        bucket: "pub".into(),
+        created_ms: 1,
+        owner: None,
+    };
+    s.execute(&Command::with_acl("pub", "", CannedAcl::PublicRead, create))
+        .unwrap();
+    assert_eq!(s.bucket_extras("pub").unwrap().acl, CannedAcl::PublicRead);
+    s.execute(&Command::SetBucketAcl {
+        bucket: "pub".into(),
+        acl: CannedAcl::Private,
+    })
+    .unwrap();
+    assert_eq!(s.bucket_extras("pub").unwrap().acl, CannedAcl::Private);
+    s.execute(&Command::SetBucketAcl {
+        bucket: "pub".into(),
+        acl: CannedAcl::PublicRead,
+    })
+    .unwrap();
+    s.execute(&Command::DeleteBucket {
+        bucket: "pub".into(),
+    })
+    .unwrap();
+    s.execute(&Command::CreateBucket {
+        bucket: "pub".into(),
+        created_ms: 2,
+    })
+    .unwrap();
+    assert_eq!(s.bucket_extras("pub").unwrap().acl, CannedAcl::Private);
 }

@@ -9,8 +9,8 @@ use super::objects::store_object;
 use super::refs::{reference, release};
 use crate::checksums::{self, UploadChecksum};
 use crate::command::{ContentSource, NewObject};
+use crate::extras::{self, UPLOAD_EXTRAS};
 use crate::tables::{self, Checksum, PARTS, PartRecord, UPLOADS, UploadRecord, check_bucket};
-use crate::tags::{self, TagSet, UPLOAD_TAGS};
 use crate::{MetaError, Response};
 
 /// `CreateUpload`: records a new upload in an existing bucket.
@@ -99,8 +99,9 @@ pub(super) fn complete(
         return Ok(Response::ContentGone);
     }
     let numbers: Vec<u32> = parts.iter().map(|(n, _)| *n).collect();
-    // The tags CreateMultipartUpload gave go to the object (dropped with the upload).
-    let upload_tags = tags::get(&txn.open_table(UPLOAD_TAGS)?, "upload_tags", upload_id)?;
+    // The tags and ACL CreateMultipartUpload gave go to the object (dropped with the
+    // upload).
+    let given = extras::get(&txn.open_table(UPLOAD_EXTRAS)?, "upload_extras", upload_id)?;
     checksums::keep_for_object(
         txn,
         upload_id,
@@ -109,8 +110,8 @@ pub(super) fn complete(
     )?;
     drop_upload(txn, upload_id, now_secs)?;
     let response = store_object(txn, &upload.bucket, &upload.key, object, now_secs)?;
-    if !upload_tags.is_empty() {
-        super::versions::tag_current(txn, &upload.bucket, &upload.key, &upload_tags)?;
+    if !given.is_empty() {
+        super::versions::update_current(txn, &upload.bucket, &upload.key, |e| *e = given)?;
     }
     Ok(response)
 }
@@ -145,7 +146,7 @@ pub(super) fn drop_upload(
     }
     txn.open_table(UPLOADS)?.remove(upload_id)?;
     checksums::drop_upload(txn, upload_id)?;
-    tags::put(txn, UPLOAD_TAGS, upload_id, &TagSet::default())?;
+    extras::forget(txn, UPLOAD_EXTRAS, upload_id)?;
     Ok(())
 }
 

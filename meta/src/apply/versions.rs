@@ -13,15 +13,14 @@ use redb::{ReadableTable, WriteTransaction};
 
 use super::refs::release;
 use crate::command::LockChange;
+use crate::extras::Extras;
 use crate::lifecycle::{self, rules};
 use crate::tables::{
     BUCKETS, BucketRecord, COUNTERS, NULL_VERSIONS, OBJECT_SEQ, OBJECTS, ObjectRecord, VERSIONS,
 };
-use crate::tags::TagSet;
 use crate::versions::{
-    LockConfig, ObjectLock, VersionExtras, VersionId, VersionRecord, VersionStamp, Versioning,
-    decode_current, decode_current_with, encode_current, encode_current_with, null_number,
-    order_of,
+    LockConfig, ObjectLock, VersionId, VersionRecord, VersionStamp, Versioning, decode_current,
+    decode_current_with, encode_current, encode_current_with, null_number, order_of,
 };
 use crate::{MetaError, Response};
 
@@ -128,15 +127,15 @@ fn apply_change(lock: &mut ObjectLock, change: LockChange) {
     }
 }
 
-/// `SetObjectTags`: replaces the tags of one version (the current one without an id; an
-/// empty set removes them). Answers the version's id where the bucket has versioning.
-pub(super) fn set_tags(
+/// `SetObjectTags` and `SetObjectAcl`: changes the extras of one version (the current one
+/// without an id) with `f`. Answers the version's id where the bucket has versioning.
+pub(super) fn set_extras(
     txn: &WriteTransaction,
     bucket: &str,
     key: &str,
     version: Option<VersionId>,
-    tags: &TagSet,
-) -> Result<Response, MetaError> {
+    f: impl FnOnce(&mut Extras),
+) -> Result<Option<String>, MetaError> {
     let versioning = versioning_of(txn, bucket)?;
     let id_of = |stamp: VersionStamp, magic| {
         (versioning != Versioning::Unversioned).then(|| stamp.id(magic))
@@ -150,14 +149,12 @@ pub(super) fn set_tags(
     if let Some((record, stamp, mut extras)) = current
         && version.is_none_or(|id| id.names(stamp, Some(record.magic)))
     {
-        extras.tags = tags.clone();
+        f(&mut extras);
         txn.open_table(OBJECTS)?.insert(
             (bucket, k),
             encode_current_with(&record, stamp, &extras)?.as_slice(),
         )?;
-        return Ok(Response::TagsSet {
-            version_id: id_of(stamp, record.magic),
-        });
+        return Ok(id_of(stamp, record.magic));
     }
     let Some(id) = version else {
         return Err(MetaError::NoSuchKey);
@@ -176,29 +173,29 @@ pub(super) fn set_tags(
         Some((entry @ VersionRecord::Object { .. }, mut extras))
             if id.names(entry.stamp(), Some(entry.magic())) =>
         {
-            extras.tags = tags.clone();
+            f(&mut extras);
             versions.insert(
                 (bucket, k, order_of(number)),
                 entry.encode_with(&extras)?.as_slice(),
             )?;
-            Ok(Response::TagsSet {
-                version_id: id_of(entry.stamp(), entry.magic()),
-            })
+            Ok(id_of(entry.stamp(), entry.magic()))
         }
-        // A delete marker has no tags (S3: MethodNotAllowed; the gateway tells it first).
+        // A delete marker has no tags nor ACL (S3: MethodNotAllowed; the gateway tells it
+        // first).
         Some((VersionRecord::DeleteMarker { .. }, _)) => Err(MetaError::InvalidCommand(
-            "a delete marker cannot be tagged".to_string(),
+            "a delete marker has no tags nor ACL".to_string(),
         )),
         _ => Err(MetaError::NoSuchVersion),
     }
 }
 
-/// A write under `Tagged`: `tags` on the key's current version (the one just written).
-pub(super) fn tag_current(
+/// A write under `Tagged` or `WithAcl` (or an upload's completion): `f` changes the
+/// extras of the key's current version (the one just written).
+pub(super) fn update_current(
     txn: &WriteTransaction,
     bucket: &str,
     key: &str,
-    tags: &TagSet,
+    f: impl FnOnce(&mut Extras),
 ) -> Result<(), MetaError> {
     let mut objects = txn.open_table(OBJECTS)?;
     let current = objects
@@ -210,7 +207,7 @@ pub(super) fn tag_current(
             "{bucket}/{key}: no current version after its write"
         )));
     };
-    extras.tags = tags.clone();
+    f(&mut extras);
     objects.insert(
         (bucket, key.as_bytes()),
         encode_current_with(&record, stamp, &extras)?.as_slice(),
@@ -316,7 +313,7 @@ fn newest_entry(
     txn: &WriteTransaction,
     bucket: &str,
     key: &str,
-) -> Result<Option<(u64, VersionRecord, VersionExtras)>, MetaError> {
+) -> Result<Option<(u64, VersionRecord, Extras)>, MetaError> {
     let table = txn.open_table(VERSIONS)?;
     let k = key.as_bytes();
     let mut range = table.range((bucket, k, 0)..=(bucket, k, u64::MAX))?;
@@ -338,7 +335,7 @@ fn insert_entry(
     bucket: &str,
     key: &str,
     entry: &VersionRecord,
-    extras: &VersionExtras,
+    extras: &Extras,
 ) -> Result<(), MetaError> {
     let stamp = entry.stamp();
     txn.open_table(VERSIONS)?.insert(
@@ -524,7 +521,7 @@ pub(super) fn add_marker(
         created_ms: now_ms,
         magic,
     };
-    insert_entry(txn, bucket, key, &marker, &VersionExtras::NONE)?;
+    insert_entry(txn, bucket, key, &marker, &Extras::NONE)?;
     Ok(Response::MarkerAdded {
         version_id: stamp.id(magic),
     })

@@ -25,6 +25,7 @@ use redb::{
 use serde::{Deserialize, Serialize};
 
 use super::super::checksums::{OBJECT_CHECKSUMS, UPLOAD_CHECKSUMS};
+use super::super::extras::{BUCKET_EXTRAS, UPLOAD_EXTRAS};
 use super::super::jobs::JOBS;
 use super::super::keys::KEYS;
 use super::super::lifecycle::LIFECYCLE;
@@ -33,7 +34,6 @@ use super::super::tables::{
     BUCKETS, COUNTERS, DELETING, FILES, NULL_VERSIONS, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
     VERSIONS,
 };
-use super::super::tags::{BUCKET_TAGS, UPLOAD_TAGS};
 
 const MAGIC: &[u8; 8] = b"DGWSNAP1";
 const END_TAG: u8 = 0xff;
@@ -149,8 +149,8 @@ macro_rules! for_each_table {
         $m!(14u8, NULL_VERSIONS, $($args)*);
         $m!(15u8, UPLOAD_CHECKSUMS, $($args)*);
         $m!(16u8, OBJECT_CHECKSUMS, $($args)*);
-        $m!(17u8, BUCKET_TAGS, $($args)*);
-        $m!(18u8, UPLOAD_TAGS, $($args)*);
+        $m!(17u8, BUCKET_EXTRAS, $($args)*);
+        $m!(18u8, UPLOAD_EXTRAS, $($args)*);
     }};
 }
 
@@ -405,8 +405,8 @@ pub fn digest(db: &Database) -> Result<Digest, SnapshotError> {
                 NULL_VERSIONS.name(),
                 UPLOAD_CHECKSUMS.name(),
                 OBJECT_CHECKSUMS.name(),
-                BUCKET_TAGS.name(),
-                UPLOAD_TAGS.name(),
+                BUCKET_EXTRAS.name(),
+                UPLOAD_EXTRAS.name(),
             ]
             .contains(&$def.name())
                 && txn.open_table($def)?.is_empty()?;
@@ -492,28 +492,33 @@ mod tests {
         assert_eq!(PartChecksums::decode(got.value()).unwrap(), parts);
     }
 
-    /// Bucket and upload tags travel in snapshots, and stay out of the digest while empty.
+    /// Bucket and upload extras (tags, ACL) travel in snapshots, and stay out of the
+    /// digest while empty.
     #[test]
-    fn tags_travel_in_snapshots_and_join_the_digest_once_written() {
+    fn extras_travel_in_snapshots_and_join_the_digest_once_written() {
+        use crate::extras::Extras;
         use crate::tags::{Tag, TagSet};
         let dir = tempfile::tempdir().unwrap();
         let store = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
         let before = store.digest().unwrap();
-        assert!(!before.tables.contains_key("bucket_tags"));
-        assert!(!before.tables.contains_key("upload_tags"));
-        let tags = TagSet(vec![Tag::new("team", "a")]);
+        assert!(!before.tables.contains_key("bucket_extras"));
+        assert!(!before.tables.contains_key("upload_extras"));
+        let extras = Extras {
+            tags: TagSet(vec![Tag::new("team", "a")]),
+            acl: crate::acl::CannedAcl::PublicRead,
+        };
         let db = store.db();
         let txn = db.begin_write().unwrap();
-        for def in [BUCKET_TAGS, UPLOAD_TAGS] {
+        for def in [BUCKET_EXTRAS, UPLOAD_EXTRAS] {
             txn.open_table(def)
                 .unwrap()
-                .insert("x", tags.encode().unwrap().as_slice())
+                .insert("x", extras.encode().unwrap().as_slice())
                 .unwrap();
         }
         txn.commit().unwrap();
         let want = store.digest().unwrap();
-        assert!(want.tables.contains_key("bucket_tags"));
-        assert!(want.tables.contains_key("upload_tags"));
+        assert!(want.tables.contains_key("bucket_extras"));
+        assert!(want.tables.contains_key("upload_extras"));
 
         let file = dir.path().join("snap");
         let read = db.begin_read().unwrap();
@@ -522,10 +527,10 @@ mod tests {
         load(&file, &restored).unwrap();
         let loaded = Database::open(&restored).unwrap();
         let txn = loaded.begin_read().unwrap();
-        for def in [BUCKET_TAGS, UPLOAD_TAGS] {
+        for def in [BUCKET_EXTRAS, UPLOAD_EXTRAS] {
             let table = txn.open_table(def).unwrap();
             let got = table.get("x").unwrap().unwrap();
-            assert_eq!(TagSet::decode("t", got.value()).unwrap(), tags);
+            assert_eq!(Extras::decode("t", got.value()).unwrap(), extras);
         }
     }
 

@@ -87,8 +87,8 @@ impl MetaStore {
         txn.open_table(LIFECYCLE)?;
         txn.open_table(crate::checksums::UPLOAD_CHECKSUMS)?;
         txn.open_table(crate::checksums::OBJECT_CHECKSUMS)?;
-        txn.open_table(crate::tags::BUCKET_TAGS)?;
-        txn.open_table(crate::tags::UPLOAD_TAGS)?;
+        txn.open_table(crate::extras::BUCKET_EXTRAS)?;
+        txn.open_table(crate::extras::UPLOAD_EXTRAS)?;
         txn.commit()?;
         Ok(db)
     }

@@ -5,9 +5,11 @@ use redb::{ReadableDatabase, ReadableTable};
 
 use super::MetaStore;
 use crate::MetaError;
+use crate::acl::CannedAcl;
+use crate::extras::{self, BUCKET_EXTRAS, Extras};
 use crate::list_versions::{Tables, VersionsPage, VersionsQuery, list_versions};
 use crate::tables::{BUCKETS, BucketRecord, NULL_VERSIONS, OBJECTS, ObjectRecord, VERSIONS};
-use crate::tags::{self, BUCKET_TAGS, TagSet};
+use crate::tags::TagSet;
 use crate::versions::{
     ObjectLock, VersionId, VersionRecord, VersionView, Versioning, decode_current_with,
     null_number, order_of,
@@ -27,6 +29,7 @@ pub enum CurrentVersion {
         version_id: Option<String>,
         lock: ObjectLock,
         tags: TagSet,
+        acl: CannedAcl,
     },
     /// The newest version is a delete marker: S3 answers 404 naming it.
     DeleteMarker {
@@ -53,6 +56,7 @@ impl MetaStore {
                 version_id,
                 lock: stamp.lock,
                 tags: extras.tags,
+                acl: extras.acl,
             });
         }
         if versioning == Versioning::Unversioned {
@@ -84,7 +88,7 @@ impl MetaStore {
         let mut out = Vec::new();
         if let Some(v) = txn.open_table(OBJECTS)?.get((bucket, k))? {
             let (record, stamp, extras) = decode_current_with(v.value())?;
-            out.push(VersionView::current(record, stamp).with_tags(extras.tags));
+            out.push(VersionView::current(record, stamp).with_extras(extras));
         }
         let table = txn.open_table(VERSIONS)?;
         for entry in table.range((bucket, k, 0)..=(bucket, k, u64::MAX))? {
@@ -94,7 +98,7 @@ impl MetaStore {
             let (_, v) = entry?;
             let latest = out.is_empty();
             let (entry, extras) = VersionRecord::decode_with(v.value())?;
-            out.push(VersionView::of(entry, latest).with_tags(extras.tags));
+            out.push(VersionView::of(entry, latest).with_extras(extras));
         }
         out.truncate(limit);
         Ok(out)
@@ -116,7 +120,7 @@ impl MetaStore {
         if let Some((record, stamp, _)) = &current
             && id.names(*stamp, Some(record.magic))
         {
-            return Ok(current.map(|(r, s, e)| VersionView::current(r, s).with_tags(e.tags)));
+            return Ok(current.map(|(r, s, e)| VersionView::current(r, s).with_extras(e)));
         }
         let number = match id {
             VersionId::Numbered { number, .. } => number,
@@ -140,18 +144,24 @@ impl MetaStore {
                 .next()
                 .transpose()?
                 .is_some_and(|(key, _)| key.value().2 == order_of(number));
-        Ok(Some(VersionView::of(entry, latest).with_tags(extras.tags)))
+        Ok(Some(VersionView::of(entry, latest).with_extras(extras)))
     }
 }
 
 impl MetaStore {
-    /// A bucket's tags (empty when it has none); NoSuchBucket when there is no bucket.
-    pub fn bucket_tags(&self, bucket: &str) -> Result<TagSet, MetaError> {
+    /// A bucket's tags and ACL (none when it has none); NoSuchBucket when there is no
+    /// bucket.
+    pub fn bucket_extras(&self, bucket: &str) -> Result<Extras, MetaError> {
         let txn = self.db().begin_read()?;
         if txn.open_table(BUCKETS)?.get(bucket)?.is_none() {
             return Err(MetaError::NoSuchBucket);
         }
-        tags::get(&txn.open_table(BUCKET_TAGS)?, "bucket_tags", bucket)
+        extras::get(&txn.open_table(BUCKET_EXTRAS)?, "bucket_extras", bucket)
+    }
+
+    /// A bucket's tags (empty when it has none); NoSuchBucket when there is no bucket.
+    pub fn bucket_tags(&self, bucket: &str) -> Result<TagSet, MetaError> {
+        self.bucket_extras(bucket).map(|e| e.tags)
     }
 }
 
