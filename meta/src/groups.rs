@@ -33,8 +33,10 @@ pub const ROOT: GroupId = 0;
 /// The lowest sha1: the start of the first FileDB interval.
 pub const SHA1_MIN: [u8; 20] = [0; 20];
 
-/// What a group holds besides its intervals.
+/// What a group holds besides its intervals. In JSON (`GET /_admin/groups`) by its
+/// [`name`](GroupKind::name); postcard records keep the variant's index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum GroupKind {
     Root,
     FileDb,

@@ -408,13 +408,11 @@ fn groups(r: &mut Registry, s: &Snapshot) {
     for (name, help, pick) in gauges {
         let f = Family::<GroupLabels, Gauge>::default();
         for g in &status.groups {
-            let kind = match g.kind.as_str() {
-                "root" => "root",
-                "filedb" => "filedb",
-                _ => "index",
-            };
-            f.get_or_create(&GroupLabels { group: g.id, kind })
-                .set(to_i64(pick(g)));
+            f.get_or_create(&GroupLabels {
+                group: g.id,
+                kind: g.kind.name(),
+            })
+            .set(to_i64(pick(g)));
         }
         r.register(name, help, f);
     }

@@ -404,13 +404,16 @@ fn groups(h: &mut String, s: &Snapshot) {
             })
             .collect();
         let replicas: Vec<String> = g.replicas.iter().map(|r| r.to_string()).collect();
-        let labels = [("group", g.id.to_string()), ("kind", g.kind.clone())];
+        let labels = [
+            ("group", g.id.to_string()),
+            ("kind", g.kind.name().to_string()),
+        ];
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
              <td>{}</td></tr>",
             g.id,
-            esc(&g.kind),
+            g.kind.name(),
             esc(&sha1s.join(", ")),
             esc(&keys.join(", ")),
             metric("gateway_group_records", &labels, g.records, false),

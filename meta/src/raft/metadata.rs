@@ -21,7 +21,7 @@ use super::network::{self, Network, Rpc};
 use super::proposer::{self, Proposer};
 use super::timeouts::{LEADER_WAIT, READ_TIMEOUT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, MetaRaft, Node, NodeId, TypeConfig};
-use crate::groups::{GroupId, IndexStart, ShardMap};
+use crate::groups::{GroupId, GroupKind, IndexStart, ShardMap};
 use crate::{Command, MetaError, MetaStore, Response, cluster_version};
 
 /// Bound on asking a peer, at the start of a fresh node, whether the group already runs.
@@ -70,7 +70,7 @@ pub struct GroupsStatus {
 pub struct GroupStatus {
     pub id: GroupId,
     /// `root`, `filedb` or `index`.
-    pub kind: String,
+    pub kind: GroupKind,
     pub leader: Option<NodeId>,
     /// The voters, ascending.
     pub replicas: Vec<NodeId>,
@@ -639,7 +639,7 @@ impl Metadata {
             .groups()
             .map(|g| GroupStatus {
                 id: g.id,
-                kind: g.kind.name().to_string(),
+                kind: g.kind,
                 leader: m.current_leader,
                 replicas: g.replicas.clone(),
                 records,
