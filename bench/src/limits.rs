@@ -388,9 +388,7 @@ pub fn small_files(
         let tmp = tree.join("tmp");
         std::fs::create_dir_all(&tmp).map_err(|e| err(&tmp, e))?;
     }
-    let names: Vec<String> = (0..count)
-        .map(|_| rng.bytes(20).iter().map(|b| format!("{b:02x}")).collect())
-        .collect();
+    let names: Vec<String> = (0..count).map(|_| hex::encode(rng.bytes(20))).collect();
     let mut body = rng.bytes(len.max(8));
     let sync_handle = std::fs::File::open(dir).map_err(|e| err(dir, e))?;
     let mut known_dirs = std::collections::HashSet::new();
