@@ -35,6 +35,9 @@ const BUCKET: &str = "bkt";
 const FAILOVER_BOUND: Duration = Duration::from_secs(20);
 /// Bound on the answer to a request sent to a node without a quorum.
 const NO_QUORUM_ANSWER_BOUND: Duration = Duration::from_secs(30);
+/// The gateway's bound on a read-index round, retries included
+/// (`meta::raft::barrier::ROUND_BUDGET`): a read answers 503 only after it.
+const READ_ROUND_BUDGET: Duration = Duration::from_secs(8);
 /// How long client threads may take to show progress (acknowledged operations).
 const PROGRESS_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -658,6 +661,24 @@ fn paused_leader_steps_down_and_acknowledges_nothing_stale() {
         })
     };
 
+    // Reads through the survivors while they have no leader: each waits for the election
+    // and is answered by the new leader's read index. A 503 is the answer only once the
+    // gateway's bound on a read-index round (`meta::raft::barrier::ROUND_BUDGET`, 8 s) is
+    // spent, never for the leader change itself.
+    let readers: Vec<_> = survivors
+        .iter()
+        .map(|&id| {
+            let remote = cluster.remote(id);
+            thread::spawn(move || {
+                let start = Instant::now();
+                let r = remote
+                    .signed("GET", &format!("/{BUCKET}/before-pause"))
+                    .timeout(Duration::from_secs(60))
+                    .try_send();
+                (id, r, start.elapsed())
+            })
+        })
+        .collect();
     let paused_at = Instant::now();
     let new = cluster.wait_leader_among(&survivors, ELECTION_TIMEOUT);
     let st = cluster.status(new).expect("new leader status");
@@ -676,6 +697,27 @@ fn paused_leader_steps_down_and_acknowledges_nothing_stale() {
         "node {new} took over from the frozen node {old} and acknowledged 10 writes in {:?}",
         paused_at.elapsed()
     );
+    for reader in readers {
+        let (id, r, took) = reader.join().expect("reader thread panicked");
+        match r {
+            Ok(r) if r.status == 200 => {
+                assert_same_body(
+                    &r.body,
+                    &before,
+                    &format!("node {id}: GET during the pause"),
+                );
+                println!("GET through node {id} during the election: 200 after {took:?}");
+            }
+            Ok(r) => assert!(
+                is_unavailable(&r) && took >= READ_ROUND_BUDGET,
+                "GET through node {id} during the election: {} after {took:?} (want 200, or \
+                 503 only after {READ_ROUND_BUDGET:?}): {}",
+                r.status,
+                r.text()
+            ),
+            Err(e) => panic!("GET through node {id} during the election: no answer: {e}"),
+        }
+    }
 
     cluster.resume(old);
     // Reads through the thawed node must see every write acknowledged while it was frozen:

@@ -8,8 +8,16 @@
 //! A round answers every read that arrived before the round started. A read arriving
 //! while a round runs waits for the next one, which starts as soon as the current one
 //! ends: under load, one round (one heartbeat to a quorum) serves many reads.
+//!
+//! A round that fails for a reason that passes (no leader known yet, the leader replaced
+//! while asked, a heartbeat round that did not reach a quorum within openraft's heartbeat
+//! interval on a busy machine) is tried again until [`ROUND_BUDGET`] is spent: a read has
+//! no side effect, and an index confirmed by a later attempt is still taken after the
+//! read started, so the retry keeps the read linearizable while sparing the client a 503
+//! for a leader change that completes within the budget.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -18,6 +26,13 @@ use super::network::Rpc;
 use super::timeouts::{LEADER_WAIT, READ_TIMEOUT};
 use super::types::{MetaRaft, NodeId};
 use crate::MetaError;
+
+/// Bound on one round, its retries included: the time to elect a leader and confirm a
+/// read index with it. A read waiting on a round fails with 503 after this much.
+pub const ROUND_BUDGET: Duration = LEADER_WAIT.saturating_add(READ_TIMEOUT);
+/// Pause between two attempts of a round (openraft's metrics name a new leader within a
+/// few of these after an election).
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 #[derive(Default)]
 struct Rounds {
@@ -74,7 +89,8 @@ impl ReadBarrier {
             }
         };
         let wait = done.wait_for(|(round, _)| *round >= target);
-        match tokio::time::timeout(READ_TIMEOUT + LEADER_WAIT, wait).await {
+        // The round itself ends within its budget; the margin covers the hand-off.
+        match tokio::time::timeout(ROUND_BUDGET + Duration::from_secs(1), wait).await {
             Ok(Ok(outcome)) => outcome.1.clone(),
             _ => Err(MetaError::Unavailable(
                 "read index not confirmed in time".into(),
@@ -106,7 +122,30 @@ impl ReadBarrier {
     }
 }
 
+/// One round: attempts until one confirms a read index or [`ROUND_BUDGET`] is spent.
 async fn one_round(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaError> {
+    let deadline = tokio::time::Instant::now() + ROUND_BUDGET;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let error = match tokio::time::timeout(left, attempt(raft, rpc, me)).await {
+            Ok(Ok(index)) => return Ok(index),
+            Ok(Err(e)) => e,
+            Err(_) => MetaError::Unavailable(format!(
+                "read index not confirmed within {ROUND_BUDGET:?} ({attempts} attempts)"
+            )),
+        };
+        if tokio::time::Instant::now() + RETRY_PAUSE >= deadline {
+            return Err(error);
+        }
+        tracing::debug!(attempts, %error, "read index not confirmed; trying again");
+        tokio::time::sleep(RETRY_PAUSE).await;
+    }
+}
+
+/// One attempt at a read index: from this node if it leads, else from the leader.
+async fn attempt(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaError> {
     let leader = {
         let mut metrics = raft.metrics();
         let wait = metrics.wait_for(|m| m.current_leader.is_some());

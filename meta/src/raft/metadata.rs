@@ -338,16 +338,32 @@ impl Metadata {
 
     /// openraft's append (entries or a heartbeat) from a leader; an accepted one is
     /// contact with a leader, which holds back this node's elector.
+    ///
+    /// The append runs in a task of its own: the leader gives up on an append after its
+    /// heartbeat interval and drops the connection, which drops the request's handler. An
+    /// append slowed past that by a busy disk is still accepted here, and must still count
+    /// as contact; otherwise a leader whose followers all answer late is deposed by their
+    /// electors although every one of them keeps accepting its entries.
     pub async fn append_entries(
         &self,
         req: openraft::raft::AppendEntriesRequest<TypeConfig>,
     ) -> Result<openraft::raft::AppendEntriesResponse<NodeId>, RaftError<NodeId>> {
-        let resp = self.raft.append_entries(req).await;
-        if matches!(&resp, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
-        {
-            self.contact.touch();
+        let (raft, contact) = (self.raft.clone(), self.contact.clone());
+        let append = tokio::spawn(async move {
+            let resp = raft.append_entries(req).await;
+            if matches!(&resp, Ok(r) if !matches!(r, openraft::raft::AppendEntriesResponse::HigherVote(_)))
+            {
+                contact.touch();
+            }
+            resp
+        });
+        match append.await {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::error!(error = %e, "the append task of a leader's entries failed");
+                Err(RaftError::Fatal(openraft::error::Fatal::Panicked))
+            }
         }
-        resp
     }
 
     /// openraft's snapshot chunk from a leader; an accepted one is contact too.
