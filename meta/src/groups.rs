@@ -182,19 +182,22 @@ impl ShardMap {
 
     /// The group that owns the index entries of (`bucket`, `key`).
     pub fn index_group(&self, bucket: &str, key: &str) -> GroupId {
-        let at = self
-            .index
-            .partition_point(|(start, _)| start.as_pair() <= (bucket, key));
-        self.index[at.saturating_sub(1)].1
+        // The first start is ("", ""), so the position is >= 1.
+        self.index[self.index_after(bucket, key).saturating_sub(1)].1
     }
 
     /// The index interval a listing continues in after the one holding (`bucket`, `key`):
     /// its start and owner, or None past the last.
     pub fn next_index_interval(&self, bucket: &str, key: &str) -> Option<(&IndexStart, GroupId)> {
-        let at = self
-            .index
-            .partition_point(|(start, _)| start.as_pair() <= (bucket, key));
-        self.index.get(at).map(|(s, g)| (s, *g))
+        self.index
+            .get(self.index_after(bucket, key))
+            .map(|(s, g)| (s, *g))
+    }
+
+    /// The position of the first index interval that starts after (`bucket`, `key`).
+    fn index_after(&self, bucket: &str, key: &str) -> usize {
+        self.index
+            .partition_point(|(start, _)| start.as_pair() <= (bucket, key))
     }
 
     /// A new map (version + 1) in which a new group, on `replicas`, owns the part of

@@ -211,6 +211,14 @@ impl Cluster {
         (1..=self.nodes.len()).collect()
     }
 
+    /// Every node id but `except`.
+    pub fn ids_except(&self, except: &[usize]) -> Vec<usize> {
+        self.ids()
+            .into_iter()
+            .filter(|id| !except.contains(id))
+            .collect()
+    }
+
     /// Ids of the nodes whose process runs and is not paused.
     pub fn live(&self) -> Vec<usize> {
         self.ids()

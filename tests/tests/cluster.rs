@@ -146,15 +146,6 @@ fn list(cluster: &Cluster, id: usize) -> Vec<String> {
         .unwrap_or_else(|e| panic!("node {id}: {e}"))
 }
 
-/// Every node but `except`.
-fn others(cluster: &Cluster, except: &[usize]) -> Vec<usize> {
-    cluster
-        .ids()
-        .into_iter()
-        .filter(|id| !except.contains(id))
-        .collect()
-}
-
 /// Polls node `id`'s status (bounded) until it names a leader other than itself and is not
 /// a leader; returns that status.
 #[track_caller]
@@ -521,7 +512,7 @@ fn leader_kill9_mid_stream_loses_no_acknowledged_write() {
     let acked_before_kill = acked.load(Ordering::Relaxed);
     let killed_at = Instant::now();
     cluster.kill9(leader);
-    let survivors = others(&cluster, &[leader]);
+    let survivors = cluster.ids_except(&[leader]);
 
     // Time until a new leader acknowledges a write.
     let new_leader = cluster
@@ -642,7 +633,7 @@ fn paused_leader_steps_down_and_acknowledges_nothing_stale() {
     cluster.create_bucket(1, BUCKET);
     let old = cluster.wait_leader(ELECTION_TIMEOUT);
     let old_term = cluster.status(old).expect("leader status").term;
-    let survivors = others(&cluster, &[old]);
+    let survivors = cluster.ids_except(&[old]);
     let before = random_body(3000, 10_000);
     put_ok(&cluster.remote(old), "before-pause", &before);
 
@@ -844,7 +835,7 @@ fn without_quorum_writes_and_reads_fail_with_503() {
 
     // Phase 1: the survivor is a follower (its leader and the other follower are killed).
     let leader = cluster.wait_leader(ELECTION_TIMEOUT);
-    let followers = others(&cluster, &[leader]);
+    let followers = cluster.ids_except(&[leader]);
     let (survivor, other) = (followers[0], followers[1]);
     cluster.kill9(leader);
     cluster.kill9(other);
@@ -871,7 +862,7 @@ fn without_quorum_writes_and_reads_fail_with_503() {
     cluster.restart(leader);
     cluster.wait_same_digest(&cluster.ids(), CATCH_UP_TIMEOUT);
     let leader = cluster.wait_leader(ELECTION_TIMEOUT);
-    let followers = others(&cluster, &[leader]);
+    let followers = cluster.ids_except(&[leader]);
     for &f in &followers {
         cluster.kill9(f);
     }
@@ -934,12 +925,12 @@ fn follower_with_empty_data_is_rebuilt_from_a_snapshot() {
     }
 
     let leader = cluster.wait_leader(ELECTION_TIMEOUT);
-    let follower = others(&cluster, &[leader])[0];
+    let follower = cluster.ids_except(&[leader])[0];
     cluster.kill9(follower);
     cluster.wipe_data(follower);
     // While it is away: 60 more objects and 30 deletes, through the leader and the other
     // follower.
-    let up = others(&cluster, &[follower]);
+    let up = cluster.ids_except(&[follower]);
     for i in 300..360u64 {
         put_ok(
             &cluster.remote(up[i as usize % 2]),

@@ -128,11 +128,7 @@ fn every_role_restarts_after_its_log_was_purged() {
     // and is caught up from a snapshot.
     let leader = cluster.wait_leader(ELECTION_TIMEOUT);
     let laggard = (1..=3).find(|&id| id != leader).expect("a follower");
-    let up: Vec<usize> = cluster
-        .ids()
-        .into_iter()
-        .filter(|&id| id != laggard)
-        .collect();
+    let up: Vec<usize> = cluster.ids_except(&[laggard]);
     let left_at = cluster.digest(leader).expect("leader digest").last_applied;
     cluster.kill9(laggard);
     written.put_many(&cluster, &up, 10 * SNAPSHOT_LOGS);
@@ -234,11 +230,7 @@ fn a_follower_killed_while_it_installs_a_snapshot_restarts() {
     for round in 0..rounds {
         let leader = cluster.wait_leader(ELECTION_TIMEOUT);
         let follower = (1..=3).find(|&id| id != leader).expect("a follower");
-        let up: Vec<usize> = cluster
-            .ids()
-            .into_iter()
-            .filter(|&id| id != follower)
-            .collect();
+        let up: Vec<usize> = cluster.ids_except(&[follower]);
         // Behind the others' purged logs: only a snapshot can catch it up.
         let left_at = cluster.digest(leader).expect("leader digest").last_applied;
         cluster.pause(follower);

@@ -189,13 +189,13 @@ async fn remove(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiRes
     change(&app, MembershipOp::Remove { id }).await
 }
 
-/// `GET /_admin/digest`: a SHA-256 of every table of this node's state machine at its
-/// `last_applied`, from one read transaction. Replicas at the same index must agree.
 /// `GET /_admin/groups`: the metadata groups (id, kind, leader, replicas, records, ...).
 async fn groups(State(app): State<Arc<AppState>>) -> ApiResult {
     Ok(json_pretty(&app.store.metadata().groups().await?))
 }
 
+/// `GET /_admin/digest`: a SHA-256 of every table of this node's state machine at its
+/// `last_applied`, from one read transaction. Replicas at the same index must agree.
 async fn digest(State(app): State<Arc<AppState>>) -> ApiResult {
     Ok(json_pretty(
         &app.store.metadata().read_local(|m| m.digest()).await?,
