@@ -323,7 +323,8 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         }
         None => crate::peers::HttpPeers::new(cluster.secret.clone()),
     });
-    let metadata = raft::open(&data_dir, cluster, peers).await?;
+    let replicas = raft::Replicas::open(&data_dir, cluster, peers).await?;
+    let metadata = replicas.root().clone();
     let pairs = Arc::new(PairTable::new());
     let state = Arc::new(AppState {
         store: Arc::new(ObjectStore::new(
@@ -332,6 +333,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
             config.limits.clone(),
             config.choice_root,
         )),
+        replicas: replicas.clone(),
         credentials,
         admin_token: config.admin_token.clone(),
         native_token: config.native_token.clone(),
@@ -484,7 +486,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         tracing::warn!(error = %e, "admin listener");
     }
     state.workers.stop();
-    metadata.shutdown().await;
+    replicas.shutdown().await;
     served
 }
 

@@ -15,6 +15,9 @@ use crate::workers::Workers;
 /// Everything a request handler needs.
 pub struct AppState {
     pub store: Arc<ObjectStore>,
+    /// This node's replicas of the metadata groups (root is `store`'s metadata), which the
+    /// node-to-node calls reach.
+    pub replicas: Arc<meta::raft::Replicas>,
     pub credentials: Credentials,
     pub admin_token: Option<String>,
     pub native_token: Option<String>,

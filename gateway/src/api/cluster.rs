@@ -2,7 +2,9 @@
 //!
 //! - Node-to-node RPCs under `/_cluster/` (openraft's append, vote and snapshot chunks; a
 //!   follower's forwarded batch; a follower's read-index request; a membership change
-//!   forwarded to the leader). Each must carry the cluster secret in
+//!   forwarded to the leader), to the root group under `/_cluster/<call>` and to any other
+//!   group under `/_cluster/g/<id>/<call>`, all answered by `meta`'s
+//!   [`Replicas::serve`](meta::raft::Replicas::serve). Each must carry the cluster secret in
 //!   `x-cluster-secret`; without one (or on a node with no secret) it is refused with 403
 //!   before its body is read, by [`Access::Cluster`](crate::api::Access) over
 //!   [`rpc_routes`].
@@ -20,12 +22,11 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http::{StatusCode, header};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::api::{ApiError, ApiResult, json_pretty};
 use crate::state::AppState;
-use meta::raft::{Batch, MembershipOp, proposer::WriteReply};
+use meta::raft::network::Call;
+use meta::raft::{MembershipOp, ServeError};
 
 /// The env variable holding the cluster secret (also `cluster_secret` in the config file).
 pub const CLUSTER_SECRET_ENV: &str = "GATEWAY_CLUSTER_SECRET";
@@ -33,32 +34,31 @@ pub const CLUSTER_SECRET_ENV: &str = "GATEWAY_CLUSTER_SECRET";
 /// commands each stays well under it; snapshot chunks are 1 MiB.
 const RPC_BODY_BYTES_MAX: usize = 64 << 20;
 
-fn decode<T: DeserializeOwned>(body: &Bytes) -> Result<T, Box<Response>> {
-    postcard::from_bytes(body).map_err(|e| {
-        Box::new((StatusCode::BAD_REQUEST, format!("bad rpc body: {e}\n")).into_response())
-    })
-}
-
-fn encode<T: Serialize>(value: &T) -> Response {
-    match postcard::to_stdvec(value) {
-        Ok(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
-}
-
-/// The node-to-node RPCs, each body bounded by [`RPC_BODY_BYTES_MAX`].
+/// The node-to-node calls, each body bounded by [`RPC_BODY_BYTES_MAX`]: root's under
+/// `/_cluster/<call>` as before groups, every other group's under `/_cluster/g/<id>/<call>`
+/// (see [`Call::parse`]).
 pub fn rpc_routes() -> Router<Arc<AppState>> {
     Router::new()
-        .route("/_cluster/raft/append", post(append))
-        .route("/_cluster/raft/vote", post(vote))
-        .route("/_cluster/pre-vote", post(pre_vote))
-        .route("/_cluster/version", post(format_version))
-        .route("/_cluster/raft/snapshot", post(snapshot))
-        .route("/_cluster/write", post(write))
-        .route("/_cluster/read-index", post(read_index))
-        .route("/_cluster/membership", post(membership))
-        .route("/_cluster/state", post(peer_state))
+        .route("/_cluster/{*call}", post(rpc))
         .layer(DefaultBodyLimit::max(RPC_BODY_BYTES_MAX))
+}
+
+async fn rpc(State(app): State<Arc<AppState>>, Path(path): Path<String>, body: Bytes) -> Response {
+    let Some((group, call)) = Call::parse(&path) else {
+        return (StatusCode::NOT_FOUND, "no such cluster call\n").into_response();
+    };
+    match app.replicas.serve(group, call, &body).await {
+        Ok(bytes) => ([(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response(),
+        Err(e) => {
+            let status = match e {
+                ServeError::NoReplica(_) => StatusCode::NOT_FOUND,
+                ServeError::BadBody(_) => StatusCode::BAD_REQUEST,
+                ServeError::NoVote => StatusCode::SERVICE_UNAVAILABLE,
+                ServeError::Encode(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            (status, format!("{e}\n")).into_response()
+        }
+    }
 }
 
 /// The operator's endpoints, part of the admin API.
@@ -71,81 +71,6 @@ pub fn admin_routes() -> Router<Arc<AppState>> {
         .route("/_admin/groups", get(groups))
         .route("/_admin/digest", get(digest))
         .route("/_admin/backup", get(backup))
-}
-
-async fn append(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    match decode(&body) {
-        Ok(req) => encode(&app.store.metadata().append_entries(req).await),
-        Err(r) => {
-            // Nothing is appended, so this node cannot diverge; it only falls behind.
-            tracing::error!(
-                "entries from the leader cannot be decoded: the leader may write a metadata \
-                 format this binary does not know (upgrade it)"
-            );
-            *r
-        }
-    }
-}
-
-async fn vote(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    if !app.store.metadata().may_vote() {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "rejoining with an emptied data folder: no vote before catching up\n",
-        )
-            .into_response();
-    }
-    match decode(&body) {
-        Ok(req) => encode(&app.store.metadata().raft().vote(req).await),
-        Err(r) => *r,
-    }
-}
-
-/// The newest metadata format this binary knows (see `meta::cluster_version`).
-async fn format_version() -> Response {
-    encode(&meta::cluster_version::FORMAT_VERSION)
-}
-
-async fn pre_vote(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    match decode(&body) {
-        Ok(req) => encode(&app.store.metadata().pre_vote(req).await),
-        Err(r) => *r,
-    }
-}
-
-async fn snapshot(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    match decode(&body) {
-        Ok(req) => encode(&app.store.metadata().install_snapshot(req).await),
-        Err(r) => *r,
-    }
-}
-
-async fn write(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    let batch: Batch = match decode(&body) {
-        Ok(b) => b,
-        Err(r) => return *r,
-    };
-    let meta = app.store.metadata();
-    let leader = meta.raft().metrics().borrow().current_leader;
-    if leader != Some(meta.node_id()) {
-        return encode(&WriteReply::NotLeader(leader));
-    }
-    encode(&meta.forwarded_write(batch).await)
-}
-
-async fn peer_state(State(app): State<Arc<AppState>>) -> Response {
-    encode(&app.store.metadata().peer_state())
-}
-
-async fn read_index(State(app): State<Arc<AppState>>) -> Response {
-    encode(&app.store.metadata().leader_read_index().await)
-}
-
-async fn membership(State(app): State<Arc<AppState>>, body: Bytes) -> Response {
-    match decode::<MembershipOp>(&body) {
-        Ok(op) => encode(&app.store.metadata().leader_change_membership(op).await),
-        Err(r) => *r,
-    }
 }
 
 /// `GET /_admin/cluster`: this node's view of the group.

@@ -22,7 +22,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::members::{leader_gone, member_addr};
-use super::network::Rpc;
+use super::network::{Call, Rpc};
 use super::timeouts::{LEADER_WAIT, READ_TIMEOUT};
 use super::types::{MetaRaft, NodeId};
 use crate::MetaError;
@@ -166,7 +166,7 @@ async fn attempt(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaErro
     // As for forwarded writes: a leader replaced while it is asked holds the round (and
     // every read waiting on it) no longer than it takes this node to learn of it.
     tokio::select! {
-        r = rpc.call::<(), Result<u64, MetaError>>(&addr, "read-index", &(), READ_TIMEOUT) => match r {
+        r = rpc.call::<(), Result<u64, MetaError>>(&addr, Call::ReadIndex, &(), READ_TIMEOUT) => match r {
             Ok(r) => r,
             Err(e) => Err(MetaError::Unavailable(e.to_string())),
         },

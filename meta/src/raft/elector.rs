@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use super::log::LogStore;
 use super::members::member_addr;
-use super::network::{Rpc, RpcError};
+use super::network::{Call, Rpc, RpcError};
 use super::types::{MetaRaft, NodeId};
 
 /// How often the elector looks at the time since the last contact.
@@ -267,7 +267,7 @@ impl Elector {
             let req = *req;
             asks.push(async move {
                 match rpc
-                    .call::<_, PreVoteResponse>(&addr, "pre-vote", &req, timeout)
+                    .call::<_, PreVoteResponse>(&addr, Call::PreVote, &req, timeout)
                     .await
                 {
                     Ok(r) => {
@@ -276,7 +276,8 @@ impl Elector {
                         }
                         r.granted
                     }
-                    // A release without pre-votes: its real vote decides.
+                    // A release without pre-votes (root only: groups came later) or a
+                    // peer without this group's replica yet: its real vote decides.
                     Err(RpcError::Status(..)) => true,
                     Err(e) => {
                         tracing::debug!(peer = id, error = %e, "pre-vote not answered");

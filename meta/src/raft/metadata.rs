@@ -17,11 +17,11 @@ use super::elector::{self, Elector, LeaderContact, PreVoteRequest, PreVoteRespon
 use super::log::LogStore;
 use super::machine::{self, SnapshotDir, StateMachine};
 use super::members::member_addr;
-use super::network::{self, Network, Rpc};
+use super::network::{self, Call, Network, Rpc};
 use super::proposer::{self, Proposer};
 use super::timeouts::{LEADER_WAIT, READ_TIMEOUT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, MetaRaft, Node, NodeId, TypeConfig};
-use crate::groups::{GroupId, GroupKind, IndexStart, ShardMap};
+use crate::groups::{GroupId, GroupKind, IndexStart, ROOT, ShardMap};
 use crate::{Command, MetaError, MetaStore, Response, cluster_version};
 
 /// Bound on asking a peer, at the start of a fresh node, whether the group already runs.
@@ -98,9 +98,11 @@ pub struct KeyInterval {
     pub end: Option<IndexStart>,
 }
 
-/// The replicated metadata as the rest of the gateway sees it.
+/// The replicated metadata as the rest of the gateway sees it: this node's replica of one
+/// group.
 pub struct Metadata {
     node_id: NodeId,
+    group: GroupId,
     raft: MetaRaft,
     store: Arc<MetaStore>,
     rpc: Rpc,
@@ -141,11 +143,28 @@ fn unavailable(e: impl std::fmt::Display) -> MetaError {
 /// folder, or one waiting to be added as a learner, does not.
 ///
 /// `transport` carries this node's RPCs to its peers (see [`network::Transport`]).
+///
+/// This is the root group, whose files are the data folder's own (a folder from before
+/// groups existed is the root group holding everything); the other groups this node holds
+/// a replica of are opened by [`Replicas`](super::Replicas).
 pub async fn open(
     data_dir: &Path,
     cluster: ClusterConfig,
     transport: Arc<dyn network::Transport>,
 ) -> Result<Arc<Metadata>, MetaError> {
+    open_replica(data_dir, ROOT, cluster, transport).await
+}
+
+/// Opens this node's replica of `group` on `dir` (created if missing) and starts its Raft;
+/// `cluster.peers` are the group's voters if the group is new.
+pub(super) async fn open_replica(
+    data_dir: &Path,
+    group: GroupId,
+    cluster: ClusterConfig,
+    transport: Arc<dyn network::Transport>,
+) -> Result<Arc<Metadata>, MetaError> {
+    std::fs::create_dir_all(data_dir)
+        .map_err(|e| MetaError::Storage(format!("cannot create {}: {e}", data_dir.display())))?;
     let store = Arc::new(MetaStore::open(&data_dir.join("meta.redb"))?);
     let mut log = LogStore::open(&data_dir.join("raft.redb"))?;
     let (pairs_tx, pairs_rx) = watch::channel(0u64);
@@ -160,7 +179,11 @@ pub async fn open(
     )?;
     log.gate_purges(sm.durable_index().subscribe());
     let config = Config {
-        cluster_name: "dedup-gateway".into(),
+        cluster_name: if group == ROOT {
+            "dedup-gateway".into()
+        } else {
+            format!("dedup-gateway-group-{group}")
+        },
         heartbeat_interval: (cluster.election_timeout_ms / 5).max(1),
         election_timeout_min: cluster.election_timeout_ms,
         election_timeout_max: cluster.election_timeout_ms * 2,
@@ -181,7 +204,7 @@ pub async fn open(
             .validate()
             .map_err(|e| MetaError::Storage(e.to_string()))?,
     );
-    let rpc = Rpc::new(transport);
+    let rpc = Rpc::new(transport, group);
     let network = Network { rpc: rpc.clone() };
     let lease = Duration::from_millis(config.election_timeout_max);
     let election_timeout_min = Duration::from_millis(config.election_timeout_min);
@@ -195,7 +218,8 @@ pub async fn open(
     let rejoining = fresh && group_is_running(&rpc, &cluster).await;
     if rejoining {
         tracing::warn!(
-            "this node has no metadata but its peers run a group: waiting to be caught up from the leader"
+            group,
+            "this node has no metadata but its peers run the group: waiting to be caught up from the leader"
         );
     }
     if fresh && !rejoining && cluster.peers.contains_key(&cluster.node_id) {
@@ -205,7 +229,9 @@ pub async fn open(
             .map(|(id, addr)| (*id, BasicNode::new(addr)))
             .collect();
         match raft.initialize(members).await {
-            Ok(()) => tracing::info!(peers = ?cluster.peers, "initialized the metadata group"),
+            Ok(()) => {
+                tracing::info!(group, peers = ?cluster.peers, "initialized the metadata group")
+            }
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
             Err(e) => return Err(MetaError::Storage(e.to_string())),
         }
@@ -225,6 +251,7 @@ pub async fn open(
     );
     let metadata = Arc::new(Metadata {
         node_id: cluster.node_id,
+        group,
         proposer: Proposer::start(raft.clone(), rpc.clone(), cluster.node_id),
         barrier: ReadBarrier::new(raft.clone(), rpc.clone(), cluster.node_id),
         raft,
@@ -302,7 +329,8 @@ async fn group_is_running(rpc: &Rpc, cluster: &ClusterConfig) -> bool {
         if *id == cluster.node_id {
             continue;
         }
-        let state: Result<PeerState, _> = rpc.call(addr, "state", &(), PEER_PROBE_TIMEOUT).await;
+        let state: Result<PeerState, _> =
+            rpc.call(addr, Call::State, &(), PEER_PROBE_TIMEOUT).await;
         if let Ok(PeerState {
             last_applied: Some(index),
         }) = state
@@ -317,6 +345,11 @@ async fn group_is_running(rpc: &Rpc, cluster: &ClusterConfig) -> bool {
 impl Metadata {
     pub fn node_id(&self) -> NodeId {
         self.node_id
+    }
+
+    /// The group this is a replica of.
+    pub fn group(&self) -> GroupId {
+        self.group
     }
 
     /// What this node tells a fresh peer.
@@ -476,7 +509,7 @@ impl Metadata {
             }
             let answer: Result<u32, _> = self
                 .rpc
-                .call(&node.addr, "version", &(), PEER_PROBE_TIMEOUT)
+                .call(&node.addr, Call::Version, &(), PEER_PROBE_TIMEOUT)
                 .await;
             let version = match answer {
                 Ok(v) => v,
@@ -692,7 +725,7 @@ impl Metadata {
             let addr = self.node_addr(leader)?;
             let reply: Result<(), MetaError> = self
                 .rpc
-                .call(&addr, "membership", &op, WRITE_TIMEOUT * 3)
+                .call(&addr, Call::Membership, &op, WRITE_TIMEOUT * 3)
                 .await
                 .map_err(unavailable)?;
             reply?;

@@ -11,7 +11,9 @@
 //!   Concurrent reads share one round.
 //!
 //! Files in the data folder: `meta.redb` (the state machine: the tables, `last_applied`,
-//! membership), `raft.redb` (log, vote, committed), `snapshots/current.snap`.
+//! membership), `raft.redb` (log, vote, committed), `snapshots/current.snap`. Those are the
+//! root group's; a node holding replicas of other groups keeps each in `groups/<id>/`
+//! with the same three (see [`replicas`]).
 //!
 //! Beside the pieces above: `types.rs` (what an entry carries, openraft's type
 //! configuration), `timeouts.rs`, `members.rs` (a member's address, a leader's departure),
@@ -28,6 +30,7 @@ pub mod machine;
 #[allow(clippy::result_large_err)]
 pub mod network;
 pub mod proposer;
+pub mod replicas;
 pub mod snapshot;
 
 mod config;
@@ -43,5 +46,6 @@ pub use metadata::{
     Sha1Interval, open,
 };
 pub use offline::{RestoreError, replay_offline, restore};
+pub use replicas::{Replicas, ServeError};
 pub use timeouts::{LEADER_WAIT, READ_TIMEOUT, WRITE_TIMEOUT};
 pub use types::{Batch, BatchResult, MetaRaft, Node, NodeId, TypeConfig};

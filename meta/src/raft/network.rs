@@ -24,9 +24,95 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::types::{Node, NodeId, TypeConfig};
+use crate::groups::{GroupId, ROOT};
 
 /// Every node-to-node path starts with this.
 pub const RPC_PREFIX: &str = "/_cluster/";
+/// A group other than root is addressed under this, then its id: `/_cluster/g/7/raft/vote`.
+/// The root group keeps the paths it had before groups existed, so that nodes of an older
+/// release and of this one still understand each other during a rolling upgrade.
+const GROUP_SEGMENT: &str = "g/";
+
+/// The node-to-node calls, by the path each is posted to (after [`RPC_PREFIX`] and, for a
+/// group other than root, its [`GROUP_SEGMENT`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// openraft's append (entries or a heartbeat).
+    Append,
+    /// openraft's vote.
+    Vote,
+    /// openraft's snapshot chunk.
+    Snapshot,
+    /// The elector's pre-vote.
+    PreVote,
+    /// The newest metadata format the node's binary knows.
+    Version,
+    /// A follower's batch of commands, forwarded to the leader.
+    Write,
+    /// A follower's read-index request to the leader.
+    ReadIndex,
+    /// A membership change forwarded to the leader.
+    Membership,
+    /// What a node says of itself to a fresh peer.
+    State,
+}
+
+impl Call {
+    const ALL: [Call; 9] = [
+        Call::Append,
+        Call::Vote,
+        Call::Snapshot,
+        Call::PreVote,
+        Call::Version,
+        Call::Write,
+        Call::ReadIndex,
+        Call::Membership,
+        Call::State,
+    ];
+
+    /// The path of the call within its group (a contract between releases).
+    pub fn name(self) -> &'static str {
+        match self {
+            Call::Append => "raft/append",
+            Call::Vote => "raft/vote",
+            Call::Snapshot => "raft/snapshot",
+            Call::PreVote => "pre-vote",
+            Call::Version => "version",
+            Call::Write => "write",
+            Call::ReadIndex => "read-index",
+            Call::Membership => "membership",
+            Call::State => "state",
+        }
+    }
+
+    /// The path (after [`RPC_PREFIX`]) of this call to `group`.
+    pub fn path(self, group: GroupId) -> String {
+        if group == ROOT {
+            self.name().to_string()
+        } else {
+            format!("{GROUP_SEGMENT}{group}/{}", self.name())
+        }
+    }
+
+    /// The group and the call a path (after [`RPC_PREFIX`]) names; `None` for a path no
+    /// release posts.
+    pub fn parse(path: &str) -> Option<(GroupId, Call)> {
+        let (group, name) = match path.strip_prefix(GROUP_SEGMENT) {
+            Some(rest) => {
+                let (id, name) = rest.split_once('/')?;
+                // Digits only: "+7" or "07" would name group 7 by a second path.
+                if id.is_empty() || !id.bytes().all(|b| b.is_ascii_digit()) || id.starts_with('0') {
+                    return None;
+                }
+                let id: GroupId = id.parse().ok()?;
+                (id, name)
+            }
+            None => (ROOT, path),
+        };
+        let call = Call::ALL.into_iter().find(|c| c.name() == name)?;
+        Some((group, call))
+    }
+}
 /// The header that carries the cluster secret.
 pub const SECRET_HEADER: &str = "x-cluster-secret";
 /// Bound on an RPC answer's body (a snapshot chunk answer or a batch's results are small;
@@ -68,30 +154,38 @@ impl Transport for NoPeers {
     }
 }
 
-/// The RPC client every peer connection shares.
+/// The RPC client of one group's replica: every call goes to the same group on the peer.
 #[derive(Clone)]
 pub struct Rpc {
     transport: Arc<dyn Transport>,
+    group: GroupId,
 }
 
 impl Rpc {
-    pub fn new(transport: Arc<dyn Transport>) -> Self {
-        Rpc { transport }
+    /// The client of `group`'s replica.
+    pub fn new(transport: Arc<dyn Transport>, group: GroupId) -> Self {
+        Rpc { transport, group }
     }
 
-    /// Sends `body` (postcard) to `addr` + `path` and decodes the postcard answer, all
-    /// within `timeout`.
+    /// The group whose replicas this client calls.
+    pub fn group(&self) -> GroupId {
+        self.group
+    }
+
+    /// Sends `body` (postcard) as `call` to this group's replica at `addr` and decodes the
+    /// postcard answer, all within `timeout`.
     pub async fn call<Req: Serialize, Resp: DeserializeOwned>(
         &self,
         addr: &str,
-        path: &str,
+        call: Call,
         body: &Req,
         timeout: Duration,
     ) -> Result<Resp, RpcError> {
         let payload = postcard::to_stdvec(body)
             .map_err(|e| RpcError::Decode(addr.to_string(), e.to_string()))?;
+        let path = call.path(self.group);
         let work = async {
-            let bytes = self.transport.post(addr, path, payload).await?;
+            let bytes = self.transport.post(addr, &path, payload).await?;
             postcard::from_bytes(&bytes)
                 .map_err(|e| RpcError::Decode(addr.to_string(), e.to_string()))
         };
@@ -128,7 +222,7 @@ pub struct PeerClient {
 impl PeerClient {
     async fn send<Req: Serialize, Resp: DeserializeOwned, E>(
         &self,
-        path: &str,
+        call: Call,
         req: &Req,
         option: &RPCOption,
     ) -> Result<Resp, RPCError<NodeId, Node, RaftError<NodeId, E>>>
@@ -138,7 +232,7 @@ impl PeerClient {
     {
         let answer: Result<Resp, RaftError<NodeId, E>> = self
             .rpc
-            .call(&self.addr, path, req, option.hard_ttl())
+            .call(&self.addr, call, req, option.hard_ttl())
             .await
             .map_err(|e| match e {
                 RpcError::Unreachable(..) => RPCError::Unreachable(Unreachable::new(&e)),
@@ -154,7 +248,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.send("raft/append", &rpc, &option).await
+        self.send(Call::Append, &rpc, &option).await
     }
 
     async fn install_snapshot(
@@ -165,7 +259,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         InstallSnapshotResponse<NodeId>,
         RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>,
     > {
-        self.send("raft/snapshot", &rpc, &option).await
+        self.send(Call::Snapshot, &rpc, &option).await
     }
 
     async fn vote(
@@ -173,6 +267,46 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.send("raft/vote", &rpc, &option).await
+        self.send(Call::Vote, &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_call_parses_back_from_its_path_in_root_and_in_a_group() {
+        for call in Call::ALL {
+            for group in [ROOT, 1, 7, 42, GroupId::MAX] {
+                assert_eq!(Call::parse(&call.path(group)), Some((group, call)));
+            }
+        }
+        // Root keeps the paths of releases from before groups.
+        assert_eq!(Call::Append.path(ROOT), "raft/append");
+        assert_eq!(Call::Vote.path(3), "g/3/raft/vote");
+    }
+
+    #[test]
+    fn paths_no_release_posts_are_refused() {
+        for bad in [
+            "",
+            "raft",
+            "raft/append/x",
+            "g/",
+            "g//raft/vote",
+            "g/0/raft/vote",
+            "g/x/raft/vote",
+            "g/+7/raft/vote",
+            "g/07/raft/vote",
+            "g/-1/raft/vote",
+            "g/4294967296/raft/vote",
+            "g/7",
+            "g/7/",
+            "g/7/nope",
+            "g/7/g/8/raft/vote",
+        ] {
+            assert_eq!(Call::parse(bad), None, "{bad}");
+        }
     }
 }

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::members::{leader_gone, member_addr};
-use super::network::Rpc;
+use super::network::{Call, Rpc};
 use super::timeouts::{LEADER_WAIT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, MetaRaft, NodeId};
 use crate::{Command, MetaError, Response};
@@ -240,7 +240,7 @@ async fn send(
             // Its outcome stays unknown (the old leader may have appended it, and the new
             // one commit it), so its commands fail with Unavailable, as after a timeout.
             tokio::select! {
-                r = rpc.call(&addr, "write", &batch, WRITE_TIMEOUT) => match r {
+                r = rpc.call(&addr, Call::Write, &batch, WRITE_TIMEOUT) => match r {
                     Ok(r) => r,
                     Err(e) => WriteReply::Unavailable(e.to_string()),
                 },

@@ -1,0 +1,254 @@
+//! [`Replicas`]: every group this node holds a replica of, each with its own Raft, and the
+//! node side of the node-to-node calls ([`Replicas::serve`]).
+//!
+//! The root group's files are the data folder's own (`meta.redb`, `raft.redb`,
+//! `snapshots/`), exactly where a node from before groups kept the one group; every other
+//! group lives in `groups/<id>/` with the same three. Each replica has its own log, state
+//! machine, elector, proposer and read barrier, and its calls travel under
+//! `/_cluster/g/<id>/` (see [`Call::path`]), so one group's election or slow disk holds up
+//! none of the others.
+//!
+//! A replica's membership is in its own log: after a restart this node opens again every
+//! group folder it finds, and each rejoins its group without being told its peers.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::config::ClusterConfig;
+use super::metadata::{self, Metadata};
+use super::network::{Call, Transport};
+use super::proposer::WriteReply;
+use super::types::NodeId;
+use crate::MetaError;
+use crate::cluster_version::FORMAT_VERSION;
+use crate::groups::{GroupId, ROOT};
+
+/// The folder under the data folder that holds the groups other than root.
+pub const GROUPS_DIR: &str = "groups";
+
+/// Why a node-to-node call was not answered. The server turns each into an HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// This node holds no replica of the group (not yet, or no longer).
+    #[error("this node holds no replica of group {0}")]
+    NoReplica(GroupId),
+    #[error("bad rpc body: {0}")]
+    BadBody(String),
+    /// A node rejoining with an emptied data folder may have voted before and forgotten.
+    #[error("rejoining with an emptied data folder: no vote before catching up")]
+    NoVote,
+    #[error("cannot encode the answer: {0}")]
+    Encode(String),
+}
+
+/// Every replica this node holds.
+pub struct Replicas {
+    data_dir: PathBuf,
+    cluster: ClusterConfig,
+    transport: Arc<dyn Transport>,
+    root: Arc<Metadata>,
+    /// The groups other than root.
+    groups: RwLock<BTreeMap<GroupId, Arc<Metadata>>>,
+    /// Serializes [`Replicas::open_group`]: two opens of one group would open its files
+    /// twice.
+    opening: tokio::sync::Mutex<()>,
+}
+
+/// The folder of `group`'s replica under `data_dir`.
+pub fn group_dir(data_dir: &Path, group: GroupId) -> PathBuf {
+    if group == ROOT {
+        data_dir.to_path_buf()
+    } else {
+        data_dir.join(GROUPS_DIR).join(group.to_string())
+    }
+}
+
+/// The groups whose folders are under `data_dir/groups/`, ascending. A name that is not a
+/// group id is left alone (and reported): it is nothing this node wrote.
+fn group_folders(data_dir: &Path) -> Result<Vec<GroupId>, MetaError> {
+    let dir = data_dir.join(GROUPS_DIR);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(MetaError::Storage(format!(
+                "cannot read {}: {e}",
+                dir.display()
+            )));
+        }
+    };
+    let mut ids = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| MetaError::Storage(e.to_string()))?;
+        let name = entry.file_name();
+        match name.to_str().and_then(|n| n.parse::<GroupId>().ok()) {
+            Some(id) if id != ROOT && name.to_str() == Some(&id.to_string()) => ids.push(id),
+            _ => tracing::warn!(path = %entry.path().display(), "not a group folder: left alone"),
+        }
+    }
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ServeError> {
+    postcard::from_bytes(body).map_err(|e| ServeError::BadBody(e.to_string()))
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, ServeError> {
+    postcard::to_stdvec(value).map_err(|e| ServeError::Encode(e.to_string()))
+}
+
+impl Replicas {
+    /// Opens the root group on `data_dir` and every other group whose folder is there.
+    /// `cluster.peers` are the root group's voters if it is new.
+    pub async fn open(
+        data_dir: &Path,
+        cluster: ClusterConfig,
+        transport: Arc<dyn Transport>,
+    ) -> Result<Arc<Replicas>, MetaError> {
+        let root = metadata::open(data_dir, cluster.clone(), transport.clone()).await?;
+        let mut groups = BTreeMap::new();
+        for id in group_folders(data_dir)? {
+            // Restarted: the replica's log knows its members; no peers to initialize with.
+            let rejoin = ClusterConfig {
+                peers: BTreeMap::new(),
+                ..cluster.clone()
+            };
+            let dir = group_dir(data_dir, id);
+            let replica = metadata::open_replica(&dir, id, rejoin, transport.clone()).await?;
+            groups.insert(id, replica);
+        }
+        Ok(Arc::new(Replicas {
+            data_dir: data_dir.to_path_buf(),
+            cluster,
+            transport,
+            root,
+            groups: RwLock::new(groups),
+            opening: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    /// The root group's replica (today: every table).
+    pub fn root(&self) -> &Arc<Metadata> {
+        &self.root
+    }
+
+    /// This node's replica of `group`, if it holds one.
+    pub fn get(&self, group: GroupId) -> Option<Arc<Metadata>> {
+        if group == ROOT {
+            return Some(self.root.clone());
+        }
+        match self.groups.read() {
+            Ok(g) => g.get(&group).cloned(),
+            Err(p) => p.into_inner().get(&group).cloned(),
+        }
+    }
+
+    /// The groups this node holds a replica of, root first.
+    pub fn ids(&self) -> Vec<GroupId> {
+        let others: Vec<GroupId> = match self.groups.read() {
+            Ok(g) => g.keys().copied().collect(),
+            Err(p) => p.into_inner().keys().copied().collect(),
+        };
+        std::iter::once(ROOT).chain(others).collect()
+    }
+
+    /// Opens this node's replica of `group` (a new one in `groups/<id>/`) and starts its
+    /// Raft. `voters` are the group's voters by S3 address: a fresh replica listed there
+    /// initializes the group with them (each of them may, as for root); one not listed
+    /// waits to be added. A replica already open is answered as it is.
+    pub async fn open_group(
+        &self,
+        group: GroupId,
+        voters: BTreeMap<NodeId, String>,
+    ) -> Result<Arc<Metadata>, MetaError> {
+        let _one = self.opening.lock().await;
+        if let Some(open) = self.get(group) {
+            return Ok(open);
+        }
+        let cluster = ClusterConfig {
+            peers: voters,
+            ..self.cluster.clone()
+        };
+        let dir = group_dir(&self.data_dir, group);
+        let replica = metadata::open_replica(&dir, group, cluster, self.transport.clone()).await?;
+        match self.groups.write() {
+            Ok(mut g) => g.insert(group, replica.clone()),
+            Err(p) => p.into_inner().insert(group, replica.clone()),
+        };
+        Ok(replica)
+    }
+
+    /// Stops every replica, the other groups first and root last.
+    pub async fn shutdown(&self) {
+        let others: Vec<Arc<Metadata>> = match self.groups.write() {
+            Ok(mut g) => std::mem::take(&mut *g).into_values().collect(),
+            Err(p) => std::mem::take(&mut *p.into_inner()).into_values().collect(),
+        };
+        for replica in others {
+            replica.shutdown().await;
+        }
+        self.root.shutdown().await;
+    }
+
+    /// Answers a peer's `call` to this node's replica of `group`, with the postcard
+    /// `body`; the answer is postcard too.
+    pub async fn serve(
+        &self,
+        group: GroupId,
+        call: Call,
+        body: &[u8],
+    ) -> Result<Vec<u8>, ServeError> {
+        // What the binary knows, whatever the group: a peer asks before it raises a group's
+        // format, possibly before this node has opened its replica.
+        if call == Call::Version {
+            return encode(&FORMAT_VERSION);
+        }
+        let meta = self.get(group).ok_or(ServeError::NoReplica(group))?;
+        match call {
+            Call::Append => {
+                let req = decode(body).inspect_err(|_| {
+                    // Nothing is appended, so this node cannot diverge; it only falls behind.
+                    tracing::error!(
+                        group,
+                        "entries from the leader cannot be decoded: the leader may write a \
+                         metadata format this binary does not know (upgrade it)"
+                    );
+                })?;
+                encode(&meta.append_entries(req).await)
+            }
+            Call::Vote => {
+                if !meta.may_vote() {
+                    return Err(ServeError::NoVote);
+                }
+                encode(&meta.raft().vote(decode(body)?).await)
+            }
+            Call::Snapshot => encode(&meta.install_snapshot(decode(body)?).await),
+            Call::PreVote => encode(&meta.pre_vote(decode(body)?).await),
+            Call::Write => {
+                let batch = decode(body)?;
+                let leader = meta.raft().metrics().borrow().current_leader;
+                if leader != Some(meta.node_id()) {
+                    return encode(&WriteReply::NotLeader(leader));
+                }
+                encode(&meta.forwarded_write(batch).await)
+            }
+            Call::ReadIndex => encode(&meta.leader_read_index().await),
+            Call::Membership => {
+                let op = decode(body)?;
+                let done: Result<(), MetaError> = meta.leader_change_membership(op).await;
+                encode(&done)
+            }
+            Call::State => encode(&meta.peer_state()),
+            Call::Version => encode(&FORMAT_VERSION),
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "replicas_tests.rs"]
+mod tests;

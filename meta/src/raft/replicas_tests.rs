@@ -1,0 +1,286 @@
+//! Three nodes in one process, each a [`Replicas`] on its own data folder, holding the root
+//! group and two more; their calls go through [`Replicas::serve`], the function the
+//! gateway's `/_cluster/` route calls, by the paths [`Call::path`] gives (the HTTP between
+//! them is the only thing left out; the e2e cluster tests run it).
+//!
+//! Snapshots every 4 entries, so each group crosses many snapshots and log purges, and a
+//! node restarted behind a purge can only catch up by a snapshot install.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use placement::{DiskRef, PairId, PairRecord};
+
+use super::*;
+use crate::Command;
+use crate::raft::network::{RpcError, TransportFuture};
+
+const NODES: [NodeId; 3] = [1, 2, 3];
+const GROUPS: [GroupId; 2] = [1, 2];
+const SNAPSHOT_LOGS: u64 = 4;
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Carries a call to the node registered at the address, as the gateway's route would.
+#[derive(Default)]
+struct Loopback {
+    nodes: Mutex<HashMap<String, Weak<Replicas>>>,
+}
+
+impl Loopback {
+    fn register(&self, addr: &str, node: &Arc<Replicas>) {
+        self.nodes
+            .lock()
+            .unwrap()
+            .insert(addr.to_string(), Arc::downgrade(node));
+    }
+
+    fn unregister(&self, addr: &str) {
+        self.nodes.lock().unwrap().remove(addr);
+    }
+}
+
+impl Transport for Loopback {
+    fn post<'a>(&'a self, addr: &'a str, path: &'a str, payload: Vec<u8>) -> TransportFuture<'a> {
+        Box::pin(async move {
+            let node = self.nodes.lock().unwrap().get(addr).and_then(Weak::upgrade);
+            let Some(node) = node else {
+                return Err(RpcError::Unreachable(addr.into(), "down".into()));
+            };
+            let Some((group, call)) = Call::parse(path) else {
+                return Err(RpcError::Status(addr.into(), 404, path.into()));
+            };
+            node.serve(group, call, &payload).await.map_err(|e| {
+                let status = match e {
+                    ServeError::NoReplica(_) => 404,
+                    ServeError::BadBody(_) => 400,
+                    ServeError::NoVote => 503,
+                    ServeError::Encode(_) => 500,
+                };
+                RpcError::Status(addr.into(), status, e.to_string())
+            })
+        })
+    }
+}
+
+fn addr(id: NodeId) -> String {
+    format!("node-{id}")
+}
+
+fn voters() -> BTreeMap<NodeId, String> {
+    NODES.iter().map(|&id| (id, addr(id))).collect()
+}
+
+fn config(id: NodeId) -> ClusterConfig {
+    ClusterConfig {
+        node_id: id,
+        peers: voters(),
+        secret: String::new(),
+        snapshot_logs: SNAPSHOT_LOGS,
+        election_timeout_ms: crate::raft::ELECTION_TIMEOUT_MS_DEFAULT,
+    }
+}
+
+async fn start(dir: &Path, id: NodeId, net: &Arc<Loopback>) -> Arc<Replicas> {
+    let node = Replicas::open(&dir.join(id.to_string()), config(id), net.clone())
+        .await
+        .unwrap();
+    net.register(&addr(id), &node);
+    node
+}
+
+fn pair(dir: &Path, id: u64) -> Command {
+    Command::PutPair {
+        id: PairId(u32::try_from(id).unwrap()),
+        record: PairRecord::new([
+            DiskRef::local(dir.join(format!("a{id}"))),
+            DiskRef::local(dir.join(format!("b{id}"))),
+        ]),
+    }
+}
+
+/// The pair ids `group`'s replica on `node` holds.
+async fn pairs_of(node: &Replicas, group: GroupId) -> Vec<u64> {
+    let meta = node.get(group).unwrap();
+    let pairs = meta.read_local(|s| s.pairs()).await.unwrap();
+    pairs.into_iter().map(|(id, _)| u64::from(id.0)).collect()
+}
+
+/// Waits until every live node's replica of `group` has applied what its leader has, and
+/// answers the leader's applied index.
+async fn settle(nodes: &[&Arc<Replicas>], group: GroupId) -> u64 {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let applied: Vec<Option<u64>> = nodes
+            .iter()
+            .map(|n| n.get(group).unwrap().status().last_applied)
+            .collect();
+        let leader = nodes[0].get(group).unwrap().status().leader;
+        if let (Some(first), Some(_)) = (applied[0], leader)
+            && applied.iter().all(|a| *a == Some(first))
+        {
+            return first;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "group {group} did not settle: {applied:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn assert_same_digest(nodes: &[&Arc<Replicas>], group: GroupId) {
+    settle(nodes, group).await;
+    let mut digests = Vec::new();
+    for n in nodes {
+        let meta = n.get(group).unwrap();
+        digests.push(meta.read_local(|s| s.digest()).await.unwrap());
+    }
+    for d in &digests[1..] {
+        assert_eq!(d.last_applied, digests[0].last_applied, "group {group}");
+        assert_eq!(d.tables, digests[0].tables, "group {group}");
+    }
+}
+
+/// Writes `count` pairs from `first` to `group`, one entry each, through `via` (a follower
+/// forwards to the leader). A write refused as unavailable (the leader just stopped, an
+/// election under way) is sent again, as a client would: a pair's write is idempotent.
+async fn write(via: &Replicas, group: GroupId, dir: &Path, first: u64, count: u64) {
+    let meta = via.get(group).unwrap();
+    for id in first..first + count {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            match meta.execute(pair(dir, id)).await {
+                Ok(_) => break,
+                Err(crate::MetaError::Unavailable(why)) => {
+                    assert!(tokio::time::Instant::now() < deadline, "{why}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("pair {id} in group {group}: {e}"),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn groups_elect_replicate_compact_and_survive_a_restart_behind_a_purge() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = Arc::new(Loopback::default());
+    let mut nodes = Vec::new();
+    for id in NODES {
+        nodes.push(start(dir.path(), id, &net).await);
+    }
+    for node in &nodes {
+        for group in GROUPS {
+            node.open_group(group, voters()).await.unwrap();
+        }
+    }
+    for node in &nodes {
+        assert_eq!(node.ids(), vec![ROOT, 1, 2]);
+        for group in [ROOT, 1, 2] {
+            node.get(group).unwrap().wait_leader(WAIT).await.unwrap();
+        }
+    }
+    // Root keeps the data folder's own files; each group has its folder.
+    let home = dir.path().join("1");
+    assert!(home.join("meta.redb").is_file() && home.join("raft.redb").is_file());
+    for group in GROUPS {
+        let g = home.join("groups").join(group.to_string());
+        assert!(g.join("meta.redb").is_file() && g.join("raft.redb").is_file());
+    }
+
+    // Each group takes its own writes, through every node (followers forward).
+    for (i, node) in nodes.iter().enumerate() {
+        let i = i as u64;
+        write(node, 1, dir.path(), 100 + 20 * i, 20).await;
+        write(node, 2, dir.path(), 200 + 20 * i, 20).await;
+    }
+    for node in &nodes {
+        assert_eq!(pairs_of(node, ROOT).await, Vec::<u64>::new());
+    }
+    let all: Vec<&Arc<Replicas>> = nodes.iter().collect();
+    for group in GROUPS {
+        assert_same_digest(&all, group).await;
+        for node in &nodes {
+            let ids = pairs_of(node, group).await;
+            let base = 100 * u64::from(group);
+            assert_eq!(ids, (base..base + 60).collect::<Vec<_>>(), "group {group}");
+            let status = node.get(group).unwrap().status();
+            // 60 entries, a snapshot every 4: many purges on every replica.
+            assert!(
+                status.purged.is_some_and(|p| p >= 40),
+                "group {group} on node {}: {status:?}",
+                node.root().node_id()
+            );
+        }
+    }
+
+    // A call to a group this node does not hold is refused, not served by another group.
+    let refused = nodes[0].serve(9, Call::State, &[]).await;
+    assert!(
+        matches!(refused, Err(ServeError::NoReplica(9))),
+        "{refused:?}"
+    );
+
+    // Stop the leader of group 1, write on (the survivors elect, snapshot and purge past
+    // everything the stopped node has), then restart it on its folder.
+    let leader = nodes[0].get(1).unwrap().wait_leader(WAIT).await.unwrap();
+    let down = nodes
+        .iter()
+        .position(|n| n.root().node_id() == leader)
+        .unwrap();
+    let stopped = nodes.remove(down);
+    let stopped_at = stopped.get(1).unwrap().status().last_applied.unwrap();
+    net.unregister(&addr(leader));
+    stopped.shutdown().await;
+    drop(stopped);
+    for group in GROUPS {
+        write(
+            &nodes[0],
+            group,
+            dir.path(),
+            100 * u64::from(group) + 60,
+            30,
+        )
+        .await;
+    }
+    let survivors: Vec<&Arc<Replicas>> = nodes.iter().collect();
+    for group in GROUPS {
+        settle(&survivors, group).await;
+        // Purges follow snapshots in the background: wait (bounded) until every survivor's
+        // log starts past what the stopped node has.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let purged: Vec<Option<u64>> = survivors
+                .iter()
+                .map(|n| n.get(group).unwrap().status().purged)
+                .collect();
+            if purged.iter().all(|p| p.is_some_and(|p| p > stopped_at)) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "group {group}: purged {purged:?}, the stopped node had {stopped_at}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let restarted = start(dir.path(), leader, &net).await;
+    assert_eq!(restarted.ids(), vec![ROOT, 1, 2], "groups found again");
+    nodes.push(restarted);
+    let all: Vec<&Arc<Replicas>> = nodes.iter().collect();
+    for group in GROUPS {
+        assert_same_digest(&all, group).await;
+        let base = 100 * u64::from(group);
+        for node in &nodes {
+            assert_eq!(
+                pairs_of(node, group).await,
+                (base..base + 90).collect::<Vec<_>>()
+            );
+        }
+    }
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
