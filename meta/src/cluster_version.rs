@@ -28,7 +28,7 @@ use super::command::{Command, WritePrecondition};
 use super::tables::RAFT_STATE;
 
 /// The newest format this binary reads and writes.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// The format of a group that never recorded one (every release before the raise).
 pub const FORMAT_VERSION_INITIAL: u32 = 1;
 /// Key of the group's version in `raft_state` (postcard `u32`).
@@ -56,6 +56,7 @@ impl Command {
             | Command::WithAcl { .. }
             | Command::SetObjectAcl { .. }
             | Command::SetBucketAcl { .. } => 4,
+            Command::SetShardMap { .. } => 5,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

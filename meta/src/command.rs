@@ -438,6 +438,11 @@ pub enum Command {
         bucket: String,
         acl: CannedAcl,
     },
+    /// Replaces the shard map (the root group's; see `shard_map.rs`): `map` must be well
+    /// formed and carry the stored version + 1; answers `MapVersion`. Format version 5.
+    SetShardMap {
+        map: crate::groups::ShardMap,
+    },
 }
 
 /// A change to a version's object lock; None fields are left as they are.
@@ -583,4 +588,6 @@ pub enum Response {
     AclSet {
         version_id: Option<String>,
     },
+    /// `SetShardMap`: the map's version now.
+    MapVersion(u64),
 }

@@ -61,6 +61,9 @@ pub enum MetaError {
     /// versioning cannot be suspended (format 4).
     #[error("{0}")]
     InvalidBucketState(String),
+    /// A shard map change planned from another map than the stored one (format 5).
+    #[error("shard map version {given} does not follow the stored version {have}")]
+    ShardMapVersion { have: u64, given: u64 },
 }
 
 /// `From` every redb error type into `$target::$variant(String)`: the metadata's and the

@@ -226,7 +226,8 @@ pub async fn scrub_status(State(app): State<Arc<AppState>>) -> Response {
 pub async fn metrics(State(app): State<Arc<AppState>>) -> ApiResult {
     use crate::telemetry::{exposition, snapshot};
     let text = exposition::render(
-        &snapshot::gather_with_groups(&app.store, &app.telemetry, &app.workers).await,
+        &snapshot::gather_with_groups(&app.store, &app.replicas, &app.telemetry, &app.workers)
+            .await,
         &app.telemetry.requests,
     )
     .map_err(ApiError::internal)?;
@@ -246,7 +247,8 @@ pub async fn status(State(app): State<Arc<AppState>>) -> Response {
         StatusCode::OK,
         [(header::CONTENT_TYPE, status_page::CONTENT_TYPE)],
         status_page::render(
-            &snapshot::gather_with_groups(&app.store, &app.telemetry, &app.workers).await,
+            &snapshot::gather_with_groups(&app.store, &app.replicas, &app.telemetry, &app.workers)
+                .await,
         ),
     )
         .into_response()

@@ -116,7 +116,7 @@ async fn remove(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiRes
 
 /// `GET /_admin/groups`: the metadata groups (id, kind, leader, replicas, records, ...).
 async fn groups(State(app): State<Arc<AppState>>) -> ApiResult {
-    Ok(json_pretty(&app.store.metadata().groups().await?))
+    Ok(json_pretty(&app.replicas.groups().await?))
 }
 
 /// `GET /_admin/digest`: a SHA-256 of every table of this node's state machine at its

@@ -378,41 +378,42 @@ fn raft(r: &mut Registry, s: &Snapshot) {
     );
 }
 
-/// Per metadata group: this node's replica's records and lag, the group's leader and
-/// replica count.
+/// Per metadata group: this node's replica's records and lag and the group's leader (for
+/// the groups this node holds a replica of), and every group's replica count.
 fn groups(r: &mut Registry, s: &Snapshot) {
     let Some(status) = &s.groups else {
         return;
     };
-    type Pick = fn(&meta::raft::GroupStatus) -> u64;
+    type Pick = fn(&meta::raft::GroupStatus) -> Option<u64>;
     let gauges: [(&str, &str, Pick); 4] = [
         (
             "gateway_group_records",
             "Records in every table of this node's replica of the group",
-            |g| g.records,
+            |g| g.held.then_some(g.records),
         ),
         (
             "gateway_group_lag",
             "Log entries of the group this node holds but has not applied yet",
-            |g| g.lag,
+            |g| g.held.then_some(g.lag),
         ),
         (
             "gateway_group_leader_id",
             "The group's leader (0 while there is none)",
-            |g| g.leader.unwrap_or(0),
+            |g| g.held.then(|| g.leader.unwrap_or(0)),
         ),
         ("gateway_group_replicas", "Voters of the group", |g| {
-            g.replicas.len() as u64
+            Some(g.replicas.len() as u64)
         }),
     ];
     for (name, help, pick) in gauges {
         let f = Family::<GroupLabels, Gauge>::default();
         for g in &status.groups {
+            let Some(value) = pick(g) else { continue };
             f.get_or_create(&GroupLabels {
                 group: g.id,
                 kind: g.kind.name(),
             })
-            .set(to_i64(pick(g)));
+            .set(to_i64(value));
         }
         r.register(name, help, f);
     }

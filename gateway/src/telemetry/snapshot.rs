@@ -100,11 +100,12 @@ pub fn gather(store: &ObjectStore, telemetry: &Telemetry, workers: &Workers) -> 
 /// pool).
 pub async fn gather_with_groups(
     store: &ObjectStore,
+    replicas: &meta::raft::Replicas,
     telemetry: &Telemetry,
     workers: &Workers,
 ) -> Snapshot {
     let mut snapshot = gather(store, telemetry, workers);
-    snapshot.groups = match store.metadata().groups().await {
+    snapshot.groups = match replicas.groups().await {
         Ok(g) => Some(g),
         Err(e) => {
             tracing::warn!(error = %e, "metadata groups for the status page and metrics");

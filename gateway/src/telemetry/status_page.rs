@@ -358,6 +358,9 @@ fn cluster(h: &mut String, s: &Snapshot) {
     );
 }
 
+/// What a group's cell shows for a figure of this node's replica where it holds none.
+const NOT_HELD: &str = "not held here";
+
 /// The metadata groups: each one's ranges, size, leader, replicas and this node's lag.
 fn groups(h: &mut String, s: &Snapshot) {
     let Some(status) = &s.groups else {
@@ -416,10 +419,22 @@ fn groups(h: &mut String, s: &Snapshot) {
             g.kind.name(),
             esc(&sha1s.join(", ")),
             esc(&keys.join(", ")),
-            metric("gateway_group_records", &labels, g.records, false),
-            g.leader.map_or("none".into(), |l| l.to_string()),
+            if g.held {
+                metric("gateway_group_records", &labels, g.records, false)
+            } else {
+                NOT_HELD.into()
+            },
+            match (g.held, g.leader) {
+                (false, _) => NOT_HELD.into(),
+                (true, Some(l)) => l.to_string(),
+                (true, None) => "none".into(),
+            },
             esc(&replicas.join(", ")),
-            metric("gateway_group_lag", &labels, g.lag, false),
+            if g.held {
+                metric("gateway_group_lag", &labels, g.lag, false)
+            } else {
+                NOT_HELD.into()
+            },
         );
     }
     h.push_str("</table></section>");

@@ -221,6 +221,9 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
         Command::SetClusterVersion { version } => {
             cluster_version::apply_raise(txn, *version).map(Response::ClusterVersion)
         }
+        Command::SetShardMap { map } => {
+            crate::shard_map::apply_set(txn, map).map(Response::MapVersion)
+        }
         Command::JobDeleteBucket { id, now_ms } => jobs::delete_bucket(txn, *id, *now_ms),
         Command::Conditional {
             bucket,

@@ -21,7 +21,7 @@ use super::network::{self, Call, Network, Rpc};
 use super::proposer::{self, Proposer};
 use super::timeouts::{LEADER_WAIT, READ_TIMEOUT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, MetaRaft, Node, NodeId, TypeConfig};
-use crate::groups::{GroupId, GroupKind, IndexStart, ROOT, ShardMap};
+use crate::groups::{GroupId, GroupKind, IndexStart, ROOT};
 use crate::{Command, MetaError, MetaStore, Response, cluster_version};
 
 /// Bound on asking a peer, at the start of a fresh node, whether the group already runs.
@@ -71,9 +71,14 @@ pub struct GroupStatus {
     pub id: GroupId,
     /// `root`, `filedb` or `index`.
     pub kind: GroupKind,
+    /// As this node's replica knows it (null where it holds none).
     pub leader: Option<NodeId>,
-    /// The voters, ascending.
+    /// The voters: root's as its membership has them, ascending; another group's as the
+    /// shard map places them, its first the preferred leader.
     pub replicas: Vec<NodeId>,
+    /// Whether this node holds a replica of the group; the figures below are that
+    /// replica's (0 and null where it holds none).
+    pub held: bool,
     /// Records in every table of this node's replica.
     pub records: u64,
     /// This node's replica: the last log index it applied, and how far behind the last
@@ -84,6 +89,17 @@ pub struct GroupStatus {
     pub filedb: Vec<Sha1Interval>,
     /// The (bucket, key) intervals it owns (`end` null: past the last key).
     pub index: Vec<KeyInterval>,
+}
+
+/// One replica's figures (see [`Metadata::replica_status`]).
+#[derive(Clone, Debug)]
+pub struct ReplicaStatus {
+    pub leader: Option<NodeId>,
+    /// The group's voters as this replica's membership has them, ascending.
+    pub voters: Vec<NodeId>,
+    pub records: u64,
+    pub last_applied: Option<u64>,
+    pub lag: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -152,16 +168,19 @@ pub async fn open(
     cluster: ClusterConfig,
     transport: Arc<dyn network::Transport>,
 ) -> Result<Arc<Metadata>, MetaError> {
-    open_replica(data_dir, ROOT, cluster, transport).await
+    open_replica(data_dir, ROOT, cluster, transport, true).await
 }
 
-/// Opens this node's replica of `group` on `dir` (created if missing) and starts its Raft;
-/// `cluster.peers` are the group's voters if the group is new.
+/// Opens this node's replica of `group` on `dir` (created if missing) and starts its Raft.
+/// `cluster.peers` are the group's voters, asked whether the group already runs if this
+/// replica is fresh; with `initialize`, a fresh replica listed there and finding no running
+/// group initializes it with them.
 pub(super) async fn open_replica(
     data_dir: &Path,
     group: GroupId,
     cluster: ClusterConfig,
     transport: Arc<dyn network::Transport>,
+    initialize: bool,
 ) -> Result<Arc<Metadata>, MetaError> {
     std::fs::create_dir_all(data_dir)
         .map_err(|e| MetaError::Storage(format!("cannot create {}: {e}", data_dir.display())))?;
@@ -215,26 +234,15 @@ pub(super) async fn open_replica(
     // A fresh node whose peers already hold committed state is not forming a new group:
     // its own data folder was emptied. It must not initialize (a second initial
     // membership) nor vote before it has caught up.
-    let rejoining = fresh && group_is_running(&rpc, &cluster).await;
+    let rejoining = fresh && group_is_running(&rpc, cluster.node_id, &cluster.peers).await;
     if rejoining {
         tracing::warn!(
             group,
             "this node has no metadata but its peers run the group: waiting to be caught up from the leader"
         );
     }
-    if fresh && !rejoining && cluster.peers.contains_key(&cluster.node_id) {
-        let members: BTreeMap<NodeId, Node> = cluster
-            .peers
-            .iter()
-            .map(|(id, addr)| (*id, BasicNode::new(addr)))
-            .collect();
-        match raft.initialize(members).await {
-            Ok(()) => {
-                tracing::info!(group, peers = ?cluster.peers, "initialized the metadata group")
-            }
-            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-            Err(e) => return Err(MetaError::Storage(e.to_string())),
-        }
+    if initialize && fresh && !rejoining {
+        initialize_group(&raft, group, cluster.node_id, &cluster.peers).await?;
     }
     let contact = Arc::new(LeaderContact::new());
     let elector = tokio::spawn(
@@ -323,10 +331,36 @@ async fn raise_cluster_version(meta: std::sync::Weak<Metadata>) {
     }
 }
 
+/// Initializes `group` with `cluster.peers` as its voters, if this node is one of them.
+/// Every voter of a new group may do so with the same list; one whose log already holds
+/// anything is refused by openraft, which is no error.
+async fn initialize_group(
+    raft: &MetaRaft,
+    group: GroupId,
+    me: NodeId,
+    peers: &BTreeMap<NodeId, String>,
+) -> Result<(), MetaError> {
+    if !peers.contains_key(&me) {
+        return Ok(());
+    }
+    let members: BTreeMap<NodeId, Node> = peers
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode::new(addr)))
+        .collect();
+    match raft.initialize(members).await {
+        Ok(()) => {
+            tracing::info!(group, ?peers, "initialized the metadata group");
+            Ok(())
+        }
+        Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+        Err(e) => Err(MetaError::Storage(e.to_string())),
+    }
+}
+
 /// Whether any other peer has applied committed entries (a leader was elected there).
-async fn group_is_running(rpc: &Rpc, cluster: &ClusterConfig) -> bool {
-    for (id, addr) in &cluster.peers {
-        if *id == cluster.node_id {
+async fn group_is_running(rpc: &Rpc, me: NodeId, peers: &BTreeMap<NodeId, String>) -> bool {
+    for (id, addr) in peers {
+        if *id == me {
             continue;
         }
         let state: Result<PeerState, _> =
@@ -350,6 +384,40 @@ impl Metadata {
     /// The group this is a replica of.
     pub fn group(&self) -> GroupId {
         self.group
+    }
+
+    /// Whether this replica has never held anything: no log entry, no membership (a
+    /// replica opened but not yet initialized, nor reached by its group's leader).
+    pub fn is_blank(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.last_log_index.is_none()
+            && m.last_applied.is_none()
+            && m.membership_config
+                .membership()
+                .voter_ids()
+                .next()
+                .is_none()
+    }
+
+    /// Initializes a [blank](Self::is_blank) replica's group with `voters` (by S3
+    /// address), unless one of them already runs it: for the replica that was to start
+    /// the group and stopped before it did.
+    pub async fn initialize_blank(
+        &self,
+        voters: BTreeMap<NodeId, String>,
+    ) -> Result<(), MetaError> {
+        if !self.is_blank() {
+            return Ok(());
+        }
+        if group_is_running(&self.rpc, self.node_id, &voters).await {
+            return Ok(());
+        }
+        initialize_group(&self.raft, self.group, self.node_id, &voters).await
+    }
+
+    /// Every change of the index this replica's state machine has applied.
+    pub fn applied(&self) -> watch::Receiver<u64> {
+        self.applied.clone()
     }
 
     /// What this node tells a fresh peer.
@@ -672,49 +740,22 @@ impl Metadata {
         }
     }
 
-    /// The groups and this node's replica of each (see [`GroupsStatus`]).
-    pub async fn groups(&self) -> Result<GroupsStatus, MetaError> {
+    /// This replica's line of [`GroupsStatus`]: leader, records, applied index and lag.
+    pub async fn replica_status(&self) -> Result<ReplicaStatus, MetaError> {
         let records = self.read_local(|s| s.record_count()).await?;
         let m = self.raft.metrics().borrow().clone();
+        let last_applied = m.last_applied.map(|l| l.index);
         let mut voters: Vec<NodeId> = m.membership_config.membership().voter_ids().collect();
         voters.sort_unstable();
-        let map = ShardMap::single(voters).map_err(|e| MetaError::Storage(e.to_string()))?;
-        let last_applied = m.last_applied.map(|l| l.index);
-        let lag = m
-            .last_log_index
-            .unwrap_or(0)
-            .saturating_sub(last_applied.unwrap_or(0));
-        let groups = map
-            .groups()
-            .map(|g| GroupStatus {
-                id: g.id,
-                kind: g.kind,
-                leader: m.current_leader,
-                replicas: g.replicas.clone(),
-                records,
-                last_applied,
-                lag,
-                filedb: map
-                    .filedb_intervals()
-                    .filter(|(_, _, owner)| *owner == g.id)
-                    .map(|(start, end, _)| Sha1Interval {
-                        start: hex::encode(start),
-                        end: end.map(hex::encode),
-                    })
-                    .collect(),
-                index: map
-                    .index_intervals()
-                    .filter(|(_, _, owner)| *owner == g.id)
-                    .map(|(start, end, _)| KeyInterval {
-                        start: start.clone(),
-                        end: end.cloned(),
-                    })
-                    .collect(),
-            })
-            .collect();
-        Ok(GroupsStatus {
-            version: map.version,
-            groups,
+        Ok(ReplicaStatus {
+            leader: m.current_leader,
+            voters,
+            records,
+            last_applied,
+            lag: m
+                .last_log_index
+                .unwrap_or(0)
+                .saturating_sub(last_applied.unwrap_or(0)),
         })
     }
 

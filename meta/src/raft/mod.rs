@@ -43,7 +43,7 @@ mod types;
 pub use config::{ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, SNAPSHOT_LOGS_DEFAULT};
 pub use metadata::{
     ClusterStatus, GroupStatus, GroupsStatus, KeyInterval, MembershipOp, Metadata, PeerState,
-    Sha1Interval, open,
+    ReplicaStatus, Sha1Interval, open,
 };
 pub use offline::{RestoreError, replay_offline, restore};
 pub use replicas::{Replicas, ServeError};

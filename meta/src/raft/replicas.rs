@@ -8,27 +8,40 @@
 //! `/_cluster/g/<id>/` (see [`Call::path`]), so one group's election or slow disk holds up
 //! none of the others.
 //!
+//! Which replicas a node holds follows the shard map in root ([`crate::shard_map`]): a task
+//! on every node ([`Replicas::adopt`], run on each change root applies) opens the replicas
+//! the map places on this node, and each replica of a new group initializes it with the
+//! map's replicas as voters, as every voter of a new root does (openraft allows several
+//! nodes to with the same list; a replica finding the group already running waits to be
+//! caught up instead, and votes only then). Every node is a
+//! member of root (a voter or a learner), so every node has the map and every node's
+//! address.
+//!
 //! A replica's membership is in its own log: after a restart this node opens again every
 //! group folder it finds, and each rejoins its group without being told its peers.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::config::ClusterConfig;
-use super::metadata::{self, Metadata};
+use super::metadata::{self, GroupStatus, GroupsStatus, KeyInterval, Metadata, Sha1Interval};
 use super::network::{Call, Transport};
 use super::proposer::WriteReply;
 use super::types::NodeId;
 use crate::MetaError;
 use crate::cluster_version::FORMAT_VERSION;
-use crate::groups::{GroupId, ROOT};
+use crate::groups::{Group, GroupId, ROOT, ShardMap};
 
 /// The folder under the data folder that holds the groups other than root.
 pub const GROUPS_DIR: &str = "groups";
+/// How often the map is looked at again when root applies nothing: a replica whose voters'
+/// addresses were not known yet, or whose opening failed, is tried again.
+const ADOPT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Why a node-to-node call was not answered. The server turns each into an HTTP status.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +69,38 @@ pub struct Replicas {
     /// Serializes [`Replicas::open_group`]: two opens of one group would open its files
     /// twice.
     opening: tokio::sync::Mutex<()>,
+    /// The task that follows the map ([`follow_map`]), stopped at shutdown.
+    follower: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// `group`'s replicas by S3 address, from root's members (`nodes`); None while one of
+/// them is not a member of root yet.
+fn voters_of(group: &Group, nodes: &BTreeMap<NodeId, String>) -> Option<BTreeMap<NodeId, String>> {
+    group
+        .replicas
+        .iter()
+        .map(|id| nodes.get(id).map(|addr| (*id, addr.clone())))
+        .collect()
+}
+
+/// Runs [`Replicas::adopt`] on every change root applies, and every [`ADOPT_INTERVAL`];
+/// ends when the replicas are dropped or root stops.
+async fn follow_map(replicas: Weak<Replicas>) {
+    let mut applied = match replicas.upgrade() {
+        Some(r) => r.root.applied(),
+        None => return,
+    };
+    loop {
+        {
+            let Some(r) = replicas.upgrade() else { return };
+            if let Err(e) = r.adopt().await {
+                tracing::warn!(error = %e, "opening the replicas the shard map places here");
+            }
+        }
+        if let Ok(Err(_)) = tokio::time::timeout(ADOPT_INTERVAL, applied.changed()).await {
+            return;
+        }
+    }
 }
 
 /// The folder of `group`'s replica under `data_dir`.
@@ -94,6 +139,22 @@ fn group_folders(data_dir: &Path) -> Result<Vec<GroupId>, MetaError> {
     Ok(ids)
 }
 
+/// The map `root` has applied; a root that never stored one runs the map of before any
+/// split, on its voters. None while this node's root has neither (a node waiting to be
+/// added to the cluster).
+async fn shard_map_of(root: &Metadata) -> Result<Option<ShardMap>, MetaError> {
+    if let Some(map) = root.read_local(|s| s.shard_map()).await? {
+        return Ok(Some(map));
+    }
+    let voters = root.replica_status().await?.voters;
+    if voters.is_empty() {
+        return Ok(None);
+    }
+    ShardMap::single(voters)
+        .map(Some)
+        .map_err(|e| MetaError::Storage(e.to_string()))
+}
+
 fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ServeError> {
     postcard::from_bytes(body).map_err(|e| ServeError::BadBody(e.to_string()))
 }
@@ -111,25 +172,43 @@ impl Replicas {
         transport: Arc<dyn Transport>,
     ) -> Result<Arc<Replicas>, MetaError> {
         let root = metadata::open(data_dir, cluster.clone(), transport.clone()).await?;
+        let map = shard_map_of(&root).await?;
+        let nodes = root.status().nodes;
+        let placed = |id: GroupId| {
+            map.as_ref()
+                .and_then(|m| m.group(id))
+                .and_then(|g| voters_of(g, &nodes))
+        };
         let mut groups = BTreeMap::new();
         for id in group_folders(data_dir)? {
-            // Restarted: the replica's log knows its members; no peers to initialize with.
+            // Restarted: the replica's log knows its members. The voters are only asked,
+            // should the replica be fresh after all (its files lost), whether the group
+            // runs: then it waits to be caught up before it votes. Initializing is left
+            // to the map's follower.
+            let voters = placed(id).unwrap_or_default();
             let rejoin = ClusterConfig {
-                peers: BTreeMap::new(),
+                peers: voters,
                 ..cluster.clone()
             };
             let dir = group_dir(data_dir, id);
-            let replica = metadata::open_replica(&dir, id, rejoin, transport.clone()).await?;
+            let replica =
+                metadata::open_replica(&dir, id, rejoin, transport.clone(), false).await?;
             groups.insert(id, replica);
         }
-        Ok(Arc::new(Replicas {
+        let replicas = Arc::new(Replicas {
             data_dir: data_dir.to_path_buf(),
             cluster,
             transport,
             root,
             groups: RwLock::new(groups),
             opening: tokio::sync::Mutex::new(()),
-        }))
+            follower: std::sync::Mutex::new(None),
+        });
+        let follower = tokio::spawn(follow_map(Arc::downgrade(&replicas)));
+        if let Ok(mut f) = replicas.follower.lock() {
+            *f = Some(follower);
+        }
+        Ok(replicas)
     }
 
     /// The root group's replica (today: every table).
@@ -158,13 +237,14 @@ impl Replicas {
     }
 
     /// Opens this node's replica of `group` (a new one in `groups/<id>/`) and starts its
-    /// Raft. `voters` are the group's voters by S3 address: a fresh replica listed there
-    /// initializes the group with them (each of them may, as for root); one not listed
-    /// waits to be added. A replica already open is answered as it is.
+    /// Raft. `voters` are the group's voters by S3 address; with `initialize`, a fresh
+    /// replica listed there initializes the group with them unless one of them already
+    /// runs it (each voter may, as for root). A replica already open is answered as it is.
     pub async fn open_group(
         &self,
         group: GroupId,
         voters: BTreeMap<NodeId, String>,
+        initialize: bool,
     ) -> Result<Arc<Metadata>, MetaError> {
         let _one = self.opening.lock().await;
         if let Some(open) = self.get(group) {
@@ -175,7 +255,9 @@ impl Replicas {
             ..self.cluster.clone()
         };
         let dir = group_dir(&self.data_dir, group);
-        let replica = metadata::open_replica(&dir, group, cluster, self.transport.clone()).await?;
+        let replica =
+            metadata::open_replica(&dir, group, cluster, self.transport.clone(), initialize)
+                .await?;
         match self.groups.write() {
             Ok(mut g) => g.insert(group, replica.clone()),
             Err(p) => p.into_inner().insert(group, replica.clone()),
@@ -183,8 +265,110 @@ impl Replicas {
         Ok(replica)
     }
 
+    /// The shard map as this node's root replica has applied it.
+    pub async fn shard_map(&self) -> Result<ShardMap, MetaError> {
+        shard_map_of(&self.root).await?.ok_or_else(|| {
+            MetaError::Unavailable("this node is not a member of the cluster yet".into())
+        })
+    }
+
+    /// Opens every replica the shard map places on this node and does not hold yet, and
+    /// initializes those that never started. The map's follower runs it on each change
+    /// root applies.
+    pub async fn adopt(&self) -> Result<(), MetaError> {
+        let me = self.cluster.node_id;
+        let Some(map) = shard_map_of(&self.root).await? else {
+            return Ok(());
+        };
+        let nodes = self.root.status().nodes;
+        for group in map
+            .groups()
+            .filter(|g| g.id != ROOT && g.replicas.contains(&me))
+        {
+            let Some(voters) = voters_of(group, &nodes) else {
+                tracing::debug!(
+                    group = group.id,
+                    "a replica's node is not a member of root yet"
+                );
+                continue;
+            };
+            match self.get(group.id) {
+                None => {
+                    self.open_group(group.id, voters, true).await?;
+                    tracing::info!(
+                        group = group.id,
+                        "opened a replica the shard map places here"
+                    );
+                }
+                // Opened before a restart that came before it was initialized.
+                Some(replica) if replica.is_blank() => replica.initialize_blank(voters).await?,
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The groups of the map, with this node's replica of each (see [`GroupsStatus`]).
+    pub async fn groups(&self) -> Result<GroupsStatus, MetaError> {
+        let map = self.shard_map().await?;
+        let mut groups = Vec::new();
+        for g in map.groups() {
+            let mut status = GroupStatus {
+                id: g.id,
+                kind: g.kind,
+                leader: None,
+                replicas: g.replicas.clone(),
+                held: false,
+                records: 0,
+                last_applied: None,
+                lag: 0,
+                filedb: map
+                    .filedb_intervals()
+                    .filter(|(_, _, owner)| *owner == g.id)
+                    .map(|(start, end, _)| Sha1Interval {
+                        start: hex::encode(start),
+                        end: end.map(hex::encode),
+                    })
+                    .collect(),
+                index: map
+                    .index_intervals()
+                    .filter(|(_, _, owner)| *owner == g.id)
+                    .map(|(start, end, _)| KeyInterval {
+                        start: start.clone(),
+                        end: end.cloned(),
+                    })
+                    .collect(),
+            };
+            if let Some(replica) = self.get(g.id) {
+                let r = replica.replica_status().await?;
+                if g.id == ROOT {
+                    // Root's voters follow its membership changes, not the map.
+                    status.replicas = r.voters;
+                }
+                status.held = true;
+                status.leader = r.leader;
+                status.records = r.records;
+                status.last_applied = r.last_applied;
+                status.lag = r.lag;
+            }
+            groups.push(status);
+        }
+        Ok(GroupsStatus {
+            version: map.version,
+            groups,
+        })
+    }
+
     /// Stops every replica, the other groups first and root last.
     pub async fn shutdown(&self) {
+        let follower = match self.follower.lock() {
+            Ok(mut f) => f.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        if let Some(task) = follower {
+            task.abort();
+            let _ = task.await;
+        }
         let others: Vec<Arc<Metadata>> = match self.groups.write() {
             Ok(mut g) => std::mem::take(&mut *g).into_values().collect(),
             Err(p) => std::mem::take(&mut *p.into_inner()).into_values().collect(),

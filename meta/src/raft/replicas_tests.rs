@@ -15,6 +15,7 @@ use placement::{DiskRef, PairId, PairRecord};
 
 use super::*;
 use crate::Command;
+use crate::raft::MembershipOp;
 use crate::raft::network::{RpcError, TransportFuture};
 
 const NODES: [NodeId; 3] = [1, 2, 3];
@@ -82,8 +83,22 @@ fn config(id: NodeId) -> ClusterConfig {
     }
 }
 
+/// Starts a node that forms root with the others ([`voters`]).
 async fn start(dir: &Path, id: NodeId, net: &Arc<Loopback>) -> Arc<Replicas> {
-    let node = Replicas::open(&dir.join(id.to_string()), config(id), net.clone())
+    start_with(dir, config(id), voters(), net).await
+}
+
+/// Starts node `config.node_id` on its folder with `peers` as root's voters (none: it
+/// waits to be added).
+async fn start_with(
+    dir: &Path,
+    config: ClusterConfig,
+    peers: BTreeMap<NodeId, String>,
+    net: &Arc<Loopback>,
+) -> Arc<Replicas> {
+    let id = config.node_id;
+    let config = ClusterConfig { peers, ..config };
+    let node = Replicas::open(&dir.join(id.to_string()), config, net.clone())
         .await
         .unwrap();
     net.register(&addr(id), &node);
@@ -173,7 +188,7 @@ async fn groups_elect_replicate_compact_and_survive_a_restart_behind_a_purge() {
     }
     for node in &nodes {
         for group in GROUPS {
-            node.open_group(group, voters()).await.unwrap();
+            node.open_group(group, voters(), true).await.unwrap();
         }
     }
     for node in &nodes {
@@ -279,6 +294,198 @@ async fn groups_elect_replicate_compact_and_survive_a_restart_behind_a_purge() {
                 (base..base + 90).collect::<Vec<_>>()
             );
         }
+    }
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+/// The nodes among `nodes` whose ids are in `ids`, in `nodes`' order.
+fn members<'a>(nodes: &'a [Arc<Replicas>], ids: &[NodeId]) -> Vec<&'a Arc<Replicas>> {
+    nodes
+        .iter()
+        .filter(|n| ids.contains(&n.root().node_id()))
+        .collect()
+}
+
+/// Retries `cmd` on `meta` while it is refused as unavailable (an election, the format
+/// not raised yet), within [`WAIT`].
+async fn execute(meta: &Metadata, cmd: Command) -> Result<crate::Response, crate::MetaError> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match meta.execute(cmd.clone()).await {
+            Err(crate::MetaError::Unavailable(why)) => {
+                assert!(tokio::time::Instant::now() < deadline, "{why}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Waits until `node` holds exactly `want` (root included), as the map's follower opens
+/// them.
+async fn wait_holds(node: &Replicas, want: &[GroupId]) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while node.ids() != want {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node {} holds {:?}, not {want:?}",
+            node.root().node_id(),
+            node.ids()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nodes_open_the_replicas_the_shard_map_places_on_them() {
+    use crate::groups::{GroupKind, IndexStart, ShardMap, SplitAt};
+
+    let dir = tempfile::tempdir().unwrap();
+    let net = Arc::new(Loopback::default());
+    let mut nodes = Vec::new();
+    for id in NODES {
+        nodes.push(start(dir.path(), id, &net).await);
+    }
+    // Node 4 is no voter of root: it joins as a learner, and so learns the map.
+    let fourth = start_with(dir.path(), config(4), BTreeMap::new(), &net).await;
+    let root = nodes[0].root().clone();
+    root.wait_leader(WAIT).await.unwrap();
+    root.change_membership(MembershipOp::AddLearner {
+        id: 4,
+        addr: addr(4),
+    })
+    .await
+    .unwrap();
+    nodes.push(fourth);
+
+    // Node 4 opened group 3 (its only replica) before the map placed it there, and was
+    // stopped before it initialized it: a blank replica, which the follower must start.
+    let blank = nodes[3]
+        .open_group(3, BTreeMap::from([(4, addr(4))]), false)
+        .await
+        .unwrap();
+    assert!(blank.is_blank());
+    drop(blank);
+
+    let single = nodes[0].shard_map().await.unwrap();
+    assert_eq!(single, ShardMap::single(vec![1, 2, 3]).unwrap());
+    let (one, g1) = single
+        .split(ROOT, SplitAt::Sha1([0x80; 20]), vec![4, 1, 2])
+        .unwrap();
+    let (two, g2) = one
+        .split(
+            ROOT,
+            SplitAt::Key(IndexStart::new("mail", "m")),
+            vec![2, 3, 4],
+        )
+        .unwrap();
+    let (three, g3) = two.split(1, SplitAt::Sha1([0xc0; 20]), vec![4]).unwrap();
+    assert_eq!((g1, g2, g3), (1, 2, 3));
+    // Through a follower: forwarded to root's leader, applied everywhere.
+    let via = &nodes[2].root().clone();
+    assert_eq!(
+        execute(via, Command::SetShardMap { map: one.clone() }).await,
+        Ok(crate::Response::MapVersion(2))
+    );
+    // A change planned from the map before is refused, by the leader, through the log.
+    assert_eq!(
+        execute(via, Command::SetShardMap { map: one.clone() }).await,
+        Err(crate::MetaError::ShardMapVersion { have: 2, given: 2 })
+    );
+    assert_eq!(
+        execute(via, Command::SetShardMap { map: two.clone() }).await,
+        Ok(crate::Response::MapVersion(3))
+    );
+    assert_eq!(
+        execute(via, Command::SetShardMap { map: three.clone() }).await,
+        Ok(crate::Response::MapVersion(4))
+    );
+
+    wait_holds(&nodes[0], &[ROOT, 1]).await;
+    wait_holds(&nodes[1], &[ROOT, 1, 2]).await;
+    wait_holds(&nodes[2], &[ROOT, 2]).await;
+    wait_holds(&nodes[3], &[ROOT, 1, 2, 3]).await;
+    // Only node 4 could start group 3.
+    nodes[3].get(3).unwrap().wait_leader(WAIT).await.unwrap();
+    for (group, members) in [
+        (1, members(&nodes, &[1, 2, 4])),
+        (2, members(&nodes, &[2, 3, 4])),
+    ] {
+        members[0]
+            .get(group)
+            .unwrap()
+            .wait_leader(WAIT)
+            .await
+            .unwrap();
+        for (i, node) in members.iter().enumerate() {
+            let first = 1000 * u64::from(group) + 10 * i as u64;
+            write(node, group, dir.path(), first, 10).await;
+        }
+        assert_same_digest(&members, group).await;
+        for node in &members {
+            let held = pairs_of(node, group).await;
+            assert_eq!(held.len(), 30, "group {group}");
+            let mut voters = node
+                .get(group)
+                .unwrap()
+                .replica_status()
+                .await
+                .unwrap()
+                .voters;
+            voters.sort_unstable();
+            let mut placed = three.group(group).unwrap().replicas.clone();
+            placed.sort_unstable();
+            assert_eq!(voters, placed, "group {group}'s membership is the map's");
+        }
+    }
+    assert!(pairs_of(&nodes[0], ROOT).await.is_empty());
+
+    // What GET /_admin/groups shows, on node 3 (no replica of group 1).
+    let status = nodes[2].groups().await.unwrap();
+    assert_eq!(status.version, 4);
+    let kinds: Vec<(GroupId, GroupKind, bool)> = status
+        .groups
+        .iter()
+        .map(|g| (g.id, g.kind, g.held))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (ROOT, GroupKind::Root, true),
+            (1, GroupKind::FileDb, false),
+            (2, GroupKind::Index, true),
+            (3, GroupKind::FileDb, false)
+        ]
+    );
+    let g1_status = &status.groups[1];
+    assert_eq!((g1_status.leader, g1_status.records), (None, 0));
+    assert_eq!(g1_status.replicas, vec![4, 1, 2]);
+    // Its 30 pairs and its Raft bookkeeping rows.
+    assert!(status.groups[2].records >= 30, "{:?}", status.groups[2]);
+    assert!(status.groups[2].leader.is_some());
+    assert_eq!(status.groups[0].replicas, vec![1, 2, 3]);
+
+    // Node 4, first replica of group 1, restarts: it opens both groups from its folders
+    // and catches up with what was written meanwhile.
+    let four = nodes.pop().unwrap();
+    net.unregister(&addr(4));
+    four.shutdown().await;
+    drop(four);
+    for group in [1, 2] {
+        let via = members(&nodes, &[2])[0];
+        write(via, group, dir.path(), 1000 * u64::from(group) + 500, 10).await;
+    }
+    let four = start_with(dir.path(), config(4), BTreeMap::new(), &net).await;
+    assert_eq!(four.ids(), vec![ROOT, 1, 2, 3]);
+    nodes.push(four);
+    for (group, members) in [
+        (1, members(&nodes, &[1, 2, 4])),
+        (2, members(&nodes, &[2, 3, 4])),
+    ] {
+        assert_same_digest(&members, group).await;
+        assert_eq!(pairs_of(members[2], group).await.len(), 40);
     }
     for node in &nodes {
         node.shutdown().await;

@@ -30,6 +30,7 @@ use super::super::jobs::JOBS;
 use super::super::keys::KEYS;
 use super::super::lifecycle::LIFECYCLE;
 use super::super::native_refs::{self, NATIVE_REFS};
+use super::super::shard_map::SHARD_MAP;
 use super::super::tables::{
     BUCKETS, COUNTERS, DELETING, FILES, NULL_VERSIONS, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
     VERSIONS,
@@ -151,6 +152,7 @@ macro_rules! for_each_table {
         $m!(16u8, OBJECT_CHECKSUMS, $($args)*);
         $m!(17u8, BUCKET_EXTRAS, $($args)*);
         $m!(18u8, UPLOAD_EXTRAS, $($args)*);
+        $m!(19u8, SHARD_MAP, $($args)*);
     }};
 }
 
@@ -407,6 +409,7 @@ pub fn digest(db: &Database) -> Result<Digest, SnapshotError> {
                 OBJECT_CHECKSUMS.name(),
                 BUCKET_EXTRAS.name(),
                 UPLOAD_EXTRAS.name(),
+                SHARD_MAP.name(),
             ]
             .contains(&$def.name())
                 && txn.open_table($def)?.is_empty()?;

@@ -89,6 +89,7 @@ impl MetaStore {
         txn.open_table(crate::checksums::OBJECT_CHECKSUMS)?;
         txn.open_table(crate::extras::BUCKET_EXTRAS)?;
         txn.open_table(crate::extras::UPLOAD_EXTRAS)?;
+        txn.open_table(crate::shard_map::SHARD_MAP)?;
         txn.commit()?;
         Ok(db)
     }
@@ -160,5 +161,13 @@ impl MetaStore {
         let db = self.db();
         let txn = db.begin_read()?;
         cluster_version::read_in(&txn.open_table(RAFT_STATE)?)
+    }
+
+    /// The stored shard map (None: the group never changed it, and runs
+    /// [`ShardMap::single`](crate::groups::ShardMap::single)).
+    pub fn shard_map(&self) -> Result<Option<crate::groups::ShardMap>, MetaError> {
+        let db = self.db();
+        let txn = db.begin_read()?;
+        crate::shard_map::read(&txn.open_table(crate::shard_map::SHARD_MAP)?)
     }
 }

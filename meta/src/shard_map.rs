@@ -1,0 +1,146 @@
+//! The root group's record of the shard map (see [`crate::groups`]): one row of
+//! [`SHARD_MAP`], the map encoded by [`ShardMap::encode`], changed only by
+//! [`Command::SetShardMap`](crate::Command::SetShardMap).
+//!
+//! A group with no row runs the map of before any split: [`ShardMap::single`] at version 1,
+//! root owning everything on the group's voters. Each change must carry the next version,
+//! so that two changes planned from the same map cannot both apply: the second is refused
+//! and planned again from the first's result.
+
+use redb::{ReadableTable, TableDefinition, WriteTransaction};
+
+use crate::MetaError;
+use crate::groups::ShardMap;
+
+/// `"map"` -> the encoded map.
+pub const SHARD_MAP: TableDefinition<&str, &[u8]> = TableDefinition::new("shard_map");
+const KEY: &str = "map";
+
+/// The version of the map a group with no row runs.
+pub const IMPLICIT_VERSION: u64 = 1;
+
+/// The stored map, if a change was ever applied.
+pub fn read(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Option<ShardMap>, MetaError> {
+    match table.get(KEY)? {
+        Some(v) => ShardMap::decode(v.value())
+            .map(Some)
+            .map_err(|e| MetaError::Corrupt(format!("shard map: {e}"))),
+        None => Ok(None),
+    }
+}
+
+/// Applies a new map: well formed, and the next version of the one stored. Answers its
+/// version.
+pub fn apply_set(txn: &WriteTransaction, map: &ShardMap) -> Result<u64, MetaError> {
+    map.check()
+        .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
+    let mut table = txn.open_table(SHARD_MAP)?;
+    let have = read(&table)?.map_or(IMPLICIT_VERSION, |m| m.version);
+    if map.version != have + 1 {
+        return Err(MetaError::ShardMapVersion {
+            have,
+            given: map.version,
+        });
+    }
+    let bytes = map
+        .encode()
+        .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
+    table.insert(KEY, bytes.as_slice())?;
+    Ok(map.version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::groups::{IndexStart, SplitAt};
+    use crate::raft::snapshot;
+    use crate::{Command, MetaStore, Response};
+    use redb::ReadableDatabase as _;
+
+    fn two_splits() -> (ShardMap, ShardMap, ShardMap) {
+        let single = ShardMap::single(vec![1, 2, 3]).unwrap();
+        let (one, _) = single
+            .split(0, SplitAt::Sha1([0x80; 20]), vec![2, 3, 1])
+            .unwrap();
+        let (two, _) = one
+            .split(0, SplitAt::Key(IndexStart::new("mail", "m")), vec![3, 1, 2])
+            .unwrap();
+        (single, one, two)
+    }
+
+    #[test]
+    fn a_map_is_stored_by_its_command_and_read_back_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        assert_eq!(store.shard_map().unwrap(), None);
+        let (single, one, two) = two_splits();
+        assert_eq!(single.version, IMPLICIT_VERSION);
+        let set = |map: &ShardMap| store.execute(&Command::SetShardMap { map: map.clone() });
+        assert_eq!(set(&one).unwrap(), Response::MapVersion(2));
+        assert_eq!(store.shard_map().unwrap(), Some(one.clone()));
+        assert_eq!(set(&two).unwrap(), Response::MapVersion(3));
+        assert_eq!(store.shard_map().unwrap(), Some(two.clone()));
+
+        // The command travels in the log: it round-trips through its encoding.
+        let cmd = Command::SetShardMap { map: two.clone() };
+        let bytes = postcard::to_stdvec(&cmd).unwrap();
+        assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
+        assert_eq!(cmd.format_version(), 5);
+    }
+
+    #[test]
+    fn a_change_planned_from_another_version_or_malformed_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let (single, one, two) = two_splits();
+        let set = |map: &ShardMap| store.execute(&Command::SetShardMap { map: map.clone() });
+        // Skipping a version, or the implicit map again.
+        assert_eq!(
+            set(&two),
+            Err(MetaError::ShardMapVersion { have: 1, given: 3 })
+        );
+        assert_eq!(
+            set(&single),
+            Err(MetaError::ShardMapVersion { have: 1, given: 1 })
+        );
+        assert_eq!(store.shard_map().unwrap(), None);
+        set(&one).unwrap();
+        // The same change twice: the second was planned from the map before the first.
+        assert_eq!(
+            set(&one),
+            Err(MetaError::ShardMapVersion { have: 2, given: 2 })
+        );
+        // A map that breaks an invariant (an interval owned by a group it does not have),
+        // built the way a decoder would see it.
+        let mut bad = serde_json::to_value(&two).unwrap();
+        bad["groups"].as_object_mut().unwrap().remove("2");
+        let bad: ShardMap = serde_json::from_value(bad).unwrap();
+        assert!(matches!(set(&bad), Err(MetaError::InvalidCommand(_))));
+        assert_eq!(store.shard_map().unwrap(), Some(one));
+    }
+
+    #[test]
+    fn the_map_travels_in_snapshots_and_joins_the_digest_once_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        assert!(!store.digest().unwrap().tables.contains_key("shard_map"));
+        let (_, one, _) = two_splits();
+        store
+            .execute(&Command::SetShardMap { map: one.clone() })
+            .unwrap();
+        assert!(store.digest().unwrap().tables.contains_key("shard_map"));
+        let file = dir.path().join("snap");
+        let db = store.db();
+        let read = db.begin_read().unwrap();
+        snapshot::write(&read, Vec::new(), std::fs::File::create(&file).unwrap()).unwrap();
+        let restored = dir.path().join("restored.redb");
+        snapshot::load(&file, &restored).unwrap();
+        drop(read);
+        drop(db);
+        drop(store);
+        let loaded = MetaStore::open(&restored).unwrap();
+        assert_eq!(loaded.shard_map().unwrap(), Some(one));
+    }
+}
