@@ -56,7 +56,11 @@ impl Command {
             | Command::WithAcl { .. }
             | Command::SetObjectAcl { .. }
             | Command::SetBucketAcl { .. } => 4,
-            Command::SetShardMap { .. } => 5,
+            Command::SetShardMap { .. }
+            | Command::RefInc { .. }
+            | Command::Settle { .. }
+            | Command::DecBatch { .. }
+            | Command::ExpireReleased { .. } => 5,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

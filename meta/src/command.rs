@@ -443,6 +443,47 @@ pub enum Command {
     SetShardMap {
         map: crate::groups::ShardMap,
     },
+    /// The FileDB half of a cross-group PUT, copy or part (`docs/scaling.md`, section 3;
+    /// format 5): takes reference `ref_id`, with `magic`, on `sha1` for the index entry of
+    /// (`bucket`, `key`), recorded `Pending` in `ref_log` until `deadline_ms`. With `pair`,
+    /// content just stored there (insert or increment); without, the content must exist
+    /// (`NotFound`). A retry (the row is there) changes nothing and answers the record; an
+    /// inc past its deadline (`now_ms`) is refused, and so is one of a reference already
+    /// released. Answers `RefTaken`.
+    RefInc {
+        sha1: Sha1,
+        magic: Magic,
+        ref_id: u64,
+        pair: Option<PairId>,
+        bucket: String,
+        key: String,
+        deadline_ms: u64,
+        now_ms: u64,
+    },
+    /// The reconciler's decisions on pending references (at most
+    /// [`crate::ref_log::BATCH_MAX`]): each confirmed (row dropped, reference kept) or
+    /// released (dec'd, row `Released`); a reference with no pending row is left alone.
+    /// Answers `RefOutcomes`, one per settle. Format 5.
+    Settle {
+        settles: Vec<crate::ref_log::Settle>,
+        now_ms: u64,
+    },
+    /// Decs sent from an index group's outbox (at most [`crate::ref_log::BATCH_MAX`]), each
+    /// applied once by (sha1, ref_id): a released one is a duplicate and changes nothing,
+    /// a pending one is settled by it, one with no row is a confirmed reference's first
+    /// dec; a magic other than the recorded one changes nothing. Answers `RefOutcomes`, one
+    /// per dec. Format 5.
+    DecBatch {
+        decs: Vec<crate::ref_log::RefDec>,
+        now_ms: u64,
+    },
+    /// Removes at most `limit` (capped at [`crate::ref_log::EXPIRE_MAX`]) `Released` rows
+    /// older than [`crate::ref_log::RELEASED_KEEP_MS`] at `now_ms`, oldest first. Answers
+    /// `RefsExpired`. Format 5.
+    ExpireReleased {
+        now_ms: u64,
+        limit: u32,
+    },
 }
 
 /// A change to a version's object lock; None fields are left as they are.
@@ -590,4 +631,10 @@ pub enum Response {
     },
     /// `SetShardMap`: the map's version now.
     MapVersion(u64),
+    /// `RefInc`: the content's record with the reference taken.
+    RefTaken(FileRecord),
+    /// `Settle` or `DecBatch`: what became of each reference, in order.
+    RefOutcomes(Vec<crate::ref_log::RefOutcome>),
+    /// `ExpireReleased`: the rows removed.
+    RefsExpired(u32),
 }

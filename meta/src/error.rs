@@ -64,6 +64,13 @@ pub enum MetaError {
     /// A shard map change planned from another map than the stored one (format 5).
     #[error("shard map version {given} does not follow the stored version {have}")]
     ShardMapVersion { have: u64, given: u64 },
+    /// A `RefInc` of a reference already released: its index entry must not be written
+    /// (format 5).
+    #[error("the reference was released")]
+    RefReleased,
+    /// A `RefInc` past its deadline: the reconciler may already be settling it (format 5).
+    #[error("the reference's deadline has passed")]
+    RefPastDeadline,
 }
 
 /// `From` every redb error type into `$target::$variant(String)`: the metadata's and the

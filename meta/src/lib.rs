@@ -29,6 +29,7 @@ pub mod list;
 pub mod list_versions;
 pub mod native_refs;
 pub mod raft;
+pub mod ref_log;
 pub mod shard_map;
 pub mod tables;
 pub mod tags;

@@ -18,6 +18,7 @@ mod jobs;
 mod keys;
 mod objects;
 mod pairs;
+mod ref_log;
 mod refs;
 mod uploads;
 mod versions;
@@ -26,6 +27,8 @@ mod versions;
 mod checksums_tests;
 #[cfg(test)]
 mod conditional_tests;
+#[cfg(test)]
+mod ref_log_tests;
 #[cfg(test)]
 mod tags_tests;
 #[cfg(test)]
@@ -220,6 +223,38 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
         } => jobs::abort_uploads(txn, *id, upload_ids, *now_ms),
         Command::SetClusterVersion { version } => {
             cluster_version::apply_raise(txn, *version).map(Response::ClusterVersion)
+        }
+        Command::RefInc {
+            sha1,
+            magic,
+            ref_id,
+            pair,
+            bucket,
+            key,
+            deadline_ms,
+            now_ms,
+        } => ref_log::ref_inc(
+            txn,
+            ref_log::RefIncArgs {
+                sha1,
+                magic: *magic,
+                ref_id: *ref_id,
+                pair: *pair,
+                bucket,
+                key,
+                deadline_ms: *deadline_ms,
+                now_ms: *now_ms,
+            },
+        )
+        .map(Response::RefTaken),
+        Command::Settle { settles, now_ms } => {
+            ref_log::settle(txn, settles, *now_ms).map(Response::RefOutcomes)
+        }
+        Command::DecBatch { decs, now_ms } => {
+            ref_log::dec_batch(txn, decs, *now_ms).map(Response::RefOutcomes)
+        }
+        Command::ExpireReleased { now_ms, limit } => {
+            ref_log::expire_released(txn, *now_ms, *limit).map(Response::RefsExpired)
         }
         Command::SetShardMap { map } => {
             crate::shard_map::apply_set(txn, map).map(Response::MapVersion)

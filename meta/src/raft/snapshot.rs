@@ -30,6 +30,7 @@ use super::super::jobs::JOBS;
 use super::super::keys::KEYS;
 use super::super::lifecycle::LIFECYCLE;
 use super::super::native_refs::{self, NATIVE_REFS};
+use super::super::ref_log::{REF_LOG, REF_PENDING, REF_RELEASED};
 use super::super::shard_map::SHARD_MAP;
 use super::super::tables::{
     BUCKETS, COUNTERS, DELETING, FILES, NULL_VERSIONS, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
@@ -153,6 +154,9 @@ macro_rules! for_each_table {
         $m!(17u8, BUCKET_EXTRAS, $($args)*);
         $m!(18u8, UPLOAD_EXTRAS, $($args)*);
         $m!(19u8, SHARD_MAP, $($args)*);
+        $m!(20u8, REF_LOG, $($args)*);
+        $m!(21u8, REF_PENDING, $($args)*);
+        $m!(22u8, REF_RELEASED, $($args)*);
     }};
 }
 
@@ -410,6 +414,9 @@ pub fn digest(db: &Database) -> Result<Digest, SnapshotError> {
                 BUCKET_EXTRAS.name(),
                 UPLOAD_EXTRAS.name(),
                 SHARD_MAP.name(),
+                REF_LOG.name(),
+                REF_PENDING.name(),
+                REF_RELEASED.name(),
             ]
             .contains(&$def.name())
                 && txn.open_table($def)?.is_empty()?;

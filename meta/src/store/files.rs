@@ -19,6 +19,16 @@ impl MetaStore {
             .transpose()
     }
 
+    /// The `ref_log` row of reference `ref_id` of `sha1` (see [`crate::ref_log`]).
+    pub fn ref_state(
+        &self,
+        sha1: &[u8; 20],
+        ref_id: u64,
+    ) -> Result<Option<crate::ref_log::RefState>, MetaError> {
+        let txn = self.db().begin_read()?;
+        crate::ref_log::read(&txn.open_table(crate::ref_log::REF_LOG)?, sha1, ref_id)
+    }
+
     pub fn deleting(&self, sha1: &Sha1) -> Result<Option<DeletingRecord>, MetaError> {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(DELETING)?;

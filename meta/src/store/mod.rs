@@ -90,6 +90,9 @@ impl MetaStore {
         txn.open_table(crate::extras::BUCKET_EXTRAS)?;
         txn.open_table(crate::extras::UPLOAD_EXTRAS)?;
         txn.open_table(crate::shard_map::SHARD_MAP)?;
+        txn.open_table(crate::ref_log::REF_LOG)?;
+        txn.open_table(crate::ref_log::REF_PENDING)?;
+        txn.open_table(crate::ref_log::REF_RELEASED)?;
         txn.commit()?;
         Ok(db)
     }
