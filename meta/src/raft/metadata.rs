@@ -71,7 +71,8 @@ pub struct GroupStatus {
     pub id: GroupId,
     /// `root`, `filedb` or `index`.
     pub kind: GroupKind,
-    /// As this node's replica knows it (null where it holds none).
+    /// As this node's replica knows it; for a group it holds none of, as the group's
+    /// replicas say (null while none names one).
     pub leader: Option<NodeId>,
     /// The voters: root's as its membership has them, ascending; another group's as the
     /// shard map places them, its first the preferred leader.

@@ -55,10 +55,13 @@ pub enum Call {
     Membership,
     /// What a node says of itself to a fresh peer.
     State,
+    /// Which node leads the group, as this replica knows it (groups other than root: a
+    /// node without a replica asks, for `GET /_admin/groups`).
+    Leader,
 }
 
 impl Call {
-    const ALL: [Call; 9] = [
+    const ALL: [Call; 10] = [
         Call::Append,
         Call::Vote,
         Call::Snapshot,
@@ -68,6 +71,7 @@ impl Call {
         Call::ReadIndex,
         Call::Membership,
         Call::State,
+        Call::Leader,
     ];
 
     /// The path of the call within its group (a contract between releases).
@@ -82,6 +86,7 @@ impl Call {
             Call::ReadIndex => "read-index",
             Call::Membership => "membership",
             Call::State => "state",
+            Call::Leader => "leader",
         }
     }
 

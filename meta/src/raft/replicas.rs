@@ -42,6 +42,9 @@ pub const GROUPS_DIR: &str = "groups";
 /// How often the map is looked at again when root applies nothing: a replica whose voters'
 /// addresses were not known yet, or whose opening failed, is tried again.
 const ADOPT_INTERVAL: Duration = Duration::from_secs(1);
+/// Bound on asking a replica which node leads its group, for a group this node does not
+/// hold (all its replicas are asked at once).
+const LEADER_ASK_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Why a node-to-node call was not answered. The server turns each into an HTTP status.
 #[derive(Debug, thiserror::Error)]
@@ -339,7 +342,12 @@ impl Replicas {
                     })
                     .collect(),
             };
-            if let Some(replica) = self.get(g.id) {
+            let Some(replica) = self.get(g.id) else {
+                status.leader = self.ask_leader(g).await;
+                groups.push(status);
+                continue;
+            };
+            {
                 let r = replica.replica_status().await?;
                 if g.id == ROOT {
                     // Root's voters follow its membership changes, not the map.
@@ -357,6 +365,34 @@ impl Replicas {
             version: map.version,
             groups,
         })
+    }
+
+    /// The leader of `group`, which this node holds no replica of, as its replicas say:
+    /// the first answer naming one, within [`LEADER_ASK_TIMEOUT`]. None when none answers.
+    async fn ask_leader(&self, group: &Group) -> Option<NodeId> {
+        use futures_util::StreamExt as _;
+        let nodes = self.root.status().nodes;
+        let rpc = super::network::Rpc::new(self.transport.clone(), group.id);
+        let mut asks: futures_util::stream::FuturesUnordered<_> = group
+            .replicas
+            .iter()
+            .filter_map(|id| nodes.get(id).cloned())
+            .map(|addr| {
+                let rpc = rpc.clone();
+                async move {
+                    rpc.call::<(), Option<NodeId>>(&addr, Call::Leader, &(), LEADER_ASK_TIMEOUT)
+                        .await
+                        .ok()
+                        .flatten()
+                }
+            })
+            .collect();
+        while let Some(answer) = asks.next().await {
+            if answer.is_some() {
+                return answer;
+            }
+        }
+        None
     }
 
     /// Stops every replica, the other groups first and root last.
@@ -428,6 +464,7 @@ impl Replicas {
                 encode(&done)
             }
             Call::State => encode(&meta.peer_state()),
+            Call::Leader => encode(&meta.raft().metrics().borrow().current_leader),
             Call::Version => encode(&FORMAT_VERSION),
         }
     }
