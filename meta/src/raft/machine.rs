@@ -226,6 +226,8 @@ pub struct StateMachine {
     membership: StoredMembership<NodeId, Node>,
     /// Bumped after a command changed PairDB.
     pairs_changed: watch::Sender<u64>,
+    /// Bumped after the shard map or the membership changed (see `Replicas::adopt`).
+    map_changed: watch::Sender<u64>,
     /// The last applied log index, for readers waiting on a read index.
     applied_index: watch::Sender<u64>,
     durable: DurableIndex,
@@ -236,6 +238,7 @@ impl StateMachine {
         meta: Arc<MetaStore>,
         snapshots: SnapshotDir,
         pairs_changed: watch::Sender<u64>,
+        map_changed: watch::Sender<u64>,
         applied_index: watch::Sender<u64>,
     ) -> Result<Self, MetaError> {
         std::fs::create_dir_all(&snapshots.dir).map_err(|e| MetaError::Storage(e.to_string()))?;
@@ -255,6 +258,7 @@ impl StateMachine {
             last_applied,
             membership,
             pairs_changed,
+            map_changed,
             applied_index,
             durable,
         })
@@ -282,6 +286,7 @@ impl StateMachine {
     ) -> Result<Applied, MetaError> {
         let mut pairs = false;
         let mut keys = false;
+        let mut map = false;
         let mut membership_changed = false;
         for entry in &entries {
             match &entry.payload {
@@ -296,6 +301,7 @@ impl StateMachine {
                             return Err(MetaError::Storage(e.to_string()));
                         }
                         pairs |= touches_pairs(cmd);
+                        map |= matches!(cmd, Command::SetShardMap { .. });
                         keys |= cmd.touches_keys();
                     }
                 }
@@ -344,6 +350,7 @@ impl StateMachine {
             membership,
             pairs,
             keys,
+            map: map || membership_changed,
         })
     }
 
@@ -374,6 +381,8 @@ struct Applied {
     pairs: bool,
     /// A command changed the `keys` table: the in-memory copy was reloaded.
     keys: bool,
+    /// The shard map or the membership changed.
+    map: bool,
 }
 
 impl RaftStateMachine<TypeConfig> for StateMachine {
@@ -417,6 +426,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.membership = applied.membership;
         if applied.pairs {
             self.pairs_changed.send_modify(|v| *v += 1);
+        }
+        if applied.map {
+            self.map_changed.send_modify(|v| *v += 1);
         }
         self.applied_index
             .send_replace(self.last_applied.map_or(0, |l| l.index));
@@ -495,6 +507,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // now may the log covered by the snapshot go.
         self.durable.reached(meta.last_log_id);
         self.pairs_changed.send_modify(|v| *v += 1);
+        self.map_changed.send_modify(|v| *v += 1);
         self.applied_index
             .send_replace(self.last_applied.map_or(0, |l| l.index));
         tracing::info!(last_log_id = ?meta.last_log_id, "installed a snapshot from the leader");
@@ -672,6 +685,7 @@ mod tests {
         StateMachine::open(
             meta,
             SnapshotDir::new(dir.join("snapshots")),
+            watch::channel(0).0,
             watch::channel(0).0,
             watch::channel(0).0,
         )

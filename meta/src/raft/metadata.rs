@@ -127,6 +127,8 @@ pub struct Metadata {
     barrier: ReadBarrier,
     applied: watch::Receiver<u64>,
     pairs_changed: watch::Receiver<u64>,
+    /// Changes of the shard map or of the membership (root: what `Replicas::adopt` follows).
+    map_changed: watch::Receiver<u64>,
     /// A fresh node that found the group already running (its data folder was emptied):
     /// it may have voted in a term before, and forgot; it grants no vote until it holds
     /// the group's state again.
@@ -188,6 +190,7 @@ pub(super) async fn open_replica(
     let store = Arc::new(MetaStore::open(&data_dir.join("meta.redb"))?);
     let mut log = LogStore::open(&data_dir.join("raft.redb"))?;
     let (pairs_tx, pairs_rx) = watch::channel(0u64);
+    let (map_tx, map_rx) = watch::channel(0u64);
     let (applied_tx, applied_rx) = watch::channel(0u64);
     let fresh = machine::applied_state(&store.db())?.0.is_none();
     let has_data = fresh && !store.pairs()?.is_empty();
@@ -195,6 +198,7 @@ pub(super) async fn open_replica(
         store.clone(),
         SnapshotDir::new(data_dir.join("snapshots")),
         pairs_tx,
+        map_tx,
         applied_tx,
     )?;
     log.gate_purges(sm.durable_index().subscribe());
@@ -268,6 +272,7 @@ pub(super) async fn open_replica(
         rpc,
         applied: applied_rx,
         pairs_changed: pairs_rx,
+        map_changed: map_rx,
         rejoining,
         contact,
         log: log_reader,
@@ -419,6 +424,11 @@ impl Metadata {
     /// Every change of the index this replica's state machine has applied.
     pub fn applied(&self) -> watch::Receiver<u64> {
         self.applied.clone()
+    }
+
+    /// Every applied change of the shard map or of the membership.
+    pub fn map_changed(&self) -> watch::Receiver<u64> {
+        self.map_changed.clone()
     }
 
     /// What this node tells a fresh peer.
@@ -1028,6 +1038,7 @@ mod tests {
             let sm = StateMachine::open(
                 store,
                 SnapshotDir::new(dir.path().join("snapshots")),
+                watch::channel(0).0,
                 watch::channel(0).0,
                 watch::channel(0).0,
             )

@@ -9,13 +9,13 @@
 //! none of the others.
 //!
 //! Which replicas a node holds follows the shard map in root ([`crate::shard_map`]): a task
-//! on every node ([`Replicas::adopt`], run on each change root applies) opens the replicas
-//! the map places on this node, and each replica of a new group initializes it with the
-//! map's replicas as voters, as every voter of a new root does (openraft allows several
-//! nodes to with the same list; a replica finding the group already running waits to be
-//! caught up instead, and votes only then). Every node is a
-//! member of root (a voter or a learner), so every node has the map and every node's
-//! address.
+//! on every node ([`Replicas::adopt`], run on each change of the map or of root's
+//! membership, and every second) opens the replicas the map places on this node, and each
+//! replica of a new group initializes it with the map's replicas as voters, as every voter
+//! of a new root does (openraft allows several nodes to with the same list; a replica
+//! finding the group already running waits to be caught up instead, and votes only then).
+//! Every node is a member of root (a voter or a learner), so every node has the map and
+//! every node's address.
 //!
 //! A replica's membership is in its own log: after a restart this node opens again every
 //! group folder it finds, and each rejoins its group without being told its peers.
@@ -86,11 +86,12 @@ fn voters_of(group: &Group, nodes: &BTreeMap<NodeId, String>) -> Option<BTreeMap
         .collect()
 }
 
-/// Runs [`Replicas::adopt`] on every change root applies, and every [`ADOPT_INTERVAL`];
-/// ends when the replicas are dropped or root stops.
+/// Runs [`Replicas::adopt`] on every change of root's map or membership (not on every
+/// entry: a busy root applies thousands a second), and every [`ADOPT_INTERVAL`]; ends when
+/// the replicas are dropped or root stops.
 async fn follow_map(replicas: Weak<Replicas>) {
-    let mut applied = match replicas.upgrade() {
-        Some(r) => r.root.applied(),
+    let mut changed = match replicas.upgrade() {
+        Some(r) => r.root.map_changed(),
         None => return,
     };
     loop {
@@ -100,7 +101,7 @@ async fn follow_map(replicas: Weak<Replicas>) {
                 tracing::warn!(error = %e, "opening the replicas the shard map places here");
             }
         }
-        if let Ok(Err(_)) = tokio::time::timeout(ADOPT_INTERVAL, applied.changed()).await {
+        if let Ok(Err(_)) = tokio::time::timeout(ADOPT_INTERVAL, changed.changed()).await {
             return;
         }
     }
@@ -276,8 +277,8 @@ impl Replicas {
     }
 
     /// Opens every replica the shard map places on this node and does not hold yet, and
-    /// initializes those that never started. The map's follower runs it on each change
-    /// root applies.
+    /// initializes those that never started. The map's follower runs it on each change of
+    /// the map or of root's membership, and every second.
     pub async fn adopt(&self) -> Result<(), MetaError> {
         let me = self.cluster.node_id;
         let Some(map) = shard_map_of(&self.root).await? else {
