@@ -1112,13 +1112,18 @@ fn rpcs_without_the_cluster_secret_are_refused() {
     let truncated = secret[..secret.len() - 1].to_string();
     let admin = format!("Bearer {}", cluster.node(1).admin_token());
     // Bodies that would do harm if they were obeyed (in case the format matches).
-    let rpcs: [(&str, &str); 2] = [
+    let rpcs: [(&str, &str); 3] = [
         (
             "/_cluster/raft/vote",
             r#"{"vote":{"leader_id":{"term":999999,"node_id":1},"committed":false},"last_log_id":null}"#,
         ),
         (
             "/_cluster/write",
+            r#"{"CreateBucket":{"bucket":"evil","name":"evil"}}"#,
+        ),
+        // A group's calls are behind the same secret.
+        (
+            "/_cluster/g/1/write",
             r#"{"CreateBucket":{"bucket":"evil","name":"evil"}}"#,
         ),
     ];
@@ -1183,6 +1188,41 @@ fn rpcs_without_the_cluster_secret_are_refused() {
             "node {id}: refused with the right secret: {}",
             r.text()
         );
+        // With the secret: a call to a group this node holds no replica of, or a path no
+        // release posts, is answered 404 and reaches no group; a body root cannot decode,
+        // 400.
+        for (path, want) in [
+            ("/_cluster/g/1/raft/vote", 404),
+            ("/_cluster/g/1/write", 404),
+            ("/_cluster/g/0/raft/vote", 404),
+            ("/_cluster/g/01/raft/vote", 404),
+            ("/_cluster/g/x/raft/vote", 404),
+            ("/_cluster/nope", 404),
+            ("/_cluster/raft/vote/x", 404),
+            ("/_cluster/write", 400),
+        ] {
+            let r = remote
+                .raw(
+                    "POST",
+                    path,
+                    &[(CLUSTER_SECRET_HEADER, secret.as_str())],
+                    b"\xff\xff\xff",
+                    ADMIN_TIMEOUT,
+                )
+                .unwrap_or_else(|e| panic!("node {id}: POST {path} with the secret: {e}"));
+            assert_eq!(r.status, want, "node {id}: POST {path}: {}", r.text());
+        }
+        // The leader of a group is asked over its path; root's is known to every node.
+        let r = remote
+            .raw(
+                "POST",
+                "/_cluster/leader",
+                &[(CLUSTER_SECRET_HEADER, secret.as_str())],
+                b"",
+                ADMIN_TIMEOUT,
+            )
+            .unwrap_or_else(|e| panic!("node {id}: POST /_cluster/leader: {e}"));
+        assert_eq!(r.status, 200, "node {id}: /_cluster/leader: {}", r.text());
     }
 
     // Nothing was written, and the cluster still works.
