@@ -1172,16 +1172,19 @@ fn rpcs_without_the_cluster_secret_are_refused() {
                 r.text()
             );
         }
+        let with_secret = |path: &str, body: &[u8]| {
+            remote
+                .raw(
+                    "POST",
+                    path,
+                    &[(CLUSTER_SECRET_HEADER, secret.as_str())],
+                    body,
+                    ADMIN_TIMEOUT,
+                )
+                .unwrap_or_else(|e| panic!("node {id}: POST {path} with the secret: {e}"))
+        };
         // Control: with the secret, an (empty, unusable) vote is not refused for its secret.
-        let r = remote
-            .raw(
-                "POST",
-                "/_cluster/raft/vote",
-                &[(CLUSTER_SECRET_HEADER, secret.as_str())],
-                b"",
-                ADMIN_TIMEOUT,
-            )
-            .unwrap_or_else(|e| panic!("node {id}: POST /_cluster/raft/vote with the secret: {e}"));
+        let r = with_secret("/_cluster/raft/vote", b"");
         assert_ne!(
             r.status,
             403,
@@ -1201,27 +1204,11 @@ fn rpcs_without_the_cluster_secret_are_refused() {
             ("/_cluster/raft/vote/x", 404),
             ("/_cluster/write", 400),
         ] {
-            let r = remote
-                .raw(
-                    "POST",
-                    path,
-                    &[(CLUSTER_SECRET_HEADER, secret.as_str())],
-                    b"\xff\xff\xff",
-                    ADMIN_TIMEOUT,
-                )
-                .unwrap_or_else(|e| panic!("node {id}: POST {path} with the secret: {e}"));
+            let r = with_secret(path, b"\xff\xff\xff");
             assert_eq!(r.status, want, "node {id}: POST {path}: {}", r.text());
         }
         // The leader of a group is asked over its path; root's is known to every node.
-        let r = remote
-            .raw(
-                "POST",
-                "/_cluster/leader",
-                &[(CLUSTER_SECRET_HEADER, secret.as_str())],
-                b"",
-                ADMIN_TIMEOUT,
-            )
-            .unwrap_or_else(|e| panic!("node {id}: POST /_cluster/leader: {e}"));
+        let r = with_secret("/_cluster/leader", b"");
         assert_eq!(r.status, 200, "node {id}: /_cluster/leader: {}", r.text());
     }
 

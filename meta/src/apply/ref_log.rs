@@ -4,12 +4,12 @@
 use placement::{Magic, PairId, Sha1};
 use redb::{ReadableTable, WriteTransaction};
 
-use super::refs::{Files, dec, inc, insert_or_inc, read_file};
+use super::refs::{Files, dec_content, inc, insert_or_inc, read_file};
 use crate::ref_log::{
     self, BATCH_MAX, EXPIRE_MAX, REF_LOG, REF_PENDING, REF_RELEASED, RELEASED_KEEP_MS, RefDec,
     RefOutcome, RefState, Settle,
 };
-use crate::tables::{DELETING, FILES, FileRecord};
+use crate::tables::{FILES, FileRecord};
 use crate::{DecOutcome, MetaError};
 
 /// What `RefInc` carries besides the content.
@@ -83,20 +83,11 @@ fn release(
     txn: &WriteTransaction,
     sha1: &Sha1,
     ref_id: u64,
-    magic: u32,
+    magic: Magic,
     pending_deadline: Option<u64>,
     now_ms: u64,
 ) -> Result<DecOutcome, MetaError> {
-    let magic = Magic::new(magic)
-        .map_err(|e| MetaError::Corrupt(format!("ref_log magic of {sha1}: {e}")))?;
-    let outcome = {
-        let mut files = txn.open_table(FILES)?;
-        let mut deleting = txn.open_table(DELETING)?;
-        match dec(&mut files, &mut deleting, sha1, magic, now_ms / 1000) {
-            Err(MetaError::NotFound) => DecOutcome::Missing,
-            other => other?,
-        }
-    };
+    let outcome = dec_content(txn, sha1, magic, now_ms / 1000)?;
     if let Some(deadline) = pending_deadline {
         txn.open_table(REF_PENDING)?
             .remove((deadline, sha1.0, ref_id))?;
@@ -130,6 +121,8 @@ pub(super) fn settle(
             continue;
         };
         if s.release {
+            let magic = Magic::new(magic)
+                .map_err(|e| MetaError::Corrupt(format!("ref_log magic of {sha1}: {e}")))?;
             let outcome = release(txn, &sha1, s.ref_id, magic, Some(deadline_ms), now_ms)?;
             out.push(RefOutcome::Released(outcome));
         } else {
@@ -157,16 +150,14 @@ pub(super) fn dec_batch(
             Some(state) if state.magic() != d.magic.get() => RefOutcome::MagicMismatch {
                 recorded: state.magic(),
             },
-            Some(RefState::Pending { deadline_ms, .. }) => RefOutcome::Released(release(
-                txn,
-                &sha1,
-                d.ref_id,
-                d.magic.get(),
-                Some(deadline_ms),
-                now_ms,
-            )?),
-            None => {
-                RefOutcome::Released(release(txn, &sha1, d.ref_id, d.magic.get(), None, now_ms)?)
+            // A pending reference is settled by its dec; one with no row was confirmed,
+            // and this is its first dec.
+            pending => {
+                let deadline = match pending {
+                    Some(RefState::Pending { deadline_ms, .. }) => Some(deadline_ms),
+                    _ => None,
+                };
+                RefOutcome::Released(release(txn, &sha1, d.ref_id, d.magic, deadline, now_ms)?)
             }
         };
         out.push(outcome);

@@ -43,6 +43,17 @@ pub(super) fn release(
     now_secs: u64,
 ) -> Result<DecOutcome, MetaError> {
     checksums::release(txn, &sha1.0, magic.get())?;
+    dec_content(txn, sha1, magic, now_secs)
+}
+
+/// The `dec` of a released reference on the content's record; a missing record is
+/// [`DecOutcome::Missing`] (see [`release`]).
+pub(super) fn dec_content(
+    txn: &WriteTransaction,
+    sha1: &Sha1,
+    magic: Magic,
+    now_secs: u64,
+) -> Result<DecOutcome, MetaError> {
     let mut files = txn.open_table(FILES)?;
     let mut deleting = txn.open_table(DELETING)?;
     match dec(&mut files, &mut deleting, sha1, magic, now_secs) {

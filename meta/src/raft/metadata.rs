@@ -387,11 +387,6 @@ impl Metadata {
         self.node_id
     }
 
-    /// The group this is a replica of.
-    pub fn group(&self) -> GroupId {
-        self.group
-    }
-
     /// Whether this replica has never held anything: no log entry, no membership (a
     /// replica opened but not yet initialized, nor reached by its group's leader).
     pub fn is_blank(&self) -> bool {
@@ -419,11 +414,6 @@ impl Metadata {
             return Ok(());
         }
         initialize_group(&self.raft, self.group, self.node_id, &voters).await
-    }
-
-    /// Every change of the index this replica's state machine has applied.
-    pub fn applied(&self) -> watch::Receiver<u64> {
-        self.applied.clone()
     }
 
     /// Every applied change of the shard map or of the membership.

@@ -150,7 +150,8 @@ async fn shard_map_of(root: &Metadata) -> Result<Option<ShardMap>, MetaError> {
     if let Some(map) = root.read_local(|s| s.shard_map()).await? {
         return Ok(Some(map));
     }
-    let voters = root.replica_status().await?.voters;
+    // The membership's voters, ascending (no read of the tables).
+    let voters = root.status().members;
     if voters.is_empty() {
         return Ok(None);
     }
@@ -315,6 +316,7 @@ impl Replicas {
     /// The groups of the map, with this node's replica of each (see [`GroupsStatus`]).
     pub async fn groups(&self) -> Result<GroupsStatus, MetaError> {
         let map = self.shard_map().await?;
+        let nodes = self.root.status().nodes;
         let mut groups = Vec::new();
         for g in map.groups() {
             let mut status = GroupStatus {
@@ -344,22 +346,20 @@ impl Replicas {
                     .collect(),
             };
             let Some(replica) = self.get(g.id) else {
-                status.leader = self.ask_leader(g).await;
+                status.leader = self.ask_leader(g, &nodes).await;
                 groups.push(status);
                 continue;
             };
-            {
-                let r = replica.replica_status().await?;
-                if g.id == ROOT {
-                    // Root's voters follow its membership changes, not the map.
-                    status.replicas = r.voters;
-                }
-                status.held = true;
-                status.leader = r.leader;
-                status.records = r.records;
-                status.last_applied = r.last_applied;
-                status.lag = r.lag;
+            let r = replica.replica_status().await?;
+            if g.id == ROOT {
+                // Root's voters follow its membership changes, not the map.
+                status.replicas = r.voters;
             }
+            status.held = true;
+            status.leader = r.leader;
+            status.records = r.records;
+            status.last_applied = r.last_applied;
+            status.lag = r.lag;
             groups.push(status);
         }
         Ok(GroupsStatus {
@@ -368,11 +368,11 @@ impl Replicas {
         })
     }
 
-    /// The leader of `group`, which this node holds no replica of, as its replicas say:
-    /// the first answer naming one, within [`LEADER_ASK_TIMEOUT`]. None when none answers.
-    async fn ask_leader(&self, group: &Group) -> Option<NodeId> {
+    /// The leader of `group`, which this node holds no replica of, as its replicas (at
+    /// their addresses in `nodes`) say: the first answer naming one, within
+    /// [`LEADER_ASK_TIMEOUT`]. None when none answers.
+    async fn ask_leader(&self, group: &Group, nodes: &BTreeMap<NodeId, String>) -> Option<NodeId> {
         use futures_util::StreamExt as _;
-        let nodes = self.root.status().nodes;
         let rpc = super::network::Rpc::new(self.transport.clone(), group.id);
         let mut asks: futures_util::stream::FuturesUnordered<_> = group
             .replicas

@@ -158,34 +158,47 @@ async fn assert_same_digest(nodes: &[&Arc<Replicas>], group: GroupId) {
     }
 }
 
+/// Retries `cmd` on `meta` while it is refused as unavailable (an election, the format
+/// not raised yet), within [`WAIT`].
+async fn execute(meta: &Metadata, cmd: Command) -> Result<crate::Response, crate::MetaError> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match meta.execute(cmd.clone()).await {
+            Err(crate::MetaError::Unavailable(why)) => {
+                assert!(tokio::time::Instant::now() < deadline, "{why}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Writes `count` pairs from `first` to `group`, one entry each, through `via` (a follower
 /// forwards to the leader). A write refused as unavailable (the leader just stopped, an
 /// election under way) is sent again, as a client would: a pair's write is idempotent.
 async fn write(via: &Replicas, group: GroupId, dir: &Path, first: u64, count: u64) {
     let meta = via.get(group).unwrap();
     for id in first..first + count {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            match meta.execute(pair(dir, id)).await {
-                Ok(_) => break,
-                Err(crate::MetaError::Unavailable(why)) => {
-                    assert!(tokio::time::Instant::now() < deadline, "{why}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(e) => panic!("pair {id} in group {group}: {e}"),
-            }
+        if let Err(e) = execute(&meta, pair(dir, id)).await {
+            panic!("pair {id} in group {group}: {e}");
         }
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn groups_elect_replicate_compact_and_survive_a_restart_behind_a_purge() {
+/// Starts the three voters of root ([`NODES`]) on folders under a new temp folder.
+async fn three_nodes() -> (tempfile::TempDir, Arc<Loopback>, Vec<Arc<Replicas>>) {
     let dir = tempfile::tempdir().unwrap();
     let net = Arc::new(Loopback::default());
     let mut nodes = Vec::new();
     for id in NODES {
         nodes.push(start(dir.path(), id, &net).await);
     }
+    (dir, net, nodes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn groups_elect_replicate_compact_and_survive_a_restart_behind_a_purge() {
+    let (dir, net, mut nodes) = three_nodes().await;
     for node in &nodes {
         for group in GROUPS {
             node.open_group(group, voters(), true).await.unwrap();
@@ -308,21 +321,6 @@ fn members<'a>(nodes: &'a [Arc<Replicas>], ids: &[NodeId]) -> Vec<&'a Arc<Replic
         .collect()
 }
 
-/// Retries `cmd` on `meta` while it is refused as unavailable (an election, the format
-/// not raised yet), within [`WAIT`].
-async fn execute(meta: &Metadata, cmd: Command) -> Result<crate::Response, crate::MetaError> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        match meta.execute(cmd.clone()).await {
-            Err(crate::MetaError::Unavailable(why)) => {
-                assert!(tokio::time::Instant::now() < deadline, "{why}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
 /// Waits until `node` holds exactly `want` (root included), as the map's follower opens
 /// them.
 async fn wait_holds(node: &Replicas, want: &[GroupId]) {
@@ -342,12 +340,7 @@ async fn wait_holds(node: &Replicas, want: &[GroupId]) {
 async fn nodes_open_the_replicas_the_shard_map_places_on_them() {
     use crate::groups::{GroupKind, IndexStart, ShardMap, SplitAt};
 
-    let dir = tempfile::tempdir().unwrap();
-    let net = Arc::new(Loopback::default());
-    let mut nodes = Vec::new();
-    for id in NODES {
-        nodes.push(start(dir.path(), id, &net).await);
-    }
+    let (dir, net, mut nodes) = three_nodes().await;
     // Node 4 is no voter of root: it joins as a learner, and so learns the map.
     let fourth = start_with(dir.path(), config(4), BTreeMap::new(), &net).await;
     let root = nodes[0].root().clone();
