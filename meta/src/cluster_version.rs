@@ -18,8 +18,9 @@
 //!
 //! Version 2 adds nothing but the raise itself. Version 3 adds the write conditions of
 //! CompleteMultipartUpload, CopyObject and the deletes (`Conditional`,
-//! `DeleteObjectsMatching`, `If-Match: *`). The next format changes (versions, groups)
-//! each take the next number.
+//! `DeleteObjectsMatching`, `If-Match: *`). Version 4 adds versions, object lock, tags
+//! and ACLs; 5 the shard map and the FileDB group's `ref_log`; 6 what a group owns and the
+//! index group's side of cross-group references (`ownership.rs`, `outbox.rs`).
 
 use redb::WriteTransaction;
 
@@ -28,7 +29,7 @@ use super::command::{Command, WritePrecondition};
 use super::tables::RAFT_STATE;
 
 /// The newest format this binary reads and writes.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 /// The format of a group that never recorded one (every release before the raise).
 pub const FORMAT_VERSION_INITIAL: u32 = 1;
 /// Key of the group's version in `raft_state` (postcard `u32`).
@@ -61,6 +62,11 @@ impl Command {
             | Command::Settle { .. }
             | Command::DecBatch { .. }
             | Command::ExpireReleased { .. } => 5,
+            Command::SetOwnership { .. }
+            | Command::ForeignRef { .. }
+            | Command::OutboxDone { .. }
+            | Command::Fence { .. }
+            | Command::ExpireFences { .. } => 6,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

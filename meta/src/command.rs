@@ -484,6 +484,49 @@ pub enum Command {
         now_ms: u64,
         limit: u32,
     },
+    /// Tells a group's replicas what the group owns: its part of `map` (`ownership.rs`).
+    /// A later map only; an older or equal one changes nothing. Answers `MapVersion`, the
+    /// version the group owns under. Format 6.
+    SetOwnership {
+        group: crate::groups::GroupId,
+        map: crate::groups::ShardMap,
+    },
+    /// `command` (a `PutObject`, `CopyObject`, `PutPart`, `PutPartWithChecksum` or
+    /// `CompleteUpload`, possibly under `Conditional`, `Locked`, `Tagged` or `WithAcl`)
+    /// writes an entry of (`bucket`, `key`) whose content another group owns and has
+    /// referenced already under `ref_id` (`RefInc`): it is not referenced again here, and
+    /// the entry keeps `ref_id` for its release (`outbox.rs`). Refused with `Moved` if
+    /// this group owns the content, `Fenced` if the reconciler fenced the reference, and
+    /// as invalid if the ref_id is held or owed under the key already or has the top bit.
+    /// Answers the inner command's response. Format 6.
+    ForeignRef {
+        bucket: String,
+        key: String,
+        ref_id: u64,
+        command: Box<Command>,
+    },
+    /// Drops outbox rows whose decs their FileDB groups applied (at most
+    /// [`crate::ref_log::BATCH_MAX`]); a row already gone is skipped. Answers
+    /// `OutboxDone`, the rows dropped. Format 6.
+    OutboxDone {
+        rows: Vec<crate::outbox::OutboxRow>,
+    },
+    /// The reconciler's question about a reference pending past its deadline: `Present`
+    /// if (`bucket`, `key`) holds `ref_id` or owes its dec, else a fence that refuses its
+    /// entry from now on, and `Fenced`. Answers `Fence`. Format 6.
+    Fence {
+        bucket: String,
+        key: String,
+        ref_id: u64,
+        now_ms: u64,
+    },
+    /// Removes at most `limit` (capped at [`crate::ref_log::EXPIRE_MAX`]) fences older
+    /// than [`crate::outbox::FENCE_KEEP_MS`] at `now_ms`, oldest first. Answers
+    /// `FencesExpired`. Format 6.
+    ExpireFences {
+        now_ms: u64,
+        limit: u32,
+    },
 }
 
 /// A change to a version's object lock; None fields are left as they are.
@@ -637,4 +680,10 @@ pub enum Response {
     RefOutcomes(Vec<crate::ref_log::RefOutcome>),
     /// `ExpireReleased`: the rows removed.
     RefsExpired(u32),
+    /// `OutboxDone`: the rows dropped.
+    OutboxDone(u32),
+    /// `Fence`: what the index group found.
+    Fence(crate::outbox::FenceOutcome),
+    /// `ExpireFences`: the fences removed.
+    FencesExpired(u32),
 }

@@ -71,6 +71,15 @@ pub enum MetaError {
     /// A `RefInc` past its deadline: the reconciler may already be settling it (format 5).
     #[error("the reference's deadline has passed")]
     RefPastDeadline,
+    /// A command about a sha1 this group does not own (`ownership.rs`): the caller's map
+    /// is older than `map_version`, the one the group owns under; refresh it and retry
+    /// (format 6).
+    #[error("the range moved (shard map version {map_version})")]
+    Moved { map_version: u64 },
+    /// A `ForeignRef` whose reference the reconciler fenced: the entry must never be
+    /// written, and the reference is being released (format 6).
+    #[error("the reference was fenced")]
+    Fenced,
 }
 
 /// `From` every redb error type into `$target::$variant(String)`: the metadata's and the

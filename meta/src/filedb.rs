@@ -50,6 +50,9 @@ pub enum DecOutcome {
     /// The record was not found (only reported for the replaced/deleted object's content,
     /// where it means an inconsistency surfaced to the operator, not a client error).
     Missing,
+    /// The content lives in another group: the dec waits in this group's outbox and is
+    /// applied there later (`outbox.rs`).
+    Outbox,
 }
 
 /// One FileDB record. On disk: refs, magic, flags, pair as little-endian u32s.

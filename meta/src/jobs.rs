@@ -186,8 +186,9 @@ fn forget_old(txn: &WriteTransaction) -> Result<(), MetaError> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChunkDone {
     /// The objects the chunk removed (their contents are released by the caller of this
-    /// function, in the same transaction).
-    pub removed: Vec<ObjectRecord>,
+    /// function, in the same transaction), by key, in the job's `bucket`.
+    pub removed: Vec<(String, ObjectRecord)>,
+    pub bucket: String,
     /// Whether the job is still running after it.
     pub running: bool,
 }
@@ -218,6 +219,7 @@ pub fn chunk(
         return Ok(ChunkDone {
             removed: Vec::new(),
             running: false,
+            bucket: String::new(),
         });
     }
     if done && matches!(job.op, JobOp::DeleteBucket { .. }) {
@@ -263,7 +265,7 @@ pub fn chunk(
                 continue;
             }
             objects.remove((bucket, key.as_bytes()))?;
-            removed.push(current);
+            removed.push((key.clone(), current));
         }
     }
     job.deleted += removed.len() as u64;
@@ -276,7 +278,11 @@ pub fn chunk(
     }
     let running = job.state == JobState::Running;
     write(txn, id, &job)?;
-    Ok(ChunkDone { removed, running })
+    Ok(ChunkDone {
+        removed,
+        running,
+        bucket: bucket.to_string(),
+    })
 }
 
 /// The running delete-bucket job `id` and its bucket; `None` when the job no longer runs

@@ -28,6 +28,8 @@ pub mod lifecycle;
 pub mod list;
 pub mod list_versions;
 pub mod native_refs;
+pub mod outbox;
+pub mod ownership;
 pub mod raft;
 pub mod ref_log;
 pub mod shard_map;
@@ -43,7 +45,7 @@ pub use command::{Command, ContentSource, DeleteOutcome, NewObject, Response, Wr
 pub use error::MetaError;
 pub use filedb::DecOutcome;
 pub use list::{ListPage, ListQuery};
-pub use store::{CurrentVersion, MetaStore};
+pub use store::{CurrentVersion, MetaStore, PendingRef};
 pub use tables::{
     BucketRecord, Checksum, CorsRule, DeletingRecord, FileRecord, ObjectRecord, PartRecord,
     UploadRecord,

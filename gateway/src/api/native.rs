@@ -108,6 +108,12 @@ async fn dec(
         DecOutcome::Deleting => (0, "deleting"),
         DecOutcome::DoNotDelete { refs, .. } => (refs, "do_not_delete"),
         DecOutcome::Missing => return Err(not_stored()),
+        // A native dec goes to the content's own group, which applies it in place.
+        DecOutcome::Outbox => {
+            return Err(internal(MetaError::Unexpected(
+                "a native dec answered from an outbox".into(),
+            )));
+        }
     };
     Ok(json(
         StatusCode::OK,

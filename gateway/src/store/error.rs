@@ -178,6 +178,11 @@ impl From<MetaError> for StoreError {
     fn from(e: MetaError) -> Self {
         match e {
             MetaError::Unavailable(why) => StoreError::Unavailable(why),
+            // The range moved, or the reference taken for the write was settled: the
+            // write did not happen and a retry takes a fresh map and reference.
+            e @ (MetaError::Moved { .. } | MetaError::Fenced) => {
+                StoreError::Unavailable(e.to_string())
+            }
             other => StoreError::Meta(other),
         }
     }

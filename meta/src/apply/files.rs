@@ -5,7 +5,7 @@
 use placement::{Magic, PairId, Sha1};
 use redb::{ReadableTable, WriteTransaction};
 
-use super::refs;
+use super::file_rows;
 use crate::native_refs;
 use crate::tables::{DELETING, DeletingRecord, FILES};
 use crate::{MetaError, Response};
@@ -16,7 +16,7 @@ pub(super) fn inc(
     sha1: &Sha1,
     magic: Magic,
 ) -> Result<Response, MetaError> {
-    let rec = refs::inc(&mut txn.open_table(FILES)?, sha1, magic)?;
+    let rec = file_rows::inc(&mut txn.open_table(FILES)?, sha1, magic)?;
     native_refs::taken(txn, sha1, magic)?;
     Ok(Response::File(rec))
 }
@@ -28,7 +28,7 @@ pub(super) fn insert_or_inc(
     magic: Magic,
     pair: PairId,
 ) -> Result<Response, MetaError> {
-    let rec = refs::insert_or_inc(&mut txn.open_table(FILES)?, sha1, magic, pair)?;
+    let rec = file_rows::insert_or_inc(&mut txn.open_table(FILES)?, sha1, magic, pair)?;
     native_refs::taken(txn, sha1, magic)?;
     Ok(Response::File(rec))
 }
@@ -43,7 +43,7 @@ pub(super) fn dec(
     let outcome = {
         let mut files = txn.open_table(FILES)?;
         let mut deleting = txn.open_table(DELETING)?;
-        refs::dec(&mut files, &mut deleting, sha1, magic, now_secs)?
+        file_rows::dec(&mut files, &mut deleting, sha1, magic, now_secs)?
     };
     native_refs::released(txn, sha1, magic)?;
     Ok(Response::Dec(outcome))
@@ -73,10 +73,10 @@ pub(super) fn relocate(
     to: PairId,
 ) -> Result<Response, MetaError> {
     let mut files = txn.open_table(FILES)?;
-    match refs::read_file(&files, sha1)? {
+    match file_rows::read_file(&files, sha1)? {
         Some(mut rec) if rec.pair == from => {
             rec.pair = to;
-            refs::write_file(&mut files, sha1, &rec)?;
+            file_rows::write_file(&mut files, sha1, &rec)?;
             Ok(Response::Relocated(true))
         }
         _ => Ok(Response::Relocated(false)),

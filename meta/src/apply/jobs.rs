@@ -4,7 +4,7 @@
 use redb::{ReadableTable, WriteTransaction};
 
 use super::buckets::forget_bucket;
-use super::refs::release;
+use super::refs::{Holder, release};
 use super::uploads::drop_upload;
 use crate::jobs::{self, BucketEnd, JobOp, JobState};
 use crate::tables::BUCKETS;
@@ -29,8 +29,13 @@ pub(super) fn chunk(
     now_ms: u64,
 ) -> Result<Response, MetaError> {
     let chunk = jobs::chunk(txn, id, keys, through, done, now_ms)?;
-    for old in &chunk.removed {
-        release(txn, &old.sha1, old.magic, now_ms / 1000)?;
+    for (key, old) in &chunk.removed {
+        let holder = Holder::Object {
+            bucket: &chunk.bucket,
+            key,
+            seq: old.seq,
+        };
+        release(txn, &old.sha1, old.magic, now_ms / 1000, holder)?;
     }
     Ok(Response::JobChunkDone {
         deleted: chunk.removed.len() as u32,

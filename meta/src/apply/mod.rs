@@ -10,9 +10,13 @@
 //! This file only dispatches: each command's body is in the file of its table family,
 //! `pairs.rs`, `files.rs`, `buckets.rs`, `objects.rs`, `uploads.rs`, `keys.rs` and
 //! `jobs.rs` (the cluster's format version in [`crate::cluster_version`]); `refs.rs` takes
-//! and releases the references they all change.
+//! and releases the references they all change; `cross.rs` checks that a command is about
+//! what the group owns, and keeps the index group's side of references taken in another
+//! group.
 
 mod buckets;
+mod cross;
+mod file_rows;
 mod files;
 mod jobs;
 mod keys;
@@ -28,6 +32,8 @@ mod checksums_tests;
 #[cfg(test)]
 mod conditional_tests;
 #[cfg(test)]
+mod cross_tests;
+#[cfg(test)]
 mod ref_log_tests;
 #[cfg(test)]
 mod tags_tests;
@@ -41,8 +47,15 @@ use crate::{Command, MetaError, Response, cluster_version};
 
 pub use objects::{DELETE_KEYS_MAX, EXPIRE_KEYS_MAX};
 
-/// Applies one command inside `txn`.
+/// Applies one command inside `txn`, if it is about what this group owns (`Moved`
+/// otherwise, see [`crate::ownership`]).
 pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError> {
+    cross::check_owner(txn, cmd)?;
+    dispatch(txn, cmd)
+}
+
+/// Applies one command, or the command inside a wrapper.
+fn dispatch(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError> {
     match cmd {
         Command::PutPair { id, record } => pairs::put(txn, *id, record),
         Command::AddPair { record } => pairs::add(txn, record),
@@ -177,7 +190,7 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
                     "a lock on {bucket}/{key} goes with a write of {target_bucket}/{target_key}"
                 )));
             }
-            let response = apply(txn, command)?;
+            let response = dispatch(txn, command)?;
             // Nothing was written: nothing to lock.
             if response == Response::ContentGone {
                 return Ok(response);
@@ -274,7 +287,7 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
             }
             crate::tables::check_bucket(txn, bucket)?;
             precondition.check(objects::read_object(txn, bucket, key)?.as_ref())?;
-            apply(txn, command)
+            dispatch(txn, command)
         }
         Command::DeleteObjectsMatching {
             bucket,
@@ -347,6 +360,25 @@ pub fn apply(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaErro
         } => versions::set_extras(txn, bucket, key, *version, |e| e.acl = *acl)
             .map(|version_id| Response::AclSet { version_id }),
         Command::SetBucketAcl { bucket, acl } => buckets::set_acl(txn, bucket, *acl),
+        Command::SetOwnership { group, map } => {
+            crate::ownership::apply_set(txn, *group, map).map(Response::MapVersion)
+        }
+        Command::ForeignRef {
+            bucket,
+            key,
+            ref_id,
+            command,
+        } => foreign_ref(txn, (bucket, key, *ref_id), command),
+        Command::OutboxDone { rows } => cross::outbox_done(txn, rows).map(Response::OutboxDone),
+        Command::Fence {
+            bucket,
+            key,
+            ref_id,
+            now_ms,
+        } => cross::fence(txn, (bucket, key, *ref_id), *now_ms).map(Response::Fence),
+        Command::ExpireFences { now_ms, limit } => {
+            cross::expire_fences(txn, *now_ms, *limit).map(Response::FencesExpired)
+        }
     }
 }
 
@@ -406,7 +438,7 @@ fn with_extras(
             "tags or an ACL on {bucket}/{key} go with a write of {target_bucket}/{target_key}"
         )));
     }
-    let response = apply(txn, command)?;
+    let response = dispatch(txn, command)?;
     match written {
         Written::Upload(id) => extras::update(txn, extras::UPLOADS_OF, id, f)?,
         Written::Bucket => extras::update(txn, extras::BUCKETS_OF, bucket, f)?,
@@ -415,6 +447,61 @@ fn with_extras(
         Written::Version => versions::update_current(txn, bucket, key, f)?,
     }
     Ok(response)
+}
+
+/// `ForeignRef`: the write, with the reference taken in another group kept beside what it
+/// wrote (see [`crate::outbox`]).
+fn foreign_ref(
+    txn: &WriteTransaction,
+    (bucket, key, ref_id): (&str, &str, u64),
+    command: &Command,
+) -> Result<Response, MetaError> {
+    let (target_bucket, target_key, written) = foreign_target(txn, command)?;
+    if target_bucket != bucket || target_key != key {
+        return Err(MetaError::Unexpected(format!(
+            "a reference of {bucket}/{key} goes with a write of {target_bucket}/{target_key}"
+        )));
+    }
+    cross::check_foreign(txn, (bucket, key, ref_id))?;
+    let response = dispatch(txn, command)?;
+    cross::keep_foreign(txn, (bucket, key, ref_id), written)?;
+    Ok(response)
+}
+
+/// The `bucket/key` a `ForeignRef`'s command writes, and what it writes.
+fn foreign_target(
+    txn: &WriteTransaction,
+    cmd: &Command,
+) -> Result<(String, String, cross::Written), MetaError> {
+    Ok(match cmd {
+        Command::PutPart {
+            upload_id,
+            part_number,
+            ..
+        }
+        | Command::PutPartWithChecksum {
+            upload_id,
+            part_number,
+            ..
+        } => {
+            let upload = uploads::read_upload(txn, upload_id)?;
+            let written = cross::Written::Part {
+                upload_id: upload_id.clone(),
+                number: *part_number,
+            };
+            (upload.bucket, upload.key, written)
+        }
+        Command::Tagged { command, .. } | Command::WithAcl { command, .. } => {
+            foreign_target(txn, command)?
+        }
+        Command::Locked { bucket, key, .. } => {
+            (bucket.clone(), key.clone(), cross::Written::Object)
+        }
+        _ => {
+            let (bucket, key) = locked_target(txn, cmd)?;
+            (bucket, key, cross::Written::Object)
+        }
+    })
 }
 
 /// The `bucket/key` that a command guarded by `Conditional` writes: only the writes S3

@@ -3,7 +3,7 @@
 
 use redb::{ReadableTable, WriteTransaction};
 
-use super::refs::{reference, release};
+use super::refs::{Holder, reference, release};
 use super::versions;
 use crate::command::{ContentSource, DeleteOutcome, NewObject, WritePrecondition};
 use crate::tables::{self, OBJECTS, ObjectRecord, check_bucket};
@@ -86,7 +86,13 @@ pub(super) fn delete(
     }
     let removed = remove_object(txn, bucket, key)?;
     let released = match &removed {
-        Some(old) => Some(release(txn, &old.sha1, old.magic, now_secs)?),
+        Some(old) => Some(release(
+            txn,
+            &old.sha1,
+            old.magic,
+            now_secs,
+            Holder::object(bucket, key, old),
+        )?),
         None => None,
     };
     Ok(Response::ObjectDeleted { removed, released })
@@ -106,7 +112,13 @@ pub(super) fn delete_many(
     for key in keys {
         let removed = remove_object(txn, bucket, key)?;
         if let Some(old) = &removed {
-            release(txn, &old.sha1, old.magic, now_secs)?;
+            release(
+                txn,
+                &old.sha1,
+                old.magic,
+                now_secs,
+                Holder::object(bucket, key, old),
+            )?;
         }
         existed.push(removed.is_some());
     }
@@ -147,7 +159,8 @@ pub(super) fn delete_matching(
         }
         match remove_object(txn, bucket, key)? {
             Some(old) => {
-                release(txn, &old.sha1, old.magic, now_secs)?;
+                let holder = Holder::object(bucket, key, &old);
+                release(txn, &old.sha1, old.magic, now_secs, holder)?;
                 outcomes.push(DeleteOutcome::Deleted);
             }
             None => outcomes.push(DeleteOutcome::Absent),
@@ -183,7 +196,8 @@ pub(super) fn expire(
         if versioning != Versioning::Unversioned {
             versions::add_marker(txn, bucket, key, versioning, now_secs)?;
         } else if let Some(old) = remove_object(txn, bucket, key)? {
-            release(txn, &old.sha1, old.magic, now_secs)?;
+            let holder = Holder::object(bucket, key, &old);
+            release(txn, &old.sha1, old.magic, now_secs, holder)?;
         }
     }
     Ok(Response::ObjectsDeleted(due))
@@ -214,7 +228,13 @@ pub(super) fn store_object(
         None => None,
     };
     let released = match &replaced {
-        Some(old) => Some(release(txn, &old.sha1, old.magic, now_secs)?),
+        Some(old) => Some(release(
+            txn,
+            &old.sha1,
+            old.magic,
+            now_secs,
+            Holder::object(bucket, key, old),
+        )?),
         None => None,
     };
     Ok(Response::ObjectPut {

@@ -4,7 +4,7 @@
 use placement::{Magic, PairId, Sha1};
 use redb::{ReadableTable, WriteTransaction};
 
-use super::refs::{Files, dec_content, inc, insert_or_inc, read_file};
+use super::file_rows::{Files, dec_content, inc, insert_or_inc, read_file};
 use crate::ref_log::{
     self, BATCH_MAX, EXPIRE_MAX, REF_LOG, REF_PENDING, REF_RELEASED, RELEASED_KEEP_MS, RefDec,
     RefOutcome, RefState, Settle,

@@ -1,28 +1,33 @@
-//! Taking and releasing references: the moves of a FileDB record in and out of the `files`
-//! and `deleting` tables that every command adding or removing a reference goes through.
+//! Taking and releasing references: what every command adding or removing an object's or
+//! a part's reference goes through (the record moves themselves are in `file_rows.rs`).
 //!
-//! The arithmetic is [`crate::filedb`]'s: these functions read a record, ask it what an
-//! `inc` or a `dec` makes of it, and write the answer back.
+//! Content another group owns (`ownership.rs`) is neither inc'd nor dec'd here: its
+//! reference was taken there beforehand (`RefInc`, checked by `cross.rs` before the
+//! command runs), and its release goes to the outbox (`outbox.rs`).
 
-use placement::{Magic, PairId, Sha1};
-use redb::{ReadableTable, Table, WriteTransaction};
+use placement::{Magic, Sha1};
+use redb::WriteTransaction;
 
-use crate::checksums;
+use super::file_rows::{dec_content, inc, insert_or_inc};
+
 use crate::command::ContentSource;
-use crate::tables::{DELETING, DeletingRecord, FILES, FileRecord};
-use crate::{DecOutcome, MetaError, filedb};
-
-pub(super) type Files<'t> = Table<'t, [u8; 20], [u8; 16]>;
-type Deleting<'t> = Table<'t, [u8; 20], [u8; 12]>;
+use crate::outbox::{self, HELD, OBJECT_REF_IDS, OUTBOX, PART_REF_IDS};
+use crate::ref_log::{RefDec, RefOutcome};
+use crate::tables::{FILES, ObjectRecord, UploadRecord};
+use crate::{DecOutcome, MetaError, checksums, ownership};
 
 /// Adds the reference of a new object or part. `Ok(false)`: the `Existing` content has
-/// gone and nothing changed.
+/// gone and nothing changed. Content another group owns was referenced there (the command
+/// is a `ForeignRef`): nothing to do here.
 pub(super) fn reference(
     txn: &WriteTransaction,
     sha1: &Sha1,
     magic: Magic,
     source: ContentSource,
 ) -> Result<bool, MetaError> {
+    if !ownership::owns_sha1(txn, &sha1.0)? {
+        return Ok(true);
+    }
     let mut files = txn.open_table(FILES)?;
     match source {
         ContentSource::Existing => match inc(&mut files, sha1, magic) {
@@ -34,92 +39,120 @@ pub(super) fn reference(
     }
 }
 
-/// Dereferences the content of a removed object. A missing record is reported, not fatal:
-/// the object is gone either way and failing would leave the client unable to delete it.
+/// What holds a reference: an object version or a part, under its key.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Holder<'a> {
+    Object {
+        bucket: &'a str,
+        key: &'a str,
+        seq: u64,
+    },
+    Part {
+        bucket: &'a str,
+        key: &'a str,
+        upload_id: &'a str,
+        number: u32,
+    },
+}
+
+impl<'a> Holder<'a> {
+    pub(super) fn object(bucket: &'a str, key: &'a str, record: &ObjectRecord) -> Self {
+        Holder::Object {
+            bucket,
+            key,
+            seq: record.seq,
+        }
+    }
+
+    pub(super) fn part(upload: &'a UploadRecord, upload_id: &'a str, number: u32) -> Self {
+        Holder::Part {
+            bucket: &upload.bucket,
+            key: &upload.key,
+            upload_id,
+            number,
+        }
+    }
+}
+
+/// Dereferences the content of a removed object or part. A missing record is reported,
+/// not fatal: the object is gone either way and failing would leave the client unable to
+/// delete it. Content another group owns is dec'd there later: its dec goes to the outbox
+/// under the reference's ref_id.
 pub(super) fn release(
     txn: &WriteTransaction,
     sha1: &Sha1,
     magic: Magic,
     now_secs: u64,
+    holder: Holder<'_>,
 ) -> Result<DecOutcome, MetaError> {
     checksums::release(txn, &sha1.0, magic.get())?;
-    dec_content(txn, sha1, magic, now_secs)
-}
-
-/// The `dec` of a released reference on the content's record; a missing record is
-/// [`DecOutcome::Missing`] (see [`release`]).
-pub(super) fn dec_content(
-    txn: &WriteTransaction,
-    sha1: &Sha1,
-    magic: Magic,
-    now_secs: u64,
-) -> Result<DecOutcome, MetaError> {
-    let mut files = txn.open_table(FILES)?;
-    let mut deleting = txn.open_table(DELETING)?;
-    match dec(&mut files, &mut deleting, sha1, magic, now_secs) {
-        Err(MetaError::NotFound) => Ok(DecOutcome::Missing),
-        other => other,
-    }
-}
-
-pub(super) fn read_file(files: &Files<'_>, sha1: &Sha1) -> Result<Option<FileRecord>, MetaError> {
-    files
-        .get(sha1.0)?
-        .map(|v| FileRecord::decode_checked(sha1, &v.value()))
-        .transpose()
-}
-
-pub(super) fn write_file(
-    files: &mut Files<'_>,
-    sha1: &Sha1,
-    rec: &FileRecord,
-) -> Result<(), MetaError> {
-    files.insert(sha1.0, rec.encode_checked(sha1)?)?;
-    Ok(())
-}
-
-pub(super) fn inc(
-    files: &mut Files<'_>,
-    sha1: &Sha1,
-    magic: Magic,
-) -> Result<FileRecord, MetaError> {
-    let mut rec = read_file(files, sha1)?.ok_or(MetaError::NotFound)?;
-    rec.inc(magic)?;
-    write_file(files, sha1, &rec)?;
-    Ok(rec)
-}
-
-pub(super) fn insert_or_inc(
-    files: &mut Files<'_>,
-    sha1: &Sha1,
-    magic: Magic,
-    pair: PairId,
-) -> Result<FileRecord, MetaError> {
-    let rec = filedb::insert_or_inc(read_file(files, sha1)?, magic, pair)?;
-    write_file(files, sha1, &rec)?;
-    Ok(rec)
-}
-
-/// The article's `dec` (see [`FileRecord::dec`]): a deletable record moves from `files`
-/// to `deleting`, stamped with `now_secs`; any other stays in `files` as `dec` left it.
-pub(super) fn dec(
-    files: &mut Files<'_>,
-    deleting: &mut Deleting<'_>,
-    sha1: &Sha1,
-    magic: Magic,
-    now_secs: u64,
-) -> Result<DecOutcome, MetaError> {
-    let mut rec = read_file(files, sha1)?.ok_or(MetaError::NotFound)?;
-    let outcome = rec.dec(magic);
-    if outcome == DecOutcome::Deleting {
-        files.remove(sha1.0)?;
-        let entry = DeletingRecord {
-            pair: rec.pair,
-            since_secs: now_secs,
+    let ref_id = forget_ref_id(txn, holder)?;
+    if ownership::owns_sha1(txn, &sha1.0)? {
+        return match ref_id {
+            None => dec_content(txn, sha1, magic, now_secs),
+            // Taken in another group whose range has since come here with its `ref_log`
+            // rows: released by its ref_id, so that the reconciler never settles it again.
+            Some(ref_id) => {
+                let dec = RefDec {
+                    sha1: sha1.0,
+                    ref_id,
+                    magic,
+                };
+                match super::ref_log::dec_batch(txn, &[dec], now_secs.saturating_mul(1000))?[..] {
+                    [RefOutcome::Released(outcome)] => Ok(outcome),
+                    _ => Ok(DecOutcome::Missing),
+                }
+            }
         };
-        deleting.insert(sha1.0, entry.encode())?;
-    } else {
-        write_file(files, sha1, &rec)?;
     }
-    Ok(outcome)
+    let (bucket, key, ref_id) = match holder {
+        Holder::Object { bucket, key, seq } => (
+            bucket,
+            key,
+            ref_id.unwrap_or(outbox::derived_object_ref(seq)),
+        ),
+        Holder::Part {
+            bucket,
+            key,
+            upload_id,
+            number,
+        } => (
+            bucket,
+            key,
+            ref_id.unwrap_or(outbox::derived_part_ref(upload_id, number)),
+        ),
+    };
+    txn.open_table(OUTBOX)?.insert(
+        (bucket, key.as_bytes(), ref_id),
+        outbox::encode_value(&sha1.0, magic),
+    )?;
+    Ok(DecOutcome::Outbox)
+}
+
+/// Removes the ref_id a holder kept (it had one if its reference was taken in another
+/// group), and its row in `held_refs`.
+fn forget_ref_id(txn: &WriteTransaction, holder: Holder<'_>) -> Result<Option<u64>, MetaError> {
+    let (bucket, key, ref_id) = match holder {
+        Holder::Object { bucket, key, seq } => {
+            let mut ids = txn.open_table(OBJECT_REF_IDS)?;
+            let id = ids
+                .remove((bucket, key.as_bytes(), seq))?
+                .map(|v| v.value());
+            (bucket, key, id)
+        }
+        Holder::Part {
+            bucket,
+            key,
+            upload_id,
+            number,
+        } => {
+            let mut ids = txn.open_table(PART_REF_IDS)?;
+            let id = ids.remove((upload_id, number))?.map(|v| v.value());
+            (bucket, key, id)
+        }
+    };
+    if let Some(id) = ref_id {
+        txn.open_table(HELD)?.remove((bucket, key.as_bytes(), id))?;
+    }
+    Ok(ref_id)
 }

@@ -6,7 +6,7 @@ use placement::Sha1;
 use redb::{ReadableTable, WriteTransaction};
 
 use super::objects::store_object;
-use super::refs::{reference, release};
+use super::refs::{Holder, reference, release};
 use crate::checksums::{self, UploadChecksum};
 use crate::command::{ContentSource, NewObject};
 use crate::extras::{self, UPLOAD_EXTRAS};
@@ -52,7 +52,7 @@ pub(super) fn put_part_with_checksum(
     now_secs: u64,
     checksum: Option<&Checksum>,
 ) -> Result<Response, MetaError> {
-    read_upload(txn, upload_id)?;
+    let upload = read_upload(txn, upload_id)?;
     if !reference(txn, &part.sha1, part.magic, source)? {
         return Ok(Response::ContentGone);
     }
@@ -64,7 +64,8 @@ pub(super) fn put_part_with_checksum(
         .map(|v| tables::decode_versioned::<PartRecord>("parts", v.value()))
         .transpose()?;
     if let Some(old) = replaced {
-        release(txn, &old.sha1, old.magic, now_secs)?;
+        let holder = Holder::part(&upload, upload_id, part_number);
+        release(txn, &old.sha1, old.magic, now_secs, holder)?;
     }
     Ok(Response::PartPut)
 }
@@ -108,7 +109,7 @@ pub(super) fn complete(
         &numbers,
         (&object.sha1.0, object.magic.get()),
     )?;
-    drop_upload(txn, upload_id, now_secs)?;
+    drop_upload_of(txn, upload_id, &upload, now_secs)?;
     let response = store_object(txn, &upload.bucket, &upload.key, object, now_secs)?;
     if !given.is_empty() {
         super::versions::update_current(txn, &upload.bucket, &upload.key, |e| *e = given)?;
@@ -122,8 +123,8 @@ pub(super) fn abort(
     upload_id: &str,
     now_secs: u64,
 ) -> Result<Response, MetaError> {
-    read_upload(txn, upload_id)?;
-    drop_upload(txn, upload_id, now_secs)?;
+    let upload = read_upload(txn, upload_id)?;
+    drop_upload_of(txn, upload_id, &upload, now_secs)?;
     Ok(Response::Done)
 }
 
@@ -133,16 +134,32 @@ pub(super) fn drop_upload(
     upload_id: &str,
     now_secs: u64,
 ) -> Result<(), MetaError> {
+    let upload = read_upload(txn, upload_id)?;
+    drop_upload_of(txn, upload_id, &upload, now_secs)
+}
+
+/// [`drop_upload`] of an upload already read.
+fn drop_upload_of(
+    txn: &WriteTransaction,
+    upload_id: &str,
+    upload: &UploadRecord,
+    now_secs: u64,
+) -> Result<(), MetaError> {
     let mut parts_gone = Vec::new();
     {
         let mut parts = txn.open_table(PARTS)?;
         for entry in parts.extract_from_if((upload_id, 0)..=(upload_id, u32::MAX), |_, _| true)? {
-            let (_, v) = entry?;
-            parts_gone.push(tables::decode_versioned::<PartRecord>("parts", v.value())?);
+            let (k, v) = entry?;
+            let number = k.value().1;
+            parts_gone.push((
+                number,
+                tables::decode_versioned::<PartRecord>("parts", v.value())?,
+            ));
         }
     }
-    for part in parts_gone {
-        release(txn, &part.sha1, part.magic, now_secs)?;
+    for (number, part) in parts_gone {
+        let holder = Holder::part(upload, upload_id, number);
+        release(txn, &part.sha1, part.magic, now_secs, holder)?;
     }
     txn.open_table(UPLOADS)?.remove(upload_id)?;
     checksums::drop_upload(txn, upload_id)?;

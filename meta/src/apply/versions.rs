@@ -11,7 +11,7 @@
 use placement::Magic;
 use redb::{ReadableTable, WriteTransaction};
 
-use super::refs::release;
+use super::refs::{Holder, release};
 use crate::command::LockChange;
 use crate::extras::Extras;
 use crate::lifecycle::{self, rules};
@@ -388,7 +388,13 @@ fn drop_null(
             return Err(MetaError::ObjectLocked);
         }
         txn.open_table(OBJECTS)?.remove((bucket, key.as_bytes()))?;
-        release(txn, &record.sha1, record.magic, now_secs)?;
+        release(
+            txn,
+            &record.sha1,
+            record.magic,
+            now_secs,
+            Holder::object(bucket, key, &record),
+        )?;
         return Ok(());
     }
     let number = null_number(&txn.open_table(NULL_VERSIONS)?, bucket, key)?;
@@ -404,7 +410,13 @@ fn drop_null(
         }
         if let Some(VersionRecord::Object { record, .. }) = remove_entry(txn, bucket, key, number)?
         {
-            release(txn, &record.sha1, record.magic, now_secs)?;
+            release(
+                txn,
+                &record.sha1,
+                record.magic,
+                now_secs,
+                Holder::object(bucket, key, &record),
+            )?;
         }
     }
     Ok(())
@@ -552,7 +564,13 @@ pub(super) fn delete_version(
             return Err(MetaError::ObjectLocked);
         }
         txn.open_table(OBJECTS)?.remove((bucket, k))?;
-        release(txn, &record.sha1, record.magic, now_secs)?;
+        release(
+            txn,
+            &record.sha1,
+            record.magic,
+            now_secs,
+            Holder::object(bucket, key, record),
+        )?;
         promote(txn, bucket, key)?;
         return Ok(Response::VersionDeleted {
             version_id: stamp.id(record.magic),
@@ -586,7 +604,13 @@ pub(super) fn delete_version(
     remove_entry(txn, bucket, key, number)?;
     let marker = match &entry {
         VersionRecord::Object { record, .. } => {
-            release(txn, &record.sha1, record.magic, now_secs)?;
+            release(
+                txn,
+                &record.sha1,
+                record.magic,
+                now_secs,
+                Holder::object(bucket, key, record),
+            )?;
             false
         }
         VersionRecord::DeleteMarker { .. } => true,
@@ -694,7 +718,13 @@ pub(super) fn expire_versions(
             && let Some(VersionRecord::Object { record: object, .. }) =
                 remove_entry(txn, bucket, key, *number)?
         {
-            release(txn, &object.sha1, object.magic, now_secs)?;
+            release(
+                txn,
+                &object.sha1,
+                object.magic,
+                now_secs,
+                Holder::object(bucket, key, &object),
+            )?;
         }
         out.push(due);
     }

@@ -30,6 +30,8 @@ use super::super::jobs::JOBS;
 use super::super::keys::KEYS;
 use super::super::lifecycle::LIFECYCLE;
 use super::super::native_refs::{self, NATIVE_REFS};
+use super::super::outbox::{FENCE_AGES, FENCES, HELD, OBJECT_REF_IDS, OUTBOX, PART_REF_IDS};
+use super::super::ownership::OWNERSHIP;
 use super::super::ref_log::{REF_LOG, REF_PENDING, REF_RELEASED};
 use super::super::shard_map::SHARD_MAP;
 use super::super::tables::{
@@ -157,6 +159,13 @@ macro_rules! for_each_table {
         $m!(20u8, REF_LOG, $($args)*);
         $m!(21u8, REF_PENDING, $($args)*);
         $m!(22u8, REF_RELEASED, $($args)*);
+        $m!(23u8, OWNERSHIP, $($args)*);
+        $m!(24u8, OUTBOX, $($args)*);
+        $m!(25u8, HELD, $($args)*);
+        $m!(26u8, OBJECT_REF_IDS, $($args)*);
+        $m!(27u8, PART_REF_IDS, $($args)*);
+        $m!(28u8, FENCES, $($args)*);
+        $m!(29u8, FENCE_AGES, $($args)*);
     }};
 }
 
@@ -417,6 +426,13 @@ pub fn digest(db: &Database) -> Result<Digest, SnapshotError> {
                 REF_LOG.name(),
                 REF_PENDING.name(),
                 REF_RELEASED.name(),
+                OWNERSHIP.name(),
+                OUTBOX.name(),
+                HELD.name(),
+                OBJECT_REF_IDS.name(),
+                PART_REF_IDS.name(),
+                FENCES.name(),
+                FENCE_AGES.name(),
             ]
             .contains(&$def.name())
                 && txn.open_table($def)?.is_empty()?;

@@ -4,8 +4,10 @@
 //! applies a command outside the Raft log (offline tools); the reads of each table family
 //! are beside it: [`files`] (FileDB, `deleting`, native references), [`pairs`] (PairDB),
 //! [`objects`] (buckets and the S3 index), [`uploads`] (multipart uploads and their
-//! parts), [`jobs`] and [`lifecycle`].
+//! parts), [`jobs`], [`lifecycle`] and [`cross`] (ownership, the outbox, pending
+//! references).
 
+mod cross;
 mod files;
 mod jobs;
 mod lifecycle;
@@ -13,6 +15,7 @@ mod objects;
 mod pairs;
 mod uploads;
 mod versions;
+pub use cross::PendingRef;
 pub use versions::CurrentVersion;
 
 use std::path::{Path, PathBuf};
@@ -93,6 +96,13 @@ impl MetaStore {
         txn.open_table(crate::ref_log::REF_LOG)?;
         txn.open_table(crate::ref_log::REF_PENDING)?;
         txn.open_table(crate::ref_log::REF_RELEASED)?;
+        txn.open_table(crate::ownership::OWNERSHIP)?;
+        txn.open_table(crate::outbox::OUTBOX)?;
+        txn.open_table(crate::outbox::HELD)?;
+        txn.open_table(crate::outbox::OBJECT_REF_IDS)?;
+        txn.open_table(crate::outbox::PART_REF_IDS)?;
+        txn.open_table(crate::outbox::FENCES)?;
+        txn.open_table(crate::outbox::FENCE_AGES)?;
         txn.commit()?;
         Ok(db)
     }

@@ -1,0 +1,212 @@
+//! Commands across groups (`docs/scaling.md`, sections 2 and 3): the check that a command
+//! is about what this group owns, and the index group's half of cross-group references
+//! (`ForeignRef`, `OutboxDone`, `Fence`, `ExpireFences`; the rows are in
+//! [`crate::outbox`]).
+
+use redb::{ReadableTable, WriteTransaction};
+
+use crate::outbox::{
+    DERIVED, FENCE_AGES, FENCE_KEEP_MS, FENCES, FenceOutcome, HELD, OBJECT_REF_IDS, OUTBOX,
+    OutboxRow, PART_REF_IDS,
+};
+use crate::ownership::{self, Ownership};
+use crate::ref_log::{BATCH_MAX, EXPIRE_MAX};
+use crate::tables::OBJECTS;
+use crate::{Command, MetaError};
+
+/// Refuses with `Moved` a command about a sha1 this group does not own: a FileDB command,
+/// or a write that references content in place. A `ForeignRef` is the other way round:
+/// its content must be another group's, or the reference would be counted twice.
+pub(super) fn check_owner(txn: &WriteTransaction, cmd: &Command) -> Result<(), MetaError> {
+    let Some(own) = ownership::read_in(txn)? else {
+        return Ok(());
+    };
+    let moved = |own: &Ownership| MetaError::Moved {
+        map_version: own.map_version,
+    };
+    if let Command::ForeignRef { command, .. } = cmd {
+        let mut content = Vec::new();
+        written_content(command, &mut content)?;
+        if content.is_empty() {
+            return Err(MetaError::InvalidCommand(
+                "a ForeignRef around a command that references no content".into(),
+            ));
+        }
+        if content.iter().any(|sha1| own.owns_sha1(sha1)) {
+            return Err(moved(&own));
+        }
+        return Ok(());
+    }
+    let mut named = Vec::new();
+    filedb_sha1s(cmd, &mut named);
+    written_content(cmd, &mut named)?;
+    if named.iter().any(|sha1| !own.owns_sha1(sha1)) {
+        return Err(moved(&own));
+    }
+    Ok(())
+}
+
+/// The sha1s a FileDB command acts on.
+fn filedb_sha1s(cmd: &Command, out: &mut Vec<[u8; 20]>) {
+    match cmd {
+        Command::Inc { sha1, .. }
+        | Command::InsertOrInc { sha1, .. }
+        | Command::Dec { sha1, .. }
+        | Command::RemoveDeleting { sha1, .. }
+        | Command::Relocate { sha1, .. }
+        | Command::RefInc { sha1, .. } => out.push(sha1.0),
+        Command::Settle { settles, .. } => out.extend(settles.iter().map(|s| s.sha1)),
+        Command::DecBatch { decs, .. } => out.extend(decs.iter().map(|d| d.sha1)),
+        _ => {}
+    }
+}
+
+/// The content a write references (a new object's or part's), looking through the
+/// wrappers a write may come in.
+fn written_content(cmd: &Command, out: &mut Vec<[u8; 20]>) -> Result<(), MetaError> {
+    match cmd {
+        Command::PutObject { object, .. }
+        | Command::CopyObject { object, .. }
+        | Command::CompleteUpload { object, .. } => out.push(object.sha1.0),
+        Command::PutPart { part, .. } | Command::PutPartWithChecksum { part, .. } => {
+            out.push(part.sha1.0)
+        }
+        Command::Conditional { command, .. }
+        | Command::Locked { command, .. }
+        | Command::Tagged { command, .. }
+        | Command::WithAcl { command, .. } => written_content(command, out)?,
+        Command::ForeignRef { .. } => {
+            return Err(MetaError::InvalidCommand(
+                "a ForeignRef inside a command".into(),
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// What a `ForeignRef`'s write stores the reference in.
+pub(super) enum Written {
+    /// The current version of (bucket, key).
+    Object,
+    /// A part of an upload of (bucket, key).
+    Part { upload_id: String, number: u32 },
+}
+
+/// Before a `ForeignRef`'s write of (bucket, key) under `ref_id`: refused if the reference
+/// was fenced, or is held or owed under the key already (a second entry under one
+/// reference would let one dec release both).
+pub(super) fn check_foreign(
+    txn: &WriteTransaction,
+    (bucket, key, ref_id): (&str, &str, u64),
+) -> Result<(), MetaError> {
+    if ref_id & DERIVED != 0 {
+        return Err(MetaError::InvalidCommand(format!(
+            "ref_id {ref_id:#x} has the bit of derived ids"
+        )));
+    }
+    let at = (bucket, key.as_bytes(), ref_id);
+    if txn.open_table(FENCES)?.get(at)?.is_some() {
+        return Err(MetaError::Fenced);
+    }
+    if txn.open_table(HELD)?.get(at)?.is_some() || txn.open_table(OUTBOX)?.get(at)?.is_some() {
+        return Err(MetaError::InvalidCommand(format!(
+            "ref_id {ref_id} is used under {bucket}/{key} already"
+        )));
+    }
+    Ok(())
+}
+
+/// After a `ForeignRef`'s write: the reference kept beside what it wrote, and in
+/// `held_refs`.
+pub(super) fn keep_foreign(
+    txn: &WriteTransaction,
+    (bucket, key, ref_id): (&str, &str, u64),
+    written: Written,
+) -> Result<(), MetaError> {
+    match written {
+        Written::Object => {
+            let seq = match txn.open_table(OBJECTS)?.get((bucket, key.as_bytes()))? {
+                Some(v) => crate::versions::decode_object(v.value())?.seq,
+                None => {
+                    return Err(MetaError::Unexpected(format!(
+                        "{bucket}/{key}: no current version after its write"
+                    )));
+                }
+            };
+            txn.open_table(OBJECT_REF_IDS)?
+                .insert((bucket, key.as_bytes(), seq), ref_id)?;
+        }
+        Written::Part { upload_id, number } => {
+            txn.open_table(PART_REF_IDS)?
+                .insert((upload_id.as_str(), number), ref_id)?;
+        }
+    }
+    txn.open_table(HELD)?
+        .insert((bucket, key.as_bytes(), ref_id), ())?;
+    Ok(())
+}
+
+/// `OutboxDone`: the rows whose decs were applied.
+pub(super) fn outbox_done(txn: &WriteTransaction, rows: &[OutboxRow]) -> Result<u32, MetaError> {
+    if rows.len() > BATCH_MAX {
+        return Err(MetaError::InvalidCommand(format!(
+            "{} outbox rows in one command, at most {BATCH_MAX}",
+            rows.len()
+        )));
+    }
+    let mut outbox = txn.open_table(OUTBOX)?;
+    let mut dropped = 0;
+    for r in rows {
+        if outbox
+            .remove((r.bucket.as_str(), r.key.as_bytes(), r.ref_id))?
+            .is_some()
+        {
+            dropped += 1;
+        }
+    }
+    Ok(dropped)
+}
+
+/// `Fence`: whether the reference is here, and if not, a fence so that it never will be.
+pub(super) fn fence(
+    txn: &WriteTransaction,
+    (bucket, key, ref_id): (&str, &str, u64),
+    now_ms: u64,
+) -> Result<FenceOutcome, MetaError> {
+    let at = (bucket, key.as_bytes(), ref_id);
+    if txn.open_table(HELD)?.get(at)?.is_some() || txn.open_table(OUTBOX)?.get(at)?.is_some() {
+        return Ok(FenceOutcome::Present);
+    }
+    let mut fences = txn.open_table(FENCES)?;
+    // Asked again (a lost answer): the first fence stands, with its age.
+    if fences.get(at)?.is_none() {
+        fences.insert(at, now_ms)?;
+        txn.open_table(FENCE_AGES)?
+            .insert((now_ms, bucket, key.as_bytes(), ref_id), ())?;
+    }
+    Ok(FenceOutcome::Fenced)
+}
+
+/// `ExpireFences`: the oldest fences past [`FENCE_KEEP_MS`], at most `limit`.
+pub(super) fn expire_fences(
+    txn: &WriteTransaction,
+    now_ms: u64,
+    limit: u32,
+) -> Result<u32, MetaError> {
+    let limit = limit.min(EXPIRE_MAX) as usize;
+    let before = now_ms.saturating_sub(FENCE_KEEP_MS);
+    let mut ages = txn.open_table(FENCE_AGES)?;
+    let mut due = Vec::new();
+    for row in ages.range(..(before, "", &[][..], 0))?.take(limit) {
+        let (k, _) = row?;
+        let (fenced_ms, bucket, key, ref_id) = k.value();
+        due.push((fenced_ms, bucket.to_string(), key.to_vec(), ref_id));
+    }
+    let mut fences = txn.open_table(FENCES)?;
+    for (fenced_ms, bucket, key, ref_id) in &due {
+        ages.remove((*fenced_ms, bucket.as_str(), key.as_slice(), *ref_id))?;
+        fences.remove((bucket.as_str(), key.as_slice(), *ref_id))?;
+    }
+    Ok(due.len() as u32)
+}

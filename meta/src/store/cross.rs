@@ -1,0 +1,60 @@
+//! Reads of the tables of cross-group references: what the group owns, the outbox its
+//! leader drains, and the pending references its reconciler settles.
+
+use redb::ReadableDatabase;
+
+use super::MetaStore;
+use crate::MetaError;
+use crate::outbox::{self, OUTBOX, OutboxEntry, OutboxRow};
+use crate::ownership::{self, OWNERSHIP, Ownership};
+use crate::ref_log::{self, REF_LOG, REF_PENDING, RefState};
+
+/// A reference pending in `ref_log` (see [`MetaStore::pending_refs`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingRef {
+    pub deadline_ms: u64,
+    pub sha1: [u8; 20],
+    pub ref_id: u64,
+    pub state: RefState,
+}
+
+impl MetaStore {
+    /// What the group owns (None: everything).
+    pub fn ownership(&self) -> Result<Option<Ownership>, MetaError> {
+        let txn = self.db().begin_read()?;
+        ownership::read(&txn.open_table(OWNERSHIP)?)
+    }
+
+    /// The outbox's rows after `after`, at most `limit`, in (bucket, key, ref_id) order.
+    pub fn outbox(
+        &self,
+        after: Option<&OutboxRow>,
+        limit: usize,
+    ) -> Result<Vec<OutboxEntry>, MetaError> {
+        let txn = self.db().begin_read()?;
+        outbox::read_after(&txn.open_table(OUTBOX)?, after, limit)
+    }
+
+    /// The references pending with a deadline before `before_ms`, oldest deadline first, at
+    /// most `limit`: what the reconciler settles.
+    pub fn pending_refs(&self, before_ms: u64, limit: usize) -> Result<Vec<PendingRef>, MetaError> {
+        let txn = self.db().begin_read()?;
+        let pending = txn.open_table(REF_PENDING)?;
+        let log = txn.open_table(REF_LOG)?;
+        let mut out = Vec::new();
+        for row in pending.range(..(before_ms, [0u8; 20], 0))?.take(limit) {
+            let (k, _) = row?;
+            let (deadline_ms, sha1, ref_id) = k.value();
+            let state = ref_log::read(&log, &sha1, ref_id)?.ok_or_else(|| {
+                MetaError::Corrupt(format!("ref_pending row of {ref_id} with no ref_log row"))
+            })?;
+            out.push(PendingRef {
+                deadline_ms,
+                sha1,
+                ref_id,
+                state,
+            });
+        }
+        Ok(out)
+    }
+}
