@@ -324,6 +324,8 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         None => crate::peers::HttpPeers::new(cluster.secret.clone()),
     });
     let replicas = raft::Replicas::open(&data_dir, cluster, peers).await?;
+    // Each group leader's cross-group work; a cluster of one group has none.
+    raft::reconciler::start(&replicas);
     let metadata = replicas.root().clone();
     let pairs = Arc::new(PairTable::new());
     let state = Arc::new(AppState {

@@ -395,6 +395,7 @@ impl Settings {
             secret,
             snapshot_logs: self.snapshot_logs,
             election_timeout_ms,
+            reconcile_grace_ms: meta::raft::RECONCILE_GRACE_MS_DEFAULT,
         }))
     }
 

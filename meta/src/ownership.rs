@@ -18,7 +18,10 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
-use crate::groups::{GroupId, ShardMap};
+use crate::groups::{GroupId, SHA1_MIN, ShardMap};
+use crate::native_refs::NATIVE_REFS;
+use crate::ref_log::REF_LOG;
+use crate::tables::{DELETING, FILES};
 
 /// `"row"` -> the encoded [`Ownership`].
 pub const OWNERSHIP: TableDefinition<&str, &[u8]> = TableDefinition::new("ownership");
@@ -58,6 +61,24 @@ impl Ownership {
         self.sha1
             .iter()
             .any(|(start, end)| start <= sha1 && end.is_none_or(|end| sha1 < &end))
+    }
+
+    /// The sha1 intervals the group does not own, ascending.
+    pub fn gaps(&self) -> Vec<([u8; 20], Option<[u8; 20]>)> {
+        let mut out = Vec::new();
+        let mut at = Some(SHA1_MIN);
+        for &(start, end) in &self.sha1 {
+            if let Some(a) = at
+                && a < start
+            {
+                out.push((a, Some(start)));
+            }
+            at = end;
+        }
+        if let Some(a) = at {
+            out.push((a, None));
+        }
+        out
     }
 
     pub fn encode(&self) -> Result<Vec<u8>, MetaError> {
@@ -103,13 +124,17 @@ pub(crate) fn owns_sha1(txn: &WriteTransaction, sha1: &[u8; 20]) -> Result<bool,
 
 /// Applies `SetOwnership`: the group's part of `map`. A replica never changes its group,
 /// and the map only moves forward (an older or equal version changes nothing, so a
-/// resent change is harmless). Answers the version the group owns under.
+/// resent change is harmless). A group gives up no interval where it holds FileDB rows:
+/// moving rows is a split's work (`docs/scaling.md`, section 4), and a group that let
+/// them go without would strand references nobody could release. Answers the version the
+/// group owns under.
 pub fn apply_set(txn: &WriteTransaction, group: GroupId, map: &ShardMap) -> Result<u64, MetaError> {
     map.check()
         .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
     let new = Ownership::of(map, group)?;
     let mut table = txn.open_table(OWNERSHIP)?;
-    if let Some(have) = read(&table)? {
+    let have = read(&table)?;
+    if let Some(have) = &have {
         if have.group != group {
             return Err(MetaError::InvalidCommand(format!(
                 "group {} cannot take group {group}'s ranges",
@@ -120,6 +145,50 @@ pub fn apply_set(txn: &WriteTransaction, group: GroupId, map: &ShardMap) -> Resu
             return Ok(have.map_version);
         }
     }
+    // Rows lie only where the group owned: any in a gap of the new ownership are lost.
+    for gap in new.gaps() {
+        if let Some(sha1) = first_row(txn, gap)? {
+            return Err(MetaError::InvalidCommand(format!(
+                "group {group} holds FileDB rows in a range map version {} gives away \
+                 (first {}): a split must move them first",
+                map.version,
+                hex::encode(sha1)
+            )));
+        }
+    }
     table.insert(KEY, new.encode()?.as_slice())?;
     Ok(new.map_version)
+}
+
+/// The first sha1 in `[start, end)` with a row in `files`, `deleting`, `native_refs` or
+/// `ref_log`: one key read per table.
+fn first_row(
+    txn: &WriteTransaction,
+    (start, end): ([u8; 20], Option<[u8; 20]>),
+) -> Result<Option<[u8; 20]>, MetaError> {
+    let top = end.unwrap_or([0xff; 20]);
+    let within = |sha1: &[u8; 20]| end.is_none_or(|e| sha1 < &e);
+    let mut first: Option<[u8; 20]> = None;
+    let mut keep = |sha1: [u8; 20]| {
+        if within(&sha1) && first.is_none_or(|f| sha1 < f) {
+            first = Some(sha1);
+        }
+    };
+    if let Some(row) = txn.open_table(FILES)?.range(start..=top)?.next() {
+        keep(row?.0.value());
+    }
+    if let Some(row) = txn.open_table(DELETING)?.range(start..=top)?.next() {
+        keep(row?.0.value());
+    }
+    if let Some(row) = txn.open_table(NATIVE_REFS)?.range(start..=top)?.next() {
+        keep(row?.0.value());
+    }
+    if let Some(row) = txn
+        .open_table(REF_LOG)?
+        .range((start, 0)..=(top, u64::MAX))?
+        .next()
+    {
+        keep(row?.0.value().0);
+    }
+    Ok(first)
 }

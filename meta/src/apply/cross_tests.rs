@@ -222,6 +222,24 @@ fn a_group_refuses_what_it_does_not_own_and_keeps_its_ownership_forward_only() {
     let own = g.index.ownership().unwrap().unwrap();
     assert_eq!(own, Ownership::of(&g.map, ROOT).unwrap());
     assert!(own.owns_sha1(&[0x7f; 20]) && !own.owns_sha1(&CUT));
+    assert_eq!(own.gaps(), vec![(CUT, None)]);
+    let other = g.filedb.ownership().unwrap().unwrap();
+    assert_eq!(other.gaps(), vec![([0; 20], Some(CUT))]);
+    // A later map that leaves the group its interval (root's is split further): taken.
+    let (back, _) = g
+        .map
+        .split(ROOT, SplitAt::Sha1([0x40; 20]), vec![1])
+        .unwrap();
+    assert!(
+        g.filedb
+            .execute(&Command::SetOwnership {
+                group: g.filedb_id,
+                map: back,
+            })
+            .is_ok(),
+        "a map that leaves the group its interval"
+    );
+    assert_eq!(g.filedb.ownership().unwrap().unwrap().sha1, other.sha1);
     // The row round-trips, and damage is an error.
     let bytes = own.encode().unwrap();
     assert_eq!(Ownership::decode(&bytes).unwrap(), own);
@@ -501,14 +519,28 @@ fn an_entry_written_before_its_range_moved_is_released_under_a_derived_id() {
     // One group of everything: the reference is taken in place, no ref_id.
     index.execute(&put("old", 0x90, 5)).unwrap();
     let seq = index.object("b", "old").unwrap().unwrap().seq;
-    // The range moves away (its records with it, here by hand).
+    // The range cannot move away while its records are here.
     let (map, filedb_id) = split_map();
-    index
-        .execute(&Command::SetOwnership {
-            group: ROOT,
-            map: map.clone(),
-        })
-        .unwrap();
+    let give_away = Command::SetOwnership {
+        group: ROOT,
+        map: map.clone(),
+    };
+    assert!(matches!(
+        index.execute(&give_away),
+        Err(MetaError::InvalidCommand(_))
+    ));
+    assert_eq!(index.ownership().unwrap(), None);
+    // Moved with its records (a split's work, here by hand), then given away.
+    {
+        let db = index.db();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(crate::tables::FILES)
+            .unwrap()
+            .remove([0x90; 20])
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    index.execute(&give_away).unwrap();
     let filedb = MetaStore::open(&dir.path().join("filedb.redb")).unwrap();
     filedb
         .execute(&Command::SetOwnership {

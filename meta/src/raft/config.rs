@@ -14,6 +14,11 @@ pub const SNAPSHOT_LOGS_DEFAULT: u64 = 20_000;
 /// shortest timeout, so a heartbeat delayed by a busy machine does not depose a leader.
 pub const ELECTION_TIMEOUT_MS_DEFAULT: u64 = 500;
 
+/// How long past its deadline a reference may stay pending before the reconciler settles
+/// it, in milliseconds (`docs/scaling.md`, section 3): the gateway that took it gave up on
+/// its write by the deadline, and this covers the clocks of the two leaders disagreeing.
+pub const RECONCILE_GRACE_MS_DEFAULT: u64 = 60_000;
+
 /// How this node takes part in a group.
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
@@ -25,6 +30,8 @@ pub struct ClusterConfig {
     pub snapshot_logs: u64,
     /// The shortest election timeout in milliseconds (see [`ELECTION_TIMEOUT_MS_DEFAULT`]).
     pub election_timeout_ms: u64,
+    /// See [`RECONCILE_GRACE_MS_DEFAULT`].
+    pub reconcile_grace_ms: u64,
 }
 
 impl ClusterConfig {
@@ -36,6 +43,7 @@ impl ClusterConfig {
             secret: String::new(),
             snapshot_logs: SNAPSHOT_LOGS_DEFAULT,
             election_timeout_ms: ELECTION_TIMEOUT_MS_DEFAULT,
+            reconcile_grace_ms: RECONCILE_GRACE_MS_DEFAULT,
         }
     }
 }

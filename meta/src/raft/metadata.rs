@@ -661,10 +661,48 @@ impl Metadata {
     /// Runs a batch forwarded by a follower (this node leads): its commands join this
     /// node's own in the proposer, and each keeps its own result. Should leadership move
     /// meanwhile, the proposer takes them to the new leader like any local command.
+    ///
+    /// A command of a format the group has not reached is refused here too, in its slot:
+    /// a node sending to a group it holds no replica of (`Replicas::send`) cannot check
+    /// the group's format itself.
     pub async fn forwarded_write(&self, batch: Batch) -> proposer::WriteReply {
         if batch.0.is_empty() {
             // A fence (see `proposer::fence`): an entry of its own, appended now.
             return proposer::leader_write(&self.raft, batch).await;
+        }
+        let need = batch.0.iter().map(Command::format_version).max();
+        if need.is_some_and(|n| n > cluster_version::FORMAT_VERSION_INITIAL) {
+            let have = match self.read_local(|m| m.cluster_version()).await {
+                Ok(have) => have,
+                Err(e) => return proposer::WriteReply::Unavailable(e.to_string()),
+            };
+            if need.is_some_and(|n| n > have) {
+                let mut results = Vec::with_capacity(batch.0.len());
+                let mut admitted = Vec::new();
+                let mut slots = Vec::new();
+                for cmd in batch.0 {
+                    let need = cmd.format_version();
+                    if need > have {
+                        results.push(Some(Err(unavailable(format!(
+                            "this command needs format version {need} and the group runs \
+                             {have}"
+                        )))));
+                    } else {
+                        slots.push(results.len());
+                        results.push(None);
+                        admitted.push(cmd);
+                    }
+                }
+                let answers = self.proposer.submit_all(admitted).await;
+                for (slot, answer) in slots.into_iter().zip(answers) {
+                    results[slot] = Some(answer);
+                }
+                let results = results
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|| Err(unavailable("no answer"))))
+                    .collect();
+                return proposer::WriteReply::Done(BatchResult(results));
+            }
         }
         proposer::WriteReply::Done(BatchResult(self.proposer.submit_all(batch.0).await))
     }

@@ -30,6 +30,7 @@ pub mod machine;
 #[allow(clippy::result_large_err)]
 pub mod network;
 pub mod proposer;
+pub mod reconciler;
 pub mod replicas;
 pub mod snapshot;
 
@@ -40,7 +41,9 @@ mod offline;
 mod timeouts;
 mod types;
 
-pub use config::{ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, SNAPSHOT_LOGS_DEFAULT};
+pub use config::{
+    ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, RECONCILE_GRACE_MS_DEFAULT, SNAPSHOT_LOGS_DEFAULT,
+};
 pub use metadata::{
     ClusterStatus, GroupStatus, GroupsStatus, KeyInterval, MembershipOp, Metadata, PeerState,
     ReplicaStatus, Sha1Interval, open,

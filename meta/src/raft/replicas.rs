@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -32,10 +32,11 @@ use super::config::ClusterConfig;
 use super::metadata::{self, GroupStatus, GroupsStatus, KeyInterval, Metadata, Sha1Interval};
 use super::network::{Call, Transport};
 use super::proposer::WriteReply;
-use super::types::NodeId;
-use crate::MetaError;
+use super::timeouts::WRITE_TIMEOUT;
+use super::types::{Batch, BatchResult, NodeId};
 use crate::cluster_version::FORMAT_VERSION;
 use crate::groups::{Group, GroupId, ROOT, ShardMap};
+use crate::{Command, MetaError, Response};
 
 /// The folder under the data folder that holds the groups other than root.
 pub const GROUPS_DIR: &str = "groups";
@@ -45,6 +46,11 @@ const ADOPT_INTERVAL: Duration = Duration::from_secs(1);
 /// Bound on asking a replica which node leads its group, for a group this node does not
 /// hold (all its replicas are asked at once).
 const LEADER_ASK_TIMEOUT: Duration = Duration::from_millis(500);
+/// Bound on [`Replicas::send`] finding a leader of a group this node holds no replica of:
+/// an election's length, as a read waits one out.
+pub const SEND_BUDGET: Duration = Duration::from_secs(8);
+/// The pause between two tries of [`Replicas::send`] when no leader is named.
+const SEND_RETRY: Duration = Duration::from_millis(100);
 
 /// Why a node-to-node call was not answered. The server turns each into an HTTP status.
 #[derive(Debug, thiserror::Error)]
@@ -72,8 +78,9 @@ pub struct Replicas {
     /// Serializes [`Replicas::open_group`]: two opens of one group would open its files
     /// twice.
     opening: tokio::sync::Mutex<()>,
-    /// The task that follows the map ([`follow_map`]), stopped at shutdown.
-    follower: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The tasks that work on the replicas: the map's follower ([`follow_map`]), the
+    /// cross-group rounds (`reconciler.rs`); stopped at shutdown.
+    tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// `group`'s replicas by S3 address, from root's members (`nodes`); None while one of
@@ -207,13 +214,88 @@ impl Replicas {
             root,
             groups: RwLock::new(groups),
             opening: tokio::sync::Mutex::new(()),
-            follower: std::sync::Mutex::new(None),
+            tasks: std::sync::Mutex::new(Vec::new()),
         });
-        let follower = tokio::spawn(follow_map(Arc::downgrade(&replicas)));
-        if let Ok(mut f) = replicas.follower.lock() {
-            *f = Some(follower);
-        }
+        replicas.keep_task(tokio::spawn(follow_map(Arc::downgrade(&replicas))));
         Ok(replicas)
+    }
+
+    /// Keeps a task that works on the replicas, to stop it at [`Replicas::shutdown`].
+    pub fn keep_task(&self, task: tokio::task::JoinHandle<()>) {
+        match self.tasks.lock() {
+            Ok(mut t) => t.push(task),
+            Err(p) => p.into_inner().push(task),
+        }
+    }
+
+    /// How long a reference may stay pending past its deadline (see
+    /// [`ClusterConfig::reconcile_grace_ms`]).
+    pub fn reconcile_grace_ms(&self) -> u64 {
+        self.cluster.reconcile_grace_ms
+    }
+
+    /// Runs `cmd` in `group` from this node: through this node's replica if it holds one
+    /// (which forwards it to the leader), else at the leader among the group's replicas
+    /// the map names, following redirects within [`SEND_BUDGET`].
+    ///
+    /// A replica that could not be reached is passed over for the next, so a command may
+    /// reach a log twice when a node dies with it in flight: only for commands applied
+    /// once by their own keys (the cross-group ones: `RefInc`, `ForeignRef`, `DecBatch`,
+    /// `OutboxDone`, `Fence`, `Settle`).
+    pub async fn send(&self, group: GroupId, cmd: Command) -> Result<Response, MetaError> {
+        if let Some(replica) = self.get(group) {
+            return replica.execute(cmd).await;
+        }
+        let map = self.shard_map().await?;
+        let Some(g) = map.group(group) else {
+            return Err(MetaError::Moved {
+                map_version: map.version,
+            });
+        };
+        let nodes = self.root.status().nodes;
+        let rpc = super::network::Rpc::new(self.transport.clone(), group);
+        let batch = Batch(vec![cmd]);
+        let deadline = Instant::now() + SEND_BUDGET;
+        let mut next = 0usize;
+        let mut hint: Option<NodeId> = None;
+        let mut last = String::from("no replica of the group has an address");
+        while Instant::now() < deadline {
+            let target = match hint.take() {
+                Some(h) => h,
+                None => {
+                    let t = g.replicas[next % g.replicas.len()];
+                    next += 1;
+                    t
+                }
+            };
+            let Some(addr) = nodes.get(&target) else {
+                continue;
+            };
+            match rpc
+                .call::<Batch, WriteReply>(addr, Call::Write, &batch, WRITE_TIMEOUT)
+                .await
+            {
+                Ok(WriteReply::Done(BatchResult(mut results))) => {
+                    return results.pop().unwrap_or_else(|| {
+                        Err(MetaError::Unexpected(
+                            "an empty answer to one command".into(),
+                        ))
+                    });
+                }
+                Ok(WriteReply::NotLeader(leader)) => {
+                    hint = leader.filter(|l| *l != target);
+                    last = format!("node {target} does not lead group {group}");
+                }
+                Ok(WriteReply::Unavailable(e)) => return Err(MetaError::Unavailable(e)),
+                Err(e) => last = e.to_string(),
+            }
+            if hint.is_none() {
+                tokio::time::sleep(SEND_RETRY).await;
+            }
+        }
+        Err(MetaError::Unavailable(format!(
+            "group {group}: no leader took the command within {SEND_BUDGET:?} ({last})"
+        )))
     }
 
     /// The root group's replica (today: every table).
@@ -398,11 +480,11 @@ impl Replicas {
 
     /// Stops every replica, the other groups first and root last.
     pub async fn shutdown(&self) {
-        let follower = match self.follower.lock() {
-            Ok(mut f) => f.take(),
-            Err(p) => p.into_inner().take(),
+        let tasks = match self.tasks.lock() {
+            Ok(mut t) => std::mem::take(&mut *t),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
         };
-        if let Some(task) = follower {
+        for task in tasks {
             task.abort();
             let _ = task.await;
         }

@@ -80,6 +80,7 @@ fn config(id: NodeId) -> ClusterConfig {
         secret: String::new(),
         snapshot_logs: SNAPSHOT_LOGS,
         election_timeout_ms: crate::raft::ELECTION_TIMEOUT_MS_DEFAULT,
+        reconcile_grace_ms: 0,
     }
 }
 
@@ -102,6 +103,7 @@ async fn start_with(
         .await
         .unwrap();
     net.register(&addr(id), &node);
+    crate::raft::reconciler::start(&node);
     node
 }
 
@@ -482,6 +484,256 @@ async fn nodes_open_the_replicas_the_shard_map_places_on_them() {
         assert_same_digest(&members, group).await;
         assert_eq!(pairs_of(members[2], group).await.len(), 40);
     }
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+/// Milliseconds since the epoch, as a gateway stamps a reference's deadline.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// [`Replicas::send`], again while refused as unavailable (an election, the format not
+/// raised yet), within [`WAIT`].
+async fn send(
+    via: &Replicas,
+    group: GroupId,
+    cmd: Command,
+) -> Result<crate::Response, crate::MetaError> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match via.send(group, cmd.clone()).await {
+            Err(crate::MetaError::Unavailable(why)) => {
+                assert!(tokio::time::Instant::now() < deadline, "{why}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Waits until `check` holds, within [`WAIT`].
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Cross-group references on real Rafts: root keeps the keys and the sha1s below 0x80, a
+/// FileDB group on nodes 2 and 3 the rest (node 1 holds no replica of it, so its calls go
+/// by [`Replicas::send`]). PUTs take their reference in the FileDB group and write their
+/// entry in root; some "gateways" stop between the two. Each group's leader follows the
+/// map into its ownership row, drains root's outbox and settles pending references, also
+/// after root's leader is stopped and restarted behind a purge: in the end every content's
+/// refs equal the entries naming it, a late entry of a settled reference is refused, and
+/// the replicas of both groups are identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cross_group_references_settle_through_the_leaders_work() {
+    use crate::groups::{ShardMap, SplitAt};
+    use crate::outbox::FenceOutcome;
+    use crate::{ContentSource, NewObject, Response};
+    use placement::{Magic, Sha1};
+
+    const CUT: [u8; 20] = [0x80; 20];
+    const CONTENTS: [u8; 3] = [0x90, 0xa0, 0xb0];
+
+    let (dir, net, mut nodes) = three_nodes().await;
+    let root = nodes[0].root().clone();
+    root.wait_leader(WAIT).await.unwrap();
+    execute(
+        &root,
+        Command::CreateBucket {
+            bucket: "b".into(),
+            created_ms: 1,
+        },
+    )
+    .await
+    .unwrap();
+    let (map, filedb) = ShardMap::single(vec![1, 2, 3])
+        .unwrap()
+        .split(ROOT, SplitAt::Sha1(CUT), vec![2, 3])
+        .unwrap();
+    execute(&root, Command::SetShardMap { map: map.clone() })
+        .await
+        .unwrap();
+    // Both groups come to own what the map says, through their leaders' own logs.
+    for (node, group) in [(&nodes[0], ROOT), (&nodes[1], filedb), (&nodes[2], filedb)] {
+        eventually("the ownership rows follow the map", || {
+            let node = node.clone();
+            async move {
+                let Some(meta) = node.get(group) else {
+                    return false;
+                };
+                let own = meta.read_local(|s| s.ownership()).await.unwrap();
+                own.is_some_and(|o| o.map_version == map.version)
+            }
+        })
+        .await;
+    }
+
+    let magic = |n: u64| Magic::new(u32::try_from(n % 1_000_000 + 1).unwrap()).unwrap();
+    let put = |key: &str, content: u8, m: Magic| Command::PutObject {
+        bucket: "b".into(),
+        key: key.into(),
+        object: NewObject::new(Sha1([content; 20]), m, 1, 0, [content; 16]),
+        source: ContentSource::Stored(PairId(0)),
+        now_secs: now_ms() / 1000,
+        precondition: None,
+    };
+    let ref_inc = |key: &str, content: u8, m: Magic, ref_id: u64| Command::RefInc {
+        sha1: Sha1([content; 20]),
+        magic: m,
+        ref_id,
+        pair: Some(PairId(0)),
+        bucket: "b".into(),
+        key: key.into(),
+        deadline_ms: now_ms() + 1_500,
+        now_ms: now_ms(),
+    };
+    let foreign = |key: &str, ref_id: u64, command: Command| Command::ForeignRef {
+        bucket: "b".into(),
+        key: key.into(),
+        ref_id,
+        command: Box::new(command),
+    };
+    // Node 1 leads root, so that its outbox is drained from a node that holds no replica of
+    // the FileDB group, and it can stop while the FileDB group keeps its two replicas.
+    eventually("node 1 leads root", || {
+        let root = root.clone();
+        async move {
+            if root.wait_leader(WAIT).await.ok() == Some(1) {
+                return true;
+            }
+            let _ = root.raft().trigger().elect().await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            root.wait_leader(WAIT).await.ok() == Some(1)
+        }
+    })
+    .await;
+    // 60 writes over 8 keys through every node: every fifth stops after its reference,
+    // every seventh key is deleted after its write.
+    let mut stalled = Vec::new();
+    let write_round = |nodes: Vec<Arc<Replicas>>, from: u64, to: u64| async move {
+        let mut stalled = Vec::new();
+        for i in from..to {
+            let via = &nodes[i as usize % nodes.len()];
+            let key = format!("k{}", i % 8);
+            let content = CONTENTS[i as usize % CONTENTS.len()];
+            let ref_id = i + 1;
+            send(via, filedb, ref_inc(&key, content, magic(i), ref_id))
+                .await
+                .unwrap();
+            let write = foreign(&key, ref_id, put(&key, content, magic(i)));
+            if i % 5 == 4 {
+                stalled.push(write);
+                continue;
+            }
+            send(via, ROOT, write).await.unwrap();
+            if i % 7 == 6 {
+                let delete = Command::DeleteObject {
+                    bucket: "b".into(),
+                    key,
+                    now_secs: now_ms() / 1000,
+                };
+                send(via, ROOT, delete).await.unwrap();
+            }
+        }
+        stalled
+    };
+    stalled.extend(write_round(nodes.clone(), 0, 30).await);
+
+    // Root's leader, node 1 (made so above), stops; the writes go on through the others,
+    // past its log.
+    let leader = root.wait_leader(WAIT).await.unwrap();
+    assert_eq!(leader, 1, "node 1 led root throughout the first round");
+    let stopped = nodes.remove(0);
+    net.unregister(&addr(leader));
+    stopped.shutdown().await;
+    drop((stopped, root));
+    stalled.extend(write_round(nodes.clone(), 30, 60).await);
+    let restarted = start_with(dir.path(), config(leader), BTreeMap::new(), &net).await;
+    nodes.push(restarted);
+
+    // The leaders' work ends with every reference counted once.
+    let survivor = nodes[0].clone();
+    let holder = members(&nodes, &[2, 3])[0].clone();
+    eventually(
+        "outbox drained, pending settled, refs equal entries",
+        || {
+            let survivor = survivor.clone();
+            let holder = holder.clone();
+            async move {
+                let root = survivor.root();
+                if root.linearize().await.is_err() {
+                    return false;
+                }
+                let (outbox, objects) = root
+                    .read_local(|s| Ok((s.outbox(None, 10)?, s.objects_after("b", None, 100)?)))
+                    .await
+                    .unwrap();
+                let group = holder.get(filedb).unwrap();
+                if group.linearize().await.is_err() {
+                    return false;
+                }
+                let pending = group
+                    .read_local(|s| s.pending_refs(u64::MAX, 10))
+                    .await
+                    .unwrap();
+                let mut exact = true;
+                for content in CONTENTS {
+                    let named = objects
+                        .iter()
+                        .filter(|(_, o)| o.sha1.0 == [content; 20])
+                        .count();
+                    let refs = group
+                        .read_local(move |s| s.file(&Sha1([content; 20])))
+                        .await
+                        .unwrap()
+                        .map_or(0, |f| f.refs as usize);
+                    exact &= refs == named;
+                }
+                outbox.is_empty() && pending.is_empty() && exact
+            }
+        },
+    )
+    .await;
+    // A stalled write arriving now: its reference was settled, its entry is refused.
+    assert_eq!(stalled.len(), 12);
+    assert_eq!(
+        send(&nodes[0], ROOT, stalled[0].clone()).await,
+        Err(crate::MetaError::Fenced)
+    );
+    // And the fence answers "fenced" to a second question, "present" for a held one.
+    let Command::ForeignRef { key, ref_id, .. } = &stalled[0] else {
+        unreachable!()
+    };
+    let ask = |key: &str, ref_id| Command::Fence {
+        bucket: "b".into(),
+        key: key.into(),
+        ref_id,
+        now_ms: now_ms(),
+    };
+    assert_eq!(
+        send(&nodes[0], ROOT, ask(key, *ref_id)).await,
+        Ok(Response::Fence(FenceOutcome::Fenced))
+    );
+    assert_eq!(
+        send(&nodes[0], ROOT, ask("k0", 57)).await,
+        Ok(Response::Fence(FenceOutcome::Present)),
+        "k0's last write, ref 57 (i = 56)"
+    );
+    assert_same_digest(&nodes.iter().collect::<Vec<_>>(), ROOT).await;
+    assert_same_digest(&members(&nodes, &[2, 3]), filedb).await;
     for node in &nodes {
         node.shutdown().await;
     }

@@ -1,13 +1,13 @@
 //! Reads of the tables of cross-group references: what the group owns, the outbox its
 //! leader drains, and the pending references its reconciler settles.
 
-use redb::ReadableDatabase;
+use redb::{ReadableDatabase, ReadableTable as _};
 
 use super::MetaStore;
 use crate::MetaError;
 use crate::outbox::{self, OUTBOX, OutboxEntry, OutboxRow};
 use crate::ownership::{self, OWNERSHIP, Ownership};
-use crate::ref_log::{self, REF_LOG, REF_PENDING, RefState};
+use crate::ref_log::{self, REF_LOG, REF_PENDING, REF_RELEASED, RefState};
 
 /// A reference pending in `ref_log` (see [`MetaStore::pending_refs`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +33,21 @@ impl MetaStore {
     ) -> Result<Vec<OutboxEntry>, MetaError> {
         let txn = self.db().begin_read()?;
         outbox::read_after(&txn.open_table(OUTBOX)?, after, limit)
+    }
+
+    /// Whether the oldest `Released` row and the oldest fence are past their keep at
+    /// `now_ms`: whether an expiry command would remove anything.
+    pub fn expiry_due(&self, now_ms: u64) -> Result<(bool, bool), MetaError> {
+        let txn = self.db().begin_read()?;
+        let released = match txn.open_table(REF_RELEASED)?.first()? {
+            Some((k, _)) => k.value().0.saturating_add(ref_log::RELEASED_KEEP_MS) < now_ms,
+            None => false,
+        };
+        let fences = match txn.open_table(outbox::FENCE_AGES)?.first()? {
+            Some((k, _)) => k.value().0.saturating_add(outbox::FENCE_KEEP_MS) < now_ms,
+            None => false,
+        };
+        Ok((released, fences))
     }
 
     /// The references pending with a deadline before `before_ms`, oldest deadline first, at
