@@ -537,7 +537,51 @@ pub struct LockChange {
     pub legal_hold: Option<bool>,
 }
 
+/// The content reference a write takes (see [`Command::content_reference`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContentRef {
+    pub sha1: Sha1,
+    pub magic: Magic,
+    /// The pair the caller stored the content on; None: it must exist already.
+    pub stored: Option<PairId>,
+}
+
 impl Command {
+    /// The content reference a write takes: the new object's or part's content, looked for
+    /// through the wrappers a write may come in (`Conditional`, `Locked`, `Tagged`,
+    /// `WithAcl`; not `ForeignRef`, whose reference is taken elsewhere). None for a
+    /// command that takes none.
+    pub fn content_reference(&self) -> Option<ContentRef> {
+        let stored = |source: &ContentSource| match source {
+            ContentSource::Existing => None,
+            ContentSource::Stored(pair) => Some(*pair),
+        };
+        match self {
+            Command::PutObject { object, source, .. }
+            | Command::CompleteUpload { object, source, .. } => Some(ContentRef {
+                sha1: object.sha1,
+                magic: object.magic,
+                stored: stored(source),
+            }),
+            Command::CopyObject { object, .. } => Some(ContentRef {
+                sha1: object.sha1,
+                magic: object.magic,
+                stored: None,
+            }),
+            Command::PutPart { part, source, .. }
+            | Command::PutPartWithChecksum { part, source, .. } => Some(ContentRef {
+                sha1: part.sha1,
+                magic: part.magic,
+                stored: stored(source),
+            }),
+            Command::Conditional { command, .. }
+            | Command::Locked { command, .. }
+            | Command::Tagged { command, .. }
+            | Command::WithAcl { command, .. } => command.content_reference(),
+            _ => None,
+        }
+    }
+
     /// `command` (a write of `bucket/key`) with `tags` on what it writes: under
     /// [`Command::Tagged`] when there are some, else as it is (the command every release
     /// knows).

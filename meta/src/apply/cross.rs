@@ -9,7 +9,7 @@ use crate::outbox::{
     DERIVED, FENCE_AGES, FENCE_KEEP_MS, FENCES, FenceOutcome, HELD, OBJECT_REF_IDS, OUTBOX,
     OutboxRow, PART_REF_IDS,
 };
-use crate::ownership::{self, Ownership};
+use crate::ownership;
 use crate::ref_log::{BATCH_MAX, EXPIRE_MAX};
 use crate::tables::OBJECTS;
 use crate::{Command, MetaError};
@@ -21,68 +21,43 @@ pub(super) fn check_owner(txn: &WriteTransaction, cmd: &Command) -> Result<(), M
     let Some(own) = ownership::read_in(txn)? else {
         return Ok(());
     };
-    let moved = |own: &Ownership| MetaError::Moved {
+    let moved = || MetaError::Moved {
         map_version: own.map_version,
     };
     if let Command::ForeignRef { command, .. } = cmd {
-        let mut content = Vec::new();
-        written_content(command, &mut content)?;
-        if content.is_empty() {
+        // None also for a ForeignRef inside: one reference, taken once.
+        let Some(content) = command.content_reference() else {
             return Err(MetaError::InvalidCommand(
                 "a ForeignRef around a command that references no content".into(),
             ));
-        }
-        if content.iter().any(|sha1| own.owns_sha1(sha1)) {
-            return Err(moved(&own));
+        };
+        if own.owns_sha1(&content.sha1.0) {
+            return Err(moved());
         }
         return Ok(());
     }
-    let mut named = Vec::new();
-    filedb_sha1s(cmd, &mut named);
-    written_content(cmd, &mut named)?;
-    if named.iter().any(|sha1| !own.owns_sha1(sha1)) {
-        return Err(moved(&own));
+    let named = filedb_sha1s(cmd)
+        .chain(cmd.content_reference().map(|c| c.sha1.0))
+        .any(|sha1| !own.owns_sha1(&sha1));
+    if named {
+        return Err(moved());
     }
     Ok(())
 }
 
 /// The sha1s a FileDB command acts on.
-fn filedb_sha1s(cmd: &Command, out: &mut Vec<[u8; 20]>) {
+fn filedb_sha1s(cmd: &Command) -> Box<dyn Iterator<Item = [u8; 20]> + '_> {
     match cmd {
         Command::Inc { sha1, .. }
         | Command::InsertOrInc { sha1, .. }
         | Command::Dec { sha1, .. }
         | Command::RemoveDeleting { sha1, .. }
         | Command::Relocate { sha1, .. }
-        | Command::RefInc { sha1, .. } => out.push(sha1.0),
-        Command::Settle { settles, .. } => out.extend(settles.iter().map(|s| s.sha1)),
-        Command::DecBatch { decs, .. } => out.extend(decs.iter().map(|d| d.sha1)),
-        _ => {}
+        | Command::RefInc { sha1, .. } => Box::new(std::iter::once(sha1.0)),
+        Command::Settle { settles, .. } => Box::new(settles.iter().map(|s| s.sha1)),
+        Command::DecBatch { decs, .. } => Box::new(decs.iter().map(|d| d.sha1)),
+        _ => Box::new(std::iter::empty()),
     }
-}
-
-/// The content a write references (a new object's or part's), looking through the
-/// wrappers a write may come in.
-fn written_content(cmd: &Command, out: &mut Vec<[u8; 20]>) -> Result<(), MetaError> {
-    match cmd {
-        Command::PutObject { object, .. }
-        | Command::CopyObject { object, .. }
-        | Command::CompleteUpload { object, .. } => out.push(object.sha1.0),
-        Command::PutPart { part, .. } | Command::PutPartWithChecksum { part, .. } => {
-            out.push(part.sha1.0)
-        }
-        Command::Conditional { command, .. }
-        | Command::Locked { command, .. }
-        | Command::Tagged { command, .. }
-        | Command::WithAcl { command, .. } => written_content(command, out)?,
-        Command::ForeignRef { .. } => {
-            return Err(MetaError::InvalidCommand(
-                "a ForeignRef inside a command".into(),
-            ));
-        }
-        _ => {}
-    }
-    Ok(())
 }
 
 /// What a `ForeignRef`'s write stores the reference in.

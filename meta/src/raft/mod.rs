@@ -32,6 +32,7 @@ pub mod network;
 pub mod proposer;
 pub mod reconciler;
 pub mod replicas;
+pub mod route;
 pub mod snapshot;
 
 mod config;

@@ -738,3 +738,227 @@ async fn cross_group_references_settle_through_the_leaders_work() {
         node.shutdown().await;
     }
 }
+
+/// Writes routed by the map (`route.rs`) from a node with no replica of the FileDB group
+/// and from one with: a PUT of content the FileDB group owns takes its reference there
+/// and writes its entry in root, content root owns stays one command; a write refused in
+/// root (a precondition, a missing bucket) releases its reference at once, content that
+/// had to exist and has gone answers `ContentGone` with nothing taken; copies, parts and
+/// completions take their own references. Nothing is left pending, and every content's
+/// refs equal the entries and parts naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_routed_by_the_map_take_their_reference_where_the_content_lives() {
+    use crate::groups::{ShardMap, SplitAt};
+    use crate::raft::route::referencing_write;
+    use crate::{
+        ContentSource, MetaError, NewObject, PartRecord, Response, UploadRecord, WritePrecondition,
+    };
+    use placement::{Magic, Sha1};
+
+    let (_dir, _net, nodes) = three_nodes().await;
+    let root = nodes[0].root().clone();
+    root.wait_leader(WAIT).await.unwrap();
+    execute(
+        &root,
+        Command::CreateBucket {
+            bucket: "b".into(),
+            created_ms: 1,
+        },
+    )
+    .await
+    .unwrap();
+    let (map, filedb) = ShardMap::single(vec![1, 2, 3])
+        .unwrap()
+        .split(ROOT, SplitAt::Sha1([0x80; 20]), vec![2, 3])
+        .unwrap();
+    execute(&root, Command::SetShardMap { map: map.clone() })
+        .await
+        .unwrap();
+    eventually("root owns what the map says", || {
+        let root = root.clone();
+        async move {
+            let own = root.read_local(|s| s.ownership()).await.unwrap();
+            own.is_some_and(|o| o.map_version == map.version)
+        }
+    })
+    .await;
+
+    let m = |n: u32| Magic::new(n).unwrap();
+    let put = |bucket: &str, key: &str, content: u8, magic: u32, source, precondition| {
+        Command::PutObject {
+            bucket: bucket.into(),
+            key: key.into(),
+            object: NewObject::new(Sha1([content; 20]), m(magic), 1, 0, [content; 16]),
+            source,
+            now_secs: now_ms() / 1000,
+            precondition,
+        }
+    };
+    let stored = ContentSource::Stored(PairId(0));
+    // Retried while unavailable (the FileDB group's format raise, an election).
+    let route = |via: Arc<Replicas>, bucket: &'static str, key: &'static str, cmd: Command| async move {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            match referencing_write(&via, bucket, key, cmd.clone()).await {
+                Err(MetaError::Unavailable(why)) => {
+                    assert!(tokio::time::Instant::now() < deadline, "{why}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => return other,
+            }
+        }
+    };
+    let (n1, n2) = (nodes[0].clone(), nodes[1].clone());
+    assert!(n1.get(filedb).is_none() && n2.get(filedb).is_some());
+
+    // Foreign content, from node 1 (no replica of the FileDB group) and node 2.
+    let r = route(n1.clone(), "b", "a", put("b", "a", 0x90, 5, stored, None)).await;
+    assert!(matches!(r, Ok(Response::ObjectPut { .. })), "{r:?}");
+    let r = route(n2.clone(), "b", "c", put("b", "c", 0x90, 6, stored, None)).await;
+    assert!(matches!(r, Ok(Response::ObjectPut { .. })), "{r:?}");
+    // Content root owns: one command, in place.
+    let r = route(
+        n1.clone(),
+        "b",
+        "low",
+        put("b", "low", 0x10, 7, stored, None),
+    )
+    .await;
+    assert!(matches!(r, Ok(Response::ObjectPut { .. })), "{r:?}");
+    // Refused in root: the reference taken for it is released at once.
+    let r = route(
+        n1.clone(),
+        "b",
+        "a",
+        put(
+            "b",
+            "a",
+            0xa0,
+            8,
+            stored,
+            Some(WritePrecondition::NoneMatchAny),
+        ),
+    )
+    .await;
+    assert_eq!(r, Err(MetaError::PreconditionFailed));
+    let r = route(
+        n2.clone(),
+        "none",
+        "k",
+        put("none", "k", 0xa0, 9, stored, None),
+    )
+    .await;
+    assert_eq!(r, Err(MetaError::NoSuchBucket));
+    // Existing content that is not there: nothing taken.
+    let r = route(
+        n1.clone(),
+        "b",
+        "gone",
+        put("b", "gone", 0xb0, 10, ContentSource::Existing, None),
+    )
+    .await;
+    assert_eq!(r, Ok(Response::ContentGone));
+    // A copy of "a" takes its own reference.
+    let a = root.read(|s| s.object("b", "a")).await.unwrap().unwrap();
+    let copy = Command::CopyObject {
+        bucket: "b".into(),
+        key: "copy".into(),
+        object: NewObject::new(a.sha1, m(11), 1, 0, a.md5),
+        from_bucket: "b".into(),
+        from_key: "a".into(),
+        from_seq: a.seq,
+        now_secs: now_ms() / 1000,
+    };
+    let r = route(n1.clone(), "b", "copy", copy).await;
+    assert!(matches!(r, Ok(Response::ObjectPut { .. })), "{r:?}");
+    // A multipart upload: a foreign part, completed into foreign content.
+    execute(
+        &root,
+        Command::CreateUpload {
+            upload_id: "u".into(),
+            upload: UploadRecord {
+                bucket: "b".into(),
+                key: "big".into(),
+                content_type: None,
+                user_meta: Vec::new(),
+                headers: Vec::new(),
+                created_ms: 1,
+            },
+        },
+    )
+    .await
+    .unwrap();
+    let part = Command::PutPart {
+        upload_id: "u".into(),
+        part_number: 1,
+        part: PartRecord {
+            sha1: Sha1([0xa0; 20]),
+            magic: m(12),
+            size_bytes: 1,
+            md5: [0; 16],
+            crc32: 0,
+            created_ms: 1,
+        },
+        source: stored,
+        now_secs: now_ms() / 1000,
+    };
+    assert_eq!(
+        route(n1.clone(), "b", "big", part).await,
+        Ok(Response::PartPut)
+    );
+    let complete = Command::CompleteUpload {
+        upload_id: "u".into(),
+        object: NewObject::new(Sha1([0xc0; 20]), m(13), 1, 0, [0; 16]),
+        parts: vec![(1, Sha1([0xa0; 20]))],
+        source: stored,
+        now_secs: now_ms() / 1000,
+    };
+    let r = route(n2.clone(), "b", "big", complete).await;
+    assert!(matches!(r, Ok(Response::ObjectPut { .. })), "{r:?}");
+
+    // Every content's refs are its entries: 0x90 by a, c and the copy; 0xc0 by big; 0xa0
+    // only by the completed upload's part, whose dec the outbox owes until it drains.
+    let group = nodes[1].get(filedb).unwrap();
+    eventually("the completed upload's part released", || {
+        let group = group.clone();
+        async move {
+            let refs = |c: u8| {
+                let group = group.clone();
+                async move {
+                    group
+                        .read(move |s| s.file(&Sha1([c; 20])))
+                        .await
+                        .unwrap()
+                        .map_or(0, |f| f.refs)
+                }
+            };
+            refs(0x90).await == 3 && refs(0xc0).await == 1 && refs(0xa0).await == 0
+        }
+    })
+    .await;
+    assert_eq!(refs_in(&root, 0x10).await, 1);
+    // Pending until their deadline (the reconciler then finds them present): the four
+    // entries' references. The part's was settled by its dec, the refused ones released.
+    let mut pending: Vec<String> = group
+        .read(|s| s.pending_refs(u64::MAX, 10))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| match p.state {
+            crate::ref_log::RefState::Pending { key, .. } => key,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    pending.sort();
+    assert_eq!(pending, vec!["a", "big", "c", "copy"]);
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+async fn refs_in(meta: &Metadata, content: u8) -> u32 {
+    meta.read(move |s| s.file(&placement::Sha1([content; 20])))
+        .await
+        .unwrap()
+        .map_or(0, |f| f.refs)
+}
