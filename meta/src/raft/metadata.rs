@@ -670,41 +670,35 @@ impl Metadata {
             // A fence (see `proposer::fence`): an entry of its own, appended now.
             return proposer::leader_write(&self.raft, batch).await;
         }
-        let need = batch.0.iter().map(Command::format_version).max();
-        if need.is_some_and(|n| n > cluster_version::FORMAT_VERSION_INITIAL) {
-            let have = match self.read_local(|m| m.cluster_version()).await {
+        let newest = batch.0.iter().map(Command::format_version).max();
+        let have = if newest.is_some_and(|n| n > cluster_version::FORMAT_VERSION_INITIAL) {
+            match self.read_local(|m| m.cluster_version()).await {
                 Ok(have) => have,
                 Err(e) => return proposer::WriteReply::Unavailable(e.to_string()),
-            };
-            if need.is_some_and(|n| n > have) {
-                let mut results = Vec::with_capacity(batch.0.len());
-                let mut admitted = Vec::new();
-                let mut slots = Vec::new();
-                for cmd in batch.0 {
-                    let need = cmd.format_version();
-                    if need > have {
-                        results.push(Some(Err(unavailable(format!(
-                            "this command needs format version {need} and the group runs \
-                             {have}"
-                        )))));
-                    } else {
-                        slots.push(results.len());
-                        results.push(None);
-                        admitted.push(cmd);
-                    }
-                }
-                let answers = self.proposer.submit_all(admitted).await;
-                for (slot, answer) in slots.into_iter().zip(answers) {
-                    results[slot] = Some(answer);
-                }
-                let results = results
-                    .into_iter()
-                    .map(|r| r.unwrap_or_else(|| Err(unavailable("no answer"))))
-                    .collect();
-                return proposer::WriteReply::Done(BatchResult(results));
             }
+        } else {
+            cluster_version::FORMAT_VERSION_INITIAL
+        };
+        let (admitted, refused): (Vec<_>, Vec<_>) = batch
+            .0
+            .into_iter()
+            .enumerate()
+            .partition(|(_, cmd)| cmd.format_version() <= have);
+        let (slots, cmds): (Vec<usize>, Vec<Command>) = admitted.into_iter().unzip();
+        let mut results: Vec<Result<Response, MetaError>> = Vec::new();
+        results.resize_with(slots.len() + refused.len(), || {
+            Err(unavailable("no answer"))
+        });
+        for (slot, cmd) in refused {
+            let need = cmd.format_version();
+            results[slot] = Err(unavailable(format!(
+                "this command needs format version {need} and the group runs {have}"
+            )));
         }
-        proposer::WriteReply::Done(BatchResult(self.proposer.submit_all(batch.0).await))
+        for (slot, answer) in slots.into_iter().zip(self.proposer.submit_all(cmds).await) {
+            results[slot] = answer;
+        }
+        proposer::WriteReply::Done(BatchResult(results))
     }
 
     /// A read as of now that no command submitted before it can still change later: a

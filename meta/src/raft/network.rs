@@ -58,10 +58,13 @@ pub enum Call {
     /// Which node leads the group, as this replica knows it (groups other than root: a
     /// node without a replica asks, for `GET /_admin/groups`).
     Leader,
+    /// A linearizable read of the replica's state ([`super::replicas::ReadQuery`]), for a
+    /// node that holds no replica of the group.
+    Read,
 }
 
 impl Call {
-    const ALL: [Call; 10] = [
+    const ALL: [Call; 11] = [
         Call::Append,
         Call::Vote,
         Call::Snapshot,
@@ -72,6 +75,7 @@ impl Call {
         Call::Membership,
         Call::State,
         Call::Leader,
+        Call::Read,
     ];
 
     /// The path of the call within its group (a contract between releases).
@@ -87,6 +91,7 @@ impl Call {
             Call::Membership => "membership",
             Call::State => "state",
             Call::Leader => "leader",
+            Call::Read => "read",
         }
     }
 

@@ -25,18 +25,19 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use placement::Sha1;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use super::config::ClusterConfig;
 use super::metadata::{self, GroupStatus, GroupsStatus, KeyInterval, Metadata, Sha1Interval};
 use super::network::{Call, Transport};
 use super::proposer::WriteReply;
-use super::timeouts::WRITE_TIMEOUT;
+use super::timeouts::{READ_TIMEOUT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, NodeId};
 use crate::cluster_version::FORMAT_VERSION;
 use crate::groups::{Group, GroupId, ROOT, ShardMap};
-use crate::{Command, MetaError, Response};
+use crate::{Command, FileRecord, MetaError, Response};
 
 /// The folder under the data folder that holds the groups other than root.
 pub const GROUPS_DIR: &str = "groups";
@@ -67,6 +68,20 @@ pub enum ServeError {
     Encode(String),
 }
 
+/// A linearizable read of a group's state, answered by any replica of it (over
+/// [`Call::Read`] for a node that holds none).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadQuery {
+    /// The FileDB record of a sha1 the group owns (`Moved` if it does not).
+    File(Sha1),
+}
+
+/// The answer to a [`ReadQuery`], of the same variant.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReadAnswer {
+    File(Option<FileRecord>),
+}
+
 /// Every replica this node holds.
 pub struct Replicas {
     data_dir: PathBuf,
@@ -81,6 +96,16 @@ pub struct Replicas {
     /// The tasks that work on the replicas: the map's follower ([`follow_map`]), the
     /// cross-group rounds (`reconciler.rs`); stopped at shutdown.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// Answers a read on this node's replica, linearizable.
+async fn read_query(meta: &Metadata, query: ReadQuery) -> Result<ReadAnswer, MetaError> {
+    match query {
+        ReadQuery::File(sha1) => meta
+            .read(move |s| s.file_if_owned(&sha1))
+            .await
+            .map(ReadAnswer::File),
+    }
 }
 
 /// `group`'s replicas by S3 address, from root's members (`nodes`); None while one of
@@ -247,7 +272,7 @@ impl Replicas {
             return replica.execute(cmd).await;
         }
         let map = self.shard_map().await?;
-        let Some(g) = map.group(group) else {
+        let Some(g) = map.group(group).filter(|g| !g.replicas.is_empty()) else {
             return Err(MetaError::Moved {
                 map_version: map.version,
             });
@@ -269,10 +294,13 @@ impl Replicas {
                 }
             };
             let Some(addr) = nodes.get(&target) else {
+                last = format!("node {target} has no address in root yet");
+                tokio::time::sleep(SEND_RETRY).await;
                 continue;
             };
+            let left = deadline.saturating_duration_since(Instant::now());
             match rpc
-                .call::<Batch, WriteReply>(addr, Call::Write, &batch, WRITE_TIMEOUT)
+                .call::<Batch, WriteReply>(addr, Call::Write, &batch, left.min(WRITE_TIMEOUT))
                 .await
             {
                 Ok(WriteReply::Done(BatchResult(mut results))) => {
@@ -295,6 +323,59 @@ impl Replicas {
         }
         Err(MetaError::Unavailable(format!(
             "group {group}: no leader took the command within {SEND_BUDGET:?} ({last})"
+        )))
+    }
+
+    /// `sha1`'s FileDB record as of now (linearizable), from the group the map gives it
+    /// to: this node's replica if it holds one, else any replica of the group (each
+    /// answers after its own read barrier), within [`SEND_BUDGET`].
+    pub async fn file(&self, sha1: Sha1) -> Result<Option<FileRecord>, MetaError> {
+        let map = self.shard_map().await?;
+        let group = map.filedb_group(&sha1.0);
+        match self.read_in(&map, group, ReadQuery::File(sha1)).await? {
+            ReadAnswer::File(record) => Ok(record),
+        }
+    }
+
+    /// Answers `query` in `group`: here if this node holds a replica, else from the first
+    /// replica of the group that answers.
+    async fn read_in(
+        &self,
+        map: &ShardMap,
+        group: GroupId,
+        query: ReadQuery,
+    ) -> Result<ReadAnswer, MetaError> {
+        if let Some(replica) = self.get(group) {
+            return read_query(&replica, query).await;
+        }
+        let Some(g) = map.group(group).filter(|g| !g.replicas.is_empty()) else {
+            return Err(MetaError::Moved {
+                map_version: map.version,
+            });
+        };
+        let nodes = self.root.status().nodes;
+        let rpc = super::network::Rpc::new(self.transport.clone(), group);
+        let deadline = Instant::now() + SEND_BUDGET;
+        let mut last = String::from("no replica of the group has an address");
+        for target in g.replicas.iter().cycle() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            if let Some(addr) = nodes.get(target) {
+                let answer: Result<Result<ReadAnswer, MetaError>, _> = rpc
+                    .call(addr, Call::Read, &query, left.min(READ_TIMEOUT))
+                    .await;
+                match answer {
+                    Ok(Err(MetaError::Unavailable(e))) => last = e,
+                    Ok(answer) => return answer,
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            tokio::time::sleep(SEND_RETRY).await;
+        }
+        Err(MetaError::Unavailable(format!(
+            "group {group}: no replica answered a read within {SEND_BUDGET:?} ({last})"
         )))
     }
 
@@ -548,6 +629,7 @@ impl Replicas {
             }
             Call::State => encode(&meta.peer_state()),
             Call::Leader => encode(&meta.raft().metrics().borrow().current_leader),
+            Call::Read => encode(&read_query(&meta, decode(body)?).await),
             Call::Version => encode(&FORMAT_VERSION),
         }
     }

@@ -755,7 +755,7 @@ async fn writes_routed_by_the_map_take_their_reference_where_the_content_lives()
     };
     use placement::{Magic, Sha1};
 
-    let (_dir, _net, nodes) = three_nodes().await;
+    let (_dir, net, nodes) = three_nodes().await;
     let root = nodes[0].root().clone();
     root.wait_leader(WAIT).await.unwrap();
     execute(
@@ -774,14 +774,19 @@ async fn writes_routed_by_the_map_take_their_reference_where_the_content_lives()
     execute(&root, Command::SetShardMap { map: map.clone() })
         .await
         .unwrap();
-    eventually("root owns what the map says", || {
-        let root = root.clone();
-        async move {
-            let own = root.read_local(|s| s.ownership()).await.unwrap();
-            own.is_some_and(|o| o.map_version == map.version)
-        }
-    })
-    .await;
+    for (node, group) in [(&nodes[0], ROOT), (&nodes[1], filedb)] {
+        eventually("the ownership rows follow the map", || {
+            let node = node.clone();
+            async move {
+                let Some(meta) = node.get(group) else {
+                    return false;
+                };
+                let own = meta.read_local(|s| s.ownership()).await.unwrap();
+                own.is_some_and(|o| o.map_version == map.version)
+            }
+        })
+        .await;
+    }
 
     let m = |n: u32| Magic::new(n).unwrap();
     let put = |bucket: &str, key: &str, content: u8, magic: u32, source, precondition| {
@@ -811,11 +816,17 @@ async fn writes_routed_by_the_map_take_their_reference_where_the_content_lives()
     let (n1, n2) = (nodes[0].clone(), nodes[1].clone());
     assert!(n1.get(filedb).is_none() && n2.get(filedb).is_some());
 
-    // Foreign content, from node 1 (no replica of the FileDB group) and node 2.
+    // Foreign content, from node 1 (no replica of the FileDB group) and node 2; each read
+    // back at once through the other, linearizable wherever its group lives.
     let r = route(n1.clone(), "b", "a", put("b", "a", 0x90, 5, stored, None)).await;
     assert!(matches!(r, Ok(Response::ObjectPut { .. })), "{r:?}");
+    let read = n2.file(Sha1([0x90; 20])).await.unwrap().unwrap();
+    assert_eq!((read.refs, read.magic), (1, 5));
     let r = route(n2.clone(), "b", "c", put("b", "c", 0x90, 6, stored, None)).await;
     assert!(matches!(r, Ok(Response::ObjectPut { .. })), "{r:?}");
+    let read = n1.file(Sha1([0x90; 20])).await.unwrap().unwrap();
+    assert_eq!((read.refs, read.magic), (2, 11));
+    assert_eq!(n1.file(Sha1([0xff; 20])).await, Ok(None));
     // Content root owns: one command, in place.
     let r = route(
         n1.clone(),
@@ -825,6 +836,23 @@ async fn writes_routed_by_the_map_take_their_reference_where_the_content_lives()
     )
     .await;
     assert!(matches!(r, Ok(Response::ObjectPut { .. })), "{r:?}");
+    assert_eq!(n2.file(Sha1([0x10; 20])).await.unwrap().unwrap().refs, 1);
+    // A group asked about a sha1 it does not own answers Moved, over the call as here.
+    let asked = crate::raft::network::Rpc::new(net.clone(), filedb)
+        .call::<_, Result<ReadAnswer, MetaError>>(
+            &addr(2),
+            Call::Read,
+            &ReadQuery::File(Sha1([0x10; 20])),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        asked,
+        Err(MetaError::Moved {
+            map_version: map.version
+        })
+    );
     // Refused in root: the reference taken for it is released at once.
     let r = route(
         n1.clone(),

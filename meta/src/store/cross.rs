@@ -25,6 +25,26 @@ impl MetaStore {
         ownership::read(&txn.open_table(OWNERSHIP)?)
     }
 
+    /// `sha1`'s FileDB record, if this group owns `sha1` (else `Moved`), from one read
+    /// transaction.
+    pub fn file_if_owned(
+        &self,
+        sha1: &placement::Sha1,
+    ) -> Result<Option<crate::FileRecord>, MetaError> {
+        let txn = self.db().begin_read()?;
+        if let Some(own) = ownership::read(&txn.open_table(OWNERSHIP)?)?
+            && !own.owns_sha1(&sha1.0)
+        {
+            return Err(MetaError::Moved {
+                map_version: own.map_version,
+            });
+        }
+        txn.open_table(crate::tables::FILES)?
+            .get(sha1.0)?
+            .map(|v| crate::FileRecord::decode_checked(sha1, &v.value()))
+            .transpose()
+    }
+
     /// The outbox's rows after `after`, at most `limit`, in (bucket, key, ref_id) order.
     pub fn outbox(
         &self,
