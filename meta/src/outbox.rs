@@ -83,6 +83,26 @@ pub struct OutboxEntry {
     pub magic: Magic,
 }
 
+impl OutboxEntry {
+    /// The dec this row owes, as its FileDB group takes it.
+    pub fn dec(&self) -> crate::ref_log::RefDec {
+        crate::ref_log::RefDec {
+            sha1: self.sha1,
+            ref_id: self.ref_id,
+            magic: self.magic,
+        }
+    }
+
+    /// The row, as `OutboxDone` names it.
+    pub fn row(&self) -> OutboxRow {
+        OutboxRow {
+            bucket: self.bucket.clone(),
+            key: self.key.clone(),
+            ref_id: self.ref_id,
+        }
+    }
+}
+
 /// One row `OutboxDone` drops: its dec was applied in its FileDB group.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutboxRow {

@@ -128,35 +128,27 @@ fn refs(store: &MetaStore, content: u8) -> Option<(u32, u32)> {
 /// The index leader's drain: every outbox row's dec in its FileDB group, then the rows
 /// dropped. Answers what the decs did.
 fn drain(g: &Groups) -> Vec<RefOutcome> {
-    let rows = g.index.outbox(None, 1000).unwrap();
-    if rows.is_empty() {
-        return Vec::new();
-    }
-    let decs = rows
-        .iter()
-        .map(|e| RefDec {
-            sha1: e.sha1,
-            ref_id: e.ref_id,
-            magic: e.magic,
-        })
-        .collect();
-    let outcomes = match g.filedb.execute(&Command::DecBatch { decs, now_ms: NOW }) {
-        Ok(Response::RefOutcomes(o)) => o,
-        other => panic!("{other:?}"),
-    };
+    let (rows, outcomes) = send_decs(g, NOW);
     done(g, &rows);
     outcomes
 }
 
+/// The outbox's decs sent to the FileDB group (the rows left in place): the rows and
+/// what their decs did.
+fn send_decs(g: &Groups, now_ms: u64) -> (Vec<OutboxEntry>, Vec<RefOutcome>) {
+    let rows = g.index.outbox(None, 1000).unwrap();
+    if rows.is_empty() {
+        return (rows, Vec::new());
+    }
+    let decs = rows.iter().map(OutboxEntry::dec).collect();
+    match g.filedb.execute(&Command::DecBatch { decs, now_ms }) {
+        Ok(Response::RefOutcomes(o)) => (rows, o),
+        other => panic!("{other:?}"),
+    }
+}
+
 fn done(g: &Groups, rows: &[OutboxEntry]) {
-    let rows = rows
-        .iter()
-        .map(|e| OutboxRow {
-            bucket: e.bucket.clone(),
-            key: e.key.clone(),
-            ref_id: e.ref_id,
-        })
-        .collect();
+    let rows = rows.iter().map(OutboxEntry::row).collect();
     g.index.execute(&Command::OutboxDone { rows }).unwrap();
 }
 
@@ -667,22 +659,9 @@ fn random_histories_never_free_named_content_and_end_exact() {
                 }
                 7 => {
                     // A drain whose OutboxDone is lost half the time: resent later.
-                    let rows = g.index.outbox(None, 1000).unwrap();
-                    if !rows.is_empty() {
-                        let decs = rows
-                            .iter()
-                            .map(|e| RefDec {
-                                sha1: e.sha1,
-                                ref_id: e.ref_id,
-                                magic: e.magic,
-                            })
-                            .collect();
-                        g.filedb
-                            .execute(&Command::DecBatch { decs, now_ms: now })
-                            .unwrap();
-                        if rng.random_bool(0.5) {
-                            done(&g, &rows);
-                        }
+                    let (rows, _) = send_decs(&g, now);
+                    if rng.random_bool(0.5) {
+                        done(&g, &rows);
                     }
                 }
                 8 if !late.is_empty() => {

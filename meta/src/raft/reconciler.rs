@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 use super::metadata::Metadata;
 use super::replicas::Replicas;
 use crate::groups::{GroupId, ShardMap};
-use crate::outbox::{FenceOutcome, OutboxEntry, OutboxRow};
-use crate::ref_log::{BATCH_MAX, EXPIRE_MAX, RefDec, RefOutcome, RefState, Settle};
+use crate::outbox::{FenceOutcome, OutboxEntry};
+use crate::ref_log::{BATCH_MAX, EXPIRE_MAX, RefOutcome, RefState, Settle};
 use crate::shard_map::IMPLICIT_VERSION;
 use crate::{Command, MetaError, Response};
 
@@ -145,14 +145,7 @@ async fn drain_outbox(r: &Replicas, map: &ShardMap, meta: &Metadata) -> Result<(
     }
     let mut done = Vec::new();
     for (group, rows) in by_group {
-        let decs = rows
-            .iter()
-            .map(|e| RefDec {
-                sha1: e.sha1,
-                ref_id: e.ref_id,
-                magic: e.magic,
-            })
-            .collect();
+        let decs = rows.iter().map(OutboxEntry::dec).collect();
         let cmd = Command::DecBatch {
             decs,
             now_ms: now_ms(),
@@ -170,11 +163,7 @@ async fn drain_outbox(r: &Replicas, map: &ShardMap, meta: &Metadata) -> Result<(
                         );
                     }
                 }
-                done.extend(rows.into_iter().map(|e| OutboxRow {
-                    bucket: e.bucket,
-                    key: e.key,
-                    ref_id: e.ref_id,
-                }));
+                done.extend(rows.iter().map(OutboxEntry::row));
             }
             Ok(other) => {
                 return Err(MetaError::Unexpected(format!(

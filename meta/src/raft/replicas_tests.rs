@@ -529,6 +529,23 @@ where
     }
 }
 
+/// Waits until each node's replica of its group has the ownership row of map `version`.
+async fn wait_owned(replicas: &[(&Arc<Replicas>, GroupId)], version: u64) {
+    for &(node, group) in replicas {
+        eventually("the ownership rows follow the map", || {
+            let node = node.clone();
+            async move {
+                let Some(meta) = node.get(group) else {
+                    return false;
+                };
+                let own = meta.read_local(|s| s.ownership()).await.unwrap();
+                own.is_some_and(|o| o.map_version == version)
+            }
+        })
+        .await;
+    }
+}
+
 /// Cross-group references on real Rafts: root keeps the keys and the sha1s below 0x80, a
 /// FileDB group on nodes 2 and 3 the rest (node 1 holds no replica of it, so its calls go
 /// by [`Replicas::send`]). PUTs take their reference in the FileDB group and write their
@@ -567,19 +584,11 @@ async fn cross_group_references_settle_through_the_leaders_work() {
         .await
         .unwrap();
     // Both groups come to own what the map says, through their leaders' own logs.
-    for (node, group) in [(&nodes[0], ROOT), (&nodes[1], filedb), (&nodes[2], filedb)] {
-        eventually("the ownership rows follow the map", || {
-            let node = node.clone();
-            async move {
-                let Some(meta) = node.get(group) else {
-                    return false;
-                };
-                let own = meta.read_local(|s| s.ownership()).await.unwrap();
-                own.is_some_and(|o| o.map_version == map.version)
-            }
-        })
-        .await;
-    }
+    wait_owned(
+        &[(&nodes[0], ROOT), (&nodes[1], filedb), (&nodes[2], filedb)],
+        map.version,
+    )
+    .await;
 
     let magic = |n: u64| Magic::new(u32::try_from(n % 1_000_000 + 1).unwrap()).unwrap();
     let put = |key: &str, content: u8, m: Magic| Command::PutObject {
@@ -774,19 +783,7 @@ async fn writes_routed_by_the_map_take_their_reference_where_the_content_lives()
     execute(&root, Command::SetShardMap { map: map.clone() })
         .await
         .unwrap();
-    for (node, group) in [(&nodes[0], ROOT), (&nodes[1], filedb)] {
-        eventually("the ownership rows follow the map", || {
-            let node = node.clone();
-            async move {
-                let Some(meta) = node.get(group) else {
-                    return false;
-                };
-                let own = meta.read_local(|s| s.ownership()).await.unwrap();
-                own.is_some_and(|o| o.map_version == map.version)
-            }
-        })
-        .await;
-    }
+    wait_owned(&[(&nodes[0], ROOT), (&nodes[1], filedb)], map.version).await;
 
     let m = |n: u32| Magic::new(n).unwrap();
     let put = |bucket: &str, key: &str, content: u8, magic: u32, source, precondition| {
