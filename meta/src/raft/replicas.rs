@@ -93,6 +93,8 @@ pub struct Replicas {
     /// Serializes [`Replicas::open_group`]: two opens of one group would open its files
     /// twice.
     opening: tokio::sync::Mutex<()>,
+    /// The shard map as root last applied it (see [`Replicas::shard_map`]).
+    map: RwLock<Option<Arc<ShardMap>>>,
     /// The tasks that work on the replicas: the map's follower ([`follow_map`]), the
     /// cross-group rounds (`reconciler.rs`); stopped at shutdown.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -239,6 +241,7 @@ impl Replicas {
             root,
             groups: RwLock::new(groups),
             opening: tokio::sync::Mutex::new(()),
+            map: RwLock::new(None),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
         replicas.keep_task(tokio::spawn(follow_map(Arc::downgrade(&replicas))));
@@ -434,10 +437,32 @@ impl Replicas {
     }
 
     /// The shard map as this node's root replica has applied it.
-    pub async fn shard_map(&self) -> Result<ShardMap, MetaError> {
-        shard_map_of(&self.root).await?.ok_or_else(|| {
-            MetaError::Unavailable("this node is not a member of the cluster yet".into())
-        })
+    ///
+    /// Kept in memory: every routed write and read asks for it. The map's follower reads
+    /// it again on each change of the map or of root's membership, as soon as root applies
+    /// it, and [`Replicas::refresh_map`] does at once (after a `Moved`).
+    pub async fn shard_map(&self) -> Result<Arc<ShardMap>, MetaError> {
+        let cached = match self.map.read() {
+            Ok(m) => m.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        match cached {
+            Some(map) => Ok(map),
+            None => self.refresh_map().await?.ok_or_else(|| {
+                MetaError::Unavailable("this node is not a member of the cluster yet".into())
+            }),
+        }
+    }
+
+    /// Reads the map root has applied into memory again, and answers it (None: this node
+    /// is not a member yet).
+    pub async fn refresh_map(&self) -> Result<Option<Arc<ShardMap>>, MetaError> {
+        let map = shard_map_of(&self.root).await?.map(Arc::new);
+        match self.map.write() {
+            Ok(mut m) => m.clone_from(&map),
+            Err(p) => p.into_inner().clone_from(&map),
+        }
+        Ok(map)
     }
 
     /// Opens every replica the shard map places on this node and does not hold yet, and
@@ -445,7 +470,7 @@ impl Replicas {
     /// the map or of root's membership, and every second.
     pub async fn adopt(&self) -> Result<(), MetaError> {
         let me = self.cluster.node_id;
-        let Some(map) = shard_map_of(&self.root).await? else {
+        let Some(map) = self.refresh_map().await? else {
             return Ok(());
         };
         let nodes = self.root.status().nodes;

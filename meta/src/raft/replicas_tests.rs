@@ -365,7 +365,7 @@ async fn nodes_open_the_replicas_the_shard_map_places_on_them() {
     drop(blank);
 
     let single = nodes[0].shard_map().await.unwrap();
-    assert_eq!(single, ShardMap::single(vec![1, 2, 3]).unwrap());
+    assert_eq!(*single, ShardMap::single(vec![1, 2, 3]).unwrap());
     let (one, g1) = single
         .split(ROOT, SplitAt::Sha1([0x80; 20]), vec![4, 1, 2])
         .unwrap();

@@ -11,7 +11,6 @@
 use rand::RngExt as _;
 
 use super::replicas::Replicas;
-use crate::groups::ShardMap;
 use crate::outbox::FenceOutcome;
 use crate::ref_log::Settle;
 use crate::{Command, MetaError, Response};
@@ -49,7 +48,7 @@ pub async fn referencing_write(
     let mut tries = 0;
     loop {
         tries += 1;
-        let map: ShardMap = replicas.shard_map().await?;
+        let map = replicas.shard_map().await?;
         let index = map.index_group(bucket, key);
         let filedb = map.filedb_group(&content.sha1.0);
         let answer = if index == filedb {
@@ -62,6 +61,7 @@ pub async fn referencing_write(
                 tracing::debug!(map_version, "the map moved under a write: trying again");
                 // Root may not have applied the newer map yet.
                 tokio::time::sleep(std::time::Duration::from_millis(50 * tries as u64)).await;
+                replicas.refresh_map().await?;
             }
             other => return other,
         }
