@@ -987,3 +987,28 @@ async fn refs_in(meta: &Metadata, content: u8) -> u32 {
         .unwrap()
         .map_or(0, |f| f.refs)
 }
+
+/// What travels over `/_cluster/g/<id>/read` decodes as it was sent, errors included.
+#[test]
+fn read_queries_and_answers_round_trip() {
+    use placement::{PairId, Sha1};
+    let query = ReadQuery::File(Sha1([7; 20]));
+    let bytes = postcard::to_stdvec(&query).unwrap();
+    assert_eq!(postcard::from_bytes::<ReadQuery>(&bytes).unwrap(), query);
+    for answer in [
+        Ok(ReadAnswer::File(None)),
+        Ok(ReadAnswer::File(Some(crate::FileRecord {
+            refs: 3,
+            magic: u32::MAX,
+            flags: 1,
+            pair: PairId(9),
+        }))),
+        Err(crate::MetaError::Moved { map_version: 4 }),
+    ] {
+        let bytes = postcard::to_stdvec(&answer).unwrap();
+        assert_eq!(
+            postcard::from_bytes::<Result<ReadAnswer, crate::MetaError>>(&bytes).unwrap(),
+            answer
+        );
+    }
+}
