@@ -873,3 +873,93 @@ fn the_commands_and_rows_round_trip_and_travel_in_snapshots() {
         g.index.outbox(None, 10).unwrap()
     );
 }
+
+/// The reconciler proposes an expiry only when the front of an age index is past its
+/// keep: exactly at the keep it is not, one millisecond later it is, for released rows
+/// and fences alike, and the expiry then removes what the look said was due.
+#[test]
+fn expiry_is_due_exactly_past_the_keep() {
+    use crate::ref_log::RELEASED_KEEP_MS;
+    let g = groups();
+    assert_eq!(g.filedb.expiry_due(u64::MAX).unwrap(), (false, false));
+    g.filedb.execute(&ref_inc(0x90, 5, 1, "k", NOW)).unwrap();
+    g.filedb
+        .execute(&Command::Settle {
+            settles: vec![Settle {
+                sha1: [0x90; 20],
+                ref_id: 1,
+                release: true,
+            }],
+            now_ms: NOW,
+        })
+        .unwrap();
+    g.index
+        .execute(&Command::Fence {
+            bucket: "b".into(),
+            key: "k".into(),
+            ref_id: 2,
+            now_ms: NOW,
+        })
+        .unwrap();
+    assert_eq!(
+        g.filedb.expiry_due(NOW + RELEASED_KEEP_MS).unwrap(),
+        (false, false)
+    );
+    assert_eq!(
+        g.filedb.expiry_due(NOW + RELEASED_KEEP_MS + 1).unwrap(),
+        (true, false)
+    );
+    assert_eq!(
+        g.index.expiry_due(NOW + FENCE_KEEP_MS).unwrap(),
+        (false, false)
+    );
+    assert_eq!(
+        g.index.expiry_due(NOW + FENCE_KEEP_MS + 1).unwrap(),
+        (false, true)
+    );
+    let expire = Command::ExpireReleased {
+        now_ms: NOW + RELEASED_KEEP_MS + 1,
+        limit: 10,
+    };
+    assert_eq!(g.filedb.execute(&expire), Ok(Response::RefsExpired(1)));
+    let expire = Command::ExpireFences {
+        now_ms: NOW + FENCE_KEEP_MS + 1,
+        limit: 10,
+    };
+    assert_eq!(g.index.execute(&expire), Ok(Response::FencesExpired(1)));
+    assert_eq!(g.filedb.expiry_due(u64::MAX).unwrap(), (false, false));
+    assert_eq!(g.index.expiry_due(u64::MAX).unwrap(), (false, false));
+}
+
+/// The gaps of an ownership are the complement of its intervals, whatever their number
+/// and wherever they sit.
+#[test]
+fn the_gaps_of_an_ownership_are_what_it_does_not_own() {
+    let own = |sha1: Vec<([u8; 20], Option<[u8; 20]>)>| Ownership {
+        group: 1,
+        map_version: 2,
+        sha1,
+    };
+    let (a, b, c) = ([0x20; 20], [0x40; 20], [0x80; 20]);
+    assert_eq!(own(vec![]).gaps(), vec![([0; 20], None)]);
+    assert_eq!(own(vec![([0; 20], None)]).gaps(), vec![]);
+    assert_eq!(
+        own(vec![(a, Some(b)), (c, None)]).gaps(),
+        vec![([0; 20], Some(a)), (b, Some(c))]
+    );
+    assert_eq!(
+        own(vec![([0; 20], Some(a)), (b, Some(c))]).gaps(),
+        vec![(a, Some(b)), (c, None)]
+    );
+    // Every sha1 is owned or in exactly one gap.
+    let o = own(vec![(a, Some(b)), (c, None)]);
+    for n in 0..=255u8 {
+        let sha1 = [n; 20];
+        let in_gaps = o
+            .gaps()
+            .iter()
+            .filter(|(s, e)| s <= &sha1 && e.is_none_or(|e| sha1 < e))
+            .count();
+        assert_eq!(usize::from(!o.owns_sha1(&sha1)), in_gaps, "{n:#x}");
+    }
+}
