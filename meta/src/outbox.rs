@@ -137,42 +137,14 @@ pub fn decode_value(v: &[u8; 24]) -> Result<([u8; 20], Magic), MetaError> {
     Ok((sha1, magic))
 }
 
-/// The outbox's rows after `after` (bucket, key, ref_id), at most `limit`, in key order.
-pub fn read_after(
+/// The outbox's first `limit` rows, in (bucket, key, ref_id) order: the drain reads the
+/// front, and a row leaves once its dec was applied.
+pub fn read_front(
     table: &impl ReadableTable<(&'static str, &'static [u8], u64), [u8; 24]>,
-    after: Option<&OutboxRow>,
-    limit: usize,
-) -> Result<Vec<OutboxEntry>, MetaError> {
-    let iter = match after {
-        Some(a) => {
-            let start = (a.bucket.as_str(), a.key.as_bytes(), a.ref_id);
-            let mut it = table.range(start..)?;
-            // The range is inclusive of `after`: skip it if it is still there.
-            let mut first = it.next().transpose()?;
-            if first
-                .as_ref()
-                .is_some_and(|(k, _)| k.value() == (start.0, start.1, start.2))
-            {
-                first = None;
-            }
-            return collect(first.into_iter().map(Ok).chain(it), limit);
-        }
-        None => table.iter()?,
-    };
-    collect(iter, limit)
-}
-
-type Row<'a> = (
-    redb::AccessGuard<'a, (&'static str, &'static [u8], u64)>,
-    redb::AccessGuard<'a, [u8; 24]>,
-);
-
-fn collect<'a>(
-    rows: impl Iterator<Item = Result<Row<'a>, redb::StorageError>>,
     limit: usize,
 ) -> Result<Vec<OutboxEntry>, MetaError> {
     let mut out = Vec::new();
-    for row in rows.take(limit) {
+    for row in table.iter()?.take(limit) {
         let (k, v) = row?;
         let (bucket, key, ref_id) = k.value();
         let (sha1, magic) = decode_value(&v.value())?;

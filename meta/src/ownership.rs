@@ -11,8 +11,9 @@
 //! before this module. So a single group keeps today's write path: a reference whose sha1
 //! the group owns is taken and released in place, in one command.
 //!
-//! Record format: a format byte, then postcard. The (bucket, key) intervals an index group
-//! owns join the row, under a new format byte, when index groups are built.
+//! Record format: a format byte, then postcard ([`crate::tables::encode_versioned`]). The
+//! (bucket, key) intervals an index group owns join the row, under a new format byte, when
+//! index groups are built.
 
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
@@ -26,7 +27,6 @@ use crate::tables::{DELETING, FILES};
 /// `"row"` -> the encoded [`Ownership`].
 pub const OWNERSHIP: TableDefinition<&str, &[u8]> = TableDefinition::new("ownership");
 const KEY: &str = "row";
-const FORMAT_V1: u8 = 1;
 
 /// The sha1 intervals one group owns, under one version of the map.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,23 +82,11 @@ impl Ownership {
     }
 
     pub fn encode(&self) -> Result<Vec<u8>, MetaError> {
-        let mut out = vec![FORMAT_V1];
-        out.extend(
-            postcard::to_stdvec(self)
-                .map_err(|e| MetaError::Storage(format!("ownership record: {e}")))?,
-        );
-        Ok(out)
+        crate::tables::encode_versioned(self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Ownership, MetaError> {
-        match bytes.split_first() {
-            Some((&FORMAT_V1, rest)) => postcard::from_bytes(rest)
-                .map_err(|e| MetaError::Corrupt(format!("ownership record: {e}"))),
-            Some((v, _)) => Err(MetaError::Corrupt(format!(
-                "ownership record of unknown format {v}"
-            ))),
-            None => Err(MetaError::Corrupt("empty ownership record".into())),
-        }
+        crate::tables::decode_versioned("ownership", bytes)
     }
 }
 

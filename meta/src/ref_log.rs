@@ -18,8 +18,8 @@
 //! A reference confirmed by the reconciler has no row: its later dec is the first, and
 //! leaves a `Released` row like any other.
 //!
-//! Record format: a format byte, then postcard, so that a field can be added under a new
-//! format byte.
+//! Record format: a format byte, then postcard ([`crate::tables::encode_versioned`]), so
+//! that a field can be added under a new format byte.
 
 use placement::Magic;
 use redb::{ReadableTable, TableDefinition};
@@ -54,8 +54,6 @@ pub const EXPIRE_MAX: u32 = 10_000;
 /// Bound on the bucket and key a pending row keeps (S3's own bounds: 63 and 1024 bytes).
 const ORIGIN_BYTES_MAX: usize = 2048;
 
-const FORMAT_V1: u8 = 1;
-
 /// Where a reference stands.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum RefState {
@@ -86,23 +84,11 @@ impl RefState {
                 "a reference's bucket and key exceed {ORIGIN_BYTES_MAX} bytes"
             )));
         }
-        let mut out = vec![FORMAT_V1];
-        out.extend(
-            postcard::to_stdvec(self)
-                .map_err(|e| MetaError::Storage(format!("ref_log record: {e}")))?,
-        );
-        Ok(out)
+        crate::tables::encode_versioned(self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<RefState, MetaError> {
-        match bytes.split_first() {
-            Some((&FORMAT_V1, rest)) => postcard::from_bytes(rest)
-                .map_err(|e| MetaError::Corrupt(format!("ref_log record: {e}"))),
-            Some((v, _)) => Err(MetaError::Corrupt(format!(
-                "ref_log record of unknown format {v}"
-            ))),
-            None => Err(MetaError::Corrupt("empty ref_log record".into())),
-        }
+        crate::tables::decode_versioned("ref_log", bytes)
     }
 }
 

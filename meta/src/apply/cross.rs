@@ -11,8 +11,7 @@ use crate::outbox::{
 };
 use crate::ownership;
 use crate::ref_log::{BATCH_MAX, EXPIRE_MAX};
-use crate::tables::OBJECTS;
-use crate::{Command, MetaError};
+use crate::{Command, MetaError, Response};
 
 /// Refuses with `Moved` a command about a sha1 this group does not own: a FileDB command,
 /// or a write that references content in place. A `ForeignRef` is the other way round:
@@ -84,7 +83,7 @@ pub(super) fn check_foreign(
     if txn.open_table(FENCES)?.get(at)?.is_some() {
         return Err(MetaError::Fenced);
     }
-    if txn.open_table(HELD)?.get(at)?.is_some() || txn.open_table(OUTBOX)?.get(at)?.is_some() {
+    if in_use(txn, at)? {
         return Err(MetaError::InvalidCommand(format!(
             "ref_id {ref_id} is used under {bucket}/{key} already"
         )));
@@ -92,20 +91,26 @@ pub(super) fn check_foreign(
     Ok(())
 }
 
-/// After a `ForeignRef`'s write: the reference kept beside what it wrote, and in
-/// `held_refs`.
+/// Whether (bucket, key) holds reference `ref_id`, or owes its dec.
+fn in_use(txn: &WriteTransaction, at: (&str, &[u8], u64)) -> Result<bool, MetaError> {
+    Ok(txn.open_table(HELD)?.get(at)?.is_some() || txn.open_table(OUTBOX)?.get(at)?.is_some())
+}
+
+/// After a `ForeignRef`'s write, which answered `response`: the reference kept beside what
+/// it wrote (an object version by the seq the answer gives it), and in `held_refs`.
 pub(super) fn keep_foreign(
     txn: &WriteTransaction,
     (bucket, key, ref_id): (&str, &str, u64),
     written: Written,
+    response: &Response,
 ) -> Result<(), MetaError> {
     match written {
         Written::Object => {
-            let seq = match txn.open_table(OBJECTS)?.get((bucket, key.as_bytes()))? {
-                Some(v) => crate::versions::decode_object(v.value())?.seq,
-                None => {
+            let seq = match response {
+                Response::ObjectPut { seq, .. } | Response::VersionStored { seq, .. } => *seq,
+                other => {
                     return Err(MetaError::Unexpected(format!(
-                        "{bucket}/{key}: no current version after its write"
+                        "{bucket}/{key}: a write answered {other:?}"
                     )));
                 }
             };
@@ -150,7 +155,7 @@ pub(super) fn fence(
     now_ms: u64,
 ) -> Result<FenceOutcome, MetaError> {
     let at = (bucket, key.as_bytes(), ref_id);
-    if txn.open_table(HELD)?.get(at)?.is_some() || txn.open_table(OUTBOX)?.get(at)?.is_some() {
+    if in_use(txn, at)? {
         return Ok(FenceOutcome::Present);
     }
     let mut fences = txn.open_table(FENCES)?;

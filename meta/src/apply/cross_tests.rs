@@ -136,7 +136,7 @@ fn drain(g: &Groups) -> Vec<RefOutcome> {
 /// The outbox's decs sent to the FileDB group (the rows left in place): the rows and
 /// what their decs did.
 fn send_decs(g: &Groups, now_ms: u64) -> (Vec<OutboxEntry>, Vec<RefOutcome>) {
-    let rows = g.index.outbox(None, 1000).unwrap();
+    let rows = g.index.outbox(1000).unwrap();
     if rows.is_empty() {
         return (rows, Vec::new());
     }
@@ -283,7 +283,7 @@ fn a_cross_group_put_is_released_through_the_outbox_once() {
         ),
         "{r:?}"
     );
-    let rows = g.index.outbox(None, 10).unwrap();
+    let rows = g.index.outbox(10).unwrap();
     assert_eq!(
         rows,
         vec![OutboxEntry {
@@ -316,7 +316,7 @@ fn a_cross_group_put_is_released_through_the_outbox_once() {
         g.filedb.execute(&resent),
         Ok(Response::RefOutcomes(vec![RefOutcome::Unchanged]))
     );
-    assert!(g.index.outbox(None, 10).unwrap().is_empty());
+    assert!(g.index.outbox(10).unwrap().is_empty());
     // OutboxDone of rows already gone drops nothing.
     done(&g, &rows);
     // The owned content went in place: one reference, dec'd in place on delete.
@@ -329,7 +329,7 @@ fn a_cross_group_put_is_released_through_the_outbox_once() {
             ..
         }
     ));
-    assert!(g.index.outbox(None, 10).unwrap().is_empty());
+    assert!(g.index.outbox(10).unwrap().is_empty());
 }
 
 #[test]
@@ -449,7 +449,7 @@ fn parts_and_their_completion_keep_and_release_their_own_references() {
     // The replaced part's reference is owed, under its own ref_id.
     let owed: Vec<u64> = g
         .index
-        .outbox(None, 10)
+        .outbox(10)
         .unwrap()
         .iter()
         .map(|e| e.ref_id)
@@ -468,7 +468,7 @@ fn parts_and_their_completion_keep_and_release_their_own_references() {
     g.index.execute(&foreign("big", 33, complete)).unwrap();
     let mut owed: Vec<u64> = g
         .index
-        .outbox(None, 10)
+        .outbox(10)
         .unwrap()
         .iter()
         .map(|e| e.ref_id)
@@ -488,7 +488,7 @@ fn parts_and_their_completion_keep_and_release_their_own_references() {
     g.index.execute(&delete("big")).unwrap();
     let owed: Vec<u64> = g
         .index
-        .outbox(None, 10)
+        .outbox(10)
         .unwrap()
         .iter()
         .map(|e| e.ref_id)
@@ -548,7 +548,7 @@ fn an_entry_written_before_its_range_moved_is_released_under_a_derived_id() {
         })
         .unwrap();
     index.execute(&delete("old")).unwrap();
-    let rows = index.outbox(None, 10).unwrap();
+    let rows = index.outbox(10).unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].ref_id, outbox::derived_object_ref(seq));
     // Its dec is the first of that id: released.
@@ -868,10 +868,7 @@ fn the_commands_and_rows_round_trip_and_travel_in_snapshots() {
     let loaded = MetaStore::open(&restored).unwrap();
     assert_eq!(loaded.digest().unwrap().tables, want.tables);
     assert_eq!(loaded.ownership().unwrap(), g.index.ownership().unwrap());
-    assert_eq!(
-        loaded.outbox(None, 10).unwrap(),
-        g.index.outbox(None, 10).unwrap()
-    );
+    assert_eq!(loaded.outbox(10).unwrap(), g.index.outbox(10).unwrap());
 }
 
 /// The reconciler proposes an expiry only when the front of an age index is past its

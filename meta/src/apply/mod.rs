@@ -464,7 +464,7 @@ fn foreign_ref(
     }
     cross::check_foreign(txn, (bucket, key, ref_id))?;
     let response = dispatch(txn, command)?;
-    cross::keep_foreign(txn, (bucket, key, ref_id), written)?;
+    cross::keep_foreign(txn, (bucket, key, ref_id), written, &response)?;
     Ok(response)
 }
 

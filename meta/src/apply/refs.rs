@@ -72,6 +72,23 @@ impl<'a> Holder<'a> {
             number,
         }
     }
+
+    /// The (bucket, key) the reference is held under.
+    fn key(&self) -> (&'a str, &'a str) {
+        match *self {
+            Holder::Object { bucket, key, .. } | Holder::Part { bucket, key, .. } => (bucket, key),
+        }
+    }
+
+    /// The ref_id a holder that kept none is released under (see [`crate::outbox`]).
+    fn derived_ref(&self) -> u64 {
+        match *self {
+            Holder::Object { seq, .. } => outbox::derived_object_ref(seq),
+            Holder::Part {
+                upload_id, number, ..
+            } => outbox::derived_part_ref(upload_id, number),
+        }
+    }
 }
 
 /// Dereferences the content of a removed object or part. A missing record is reported,
@@ -105,23 +122,8 @@ pub(super) fn release(
             }
         };
     }
-    let (bucket, key, ref_id) = match holder {
-        Holder::Object { bucket, key, seq } => (
-            bucket,
-            key,
-            ref_id.unwrap_or(outbox::derived_object_ref(seq)),
-        ),
-        Holder::Part {
-            bucket,
-            key,
-            upload_id,
-            number,
-        } => (
-            bucket,
-            key,
-            ref_id.unwrap_or(outbox::derived_part_ref(upload_id, number)),
-        ),
-    };
+    let (bucket, key) = holder.key();
+    let ref_id = ref_id.unwrap_or_else(|| holder.derived_ref());
     txn.open_table(OUTBOX)?.insert(
         (bucket, key.as_bytes(), ref_id),
         outbox::encode_value(&sha1.0, magic),
@@ -132,26 +134,20 @@ pub(super) fn release(
 /// Removes the ref_id a holder kept (it had one if its reference was taken in another
 /// group), and its row in `held_refs`.
 fn forget_ref_id(txn: &WriteTransaction, holder: Holder<'_>) -> Result<Option<u64>, MetaError> {
-    let (bucket, key, ref_id) = match holder {
-        Holder::Object { bucket, key, seq } => {
-            let mut ids = txn.open_table(OBJECT_REF_IDS)?;
-            let id = ids
-                .remove((bucket, key.as_bytes(), seq))?
-                .map(|v| v.value());
-            (bucket, key, id)
-        }
+    let ref_id = match holder {
+        Holder::Object { bucket, key, seq } => txn
+            .open_table(OBJECT_REF_IDS)?
+            .remove((bucket, key.as_bytes(), seq))?
+            .map(|v| v.value()),
         Holder::Part {
-            bucket,
-            key,
-            upload_id,
-            number,
-        } => {
-            let mut ids = txn.open_table(PART_REF_IDS)?;
-            let id = ids.remove((upload_id, number))?.map(|v| v.value());
-            (bucket, key, id)
-        }
+            upload_id, number, ..
+        } => txn
+            .open_table(PART_REF_IDS)?
+            .remove((upload_id, number))?
+            .map(|v| v.value()),
     };
     if let Some(id) = ref_id {
+        let (bucket, key) = holder.key();
         txn.open_table(HELD)?.remove((bucket, key.as_bytes(), id))?;
     }
     Ok(ref_id)

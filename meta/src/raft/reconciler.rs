@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::metadata::Metadata;
 use super::replicas::Replicas;
+use super::timeouts::now_ms;
 use crate::groups::{GroupId, ShardMap};
 use crate::outbox::{FenceOutcome, OutboxEntry};
 use crate::ref_log::{BATCH_MAX, EXPIRE_MAX, RefOutcome, RefState, Settle};
@@ -86,12 +87,6 @@ fn leads(meta: &Metadata) -> bool {
     meta.raft().metrics().borrow().current_leader == Some(meta.node_id())
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 async fn group_round(
     r: &Replicas,
     map: &ShardMap,
@@ -132,7 +127,7 @@ async fn follow_ownership(map: &ShardMap, id: GroupId, meta: &Metadata) -> Resul
 
 /// Sends the outbox's decs to their groups and drops the rows whose decs were applied.
 async fn drain_outbox(r: &Replicas, map: &ShardMap, meta: &Metadata) -> Result<(), MetaError> {
-    let rows = meta.read_local(|s| s.outbox(None, BATCH_MAX)).await?;
+    let rows = meta.read_local(|s| s.outbox(BATCH_MAX)).await?;
     if rows.is_empty() {
         return Ok(());
     }

@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use placement::Sha1;
@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::ClusterConfig;
 use super::metadata::{self, GroupStatus, GroupsStatus, KeyInterval, Metadata, Sha1Interval};
-use super::network::{Call, Transport};
+use super::network::{Call, Rpc, Transport};
 use super::proposer::WriteReply;
 use super::timeouts::{READ_TIMEOUT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, NodeId};
@@ -98,6 +98,15 @@ pub struct Replicas {
     /// The tasks that work on the replicas: the map's follower ([`follow_map`]), the
     /// cross-group rounds (`reconciler.rs`); stopped at shutdown.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+/// A group this node holds no replica of, as [`Replicas::remote`] finds it.
+struct Remote {
+    /// Its replicas as the map places them.
+    replicas: Vec<NodeId>,
+    /// Their addresses (every node's, from root's membership).
+    nodes: BTreeMap<NodeId, String>,
+    rpc: Rpc,
 }
 
 /// Answers a read on this node's replica, linearizable.
@@ -250,10 +259,10 @@ impl Replicas {
 
     /// Keeps a task that works on the replicas, to stop it at [`Replicas::shutdown`].
     pub fn keep_task(&self, task: tokio::task::JoinHandle<()>) {
-        match self.tasks.lock() {
-            Ok(mut t) => t.push(task),
-            Err(p) => p.into_inner().push(task),
-        }
+        self.tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(task);
     }
 
     /// How long a reference may stay pending past its deadline (see
@@ -275,13 +284,11 @@ impl Replicas {
             return replica.execute(cmd).await;
         }
         let map = self.shard_map().await?;
-        let Some(g) = map.group(group).filter(|g| !g.replicas.is_empty()) else {
-            return Err(MetaError::Moved {
-                map_version: map.version,
-            });
-        };
-        let nodes = self.root.status().nodes;
-        let rpc = super::network::Rpc::new(self.transport.clone(), group);
+        let Remote {
+            replicas,
+            nodes,
+            rpc,
+        } = self.remote(&map, group)?;
         let batch = Batch(vec![cmd]);
         let deadline = Instant::now() + SEND_BUDGET;
         let mut next = 0usize;
@@ -291,7 +298,7 @@ impl Replicas {
             let target = match hint.take() {
                 Some(h) => h,
                 None => {
-                    let t = g.replicas[next % g.replicas.len()];
+                    let t = replicas[next % replicas.len()];
                     next += 1;
                     t
                 }
@@ -329,6 +336,22 @@ impl Replicas {
         )))
     }
 
+    /// What calls a group this node holds no replica of need: its replicas as `map`
+    /// places them, their addresses in root, and a client of the group; `Moved` when the
+    /// map has no such group (the caller's group came from an older map).
+    fn remote(&self, map: &ShardMap, group: GroupId) -> Result<Remote, MetaError> {
+        match map.group(group).filter(|g| !g.replicas.is_empty()) {
+            Some(g) => Ok(Remote {
+                replicas: g.replicas.clone(),
+                nodes: self.root.status().nodes,
+                rpc: Rpc::new(self.transport.clone(), group),
+            }),
+            None => Err(MetaError::Moved {
+                map_version: map.version,
+            }),
+        }
+    }
+
     /// `sha1`'s FileDB record as of now (linearizable), from the group the map gives it
     /// to: this node's replica if it holds one, else any replica of the group (each
     /// answers after its own read barrier), within [`SEND_BUDGET`].
@@ -351,16 +374,14 @@ impl Replicas {
         if let Some(replica) = self.get(group) {
             return read_query(&replica, query).await;
         }
-        let Some(g) = map.group(group).filter(|g| !g.replicas.is_empty()) else {
-            return Err(MetaError::Moved {
-                map_version: map.version,
-            });
-        };
-        let nodes = self.root.status().nodes;
-        let rpc = super::network::Rpc::new(self.transport.clone(), group);
+        let Remote {
+            replicas,
+            nodes,
+            rpc,
+        } = self.remote(map, group)?;
         let deadline = Instant::now() + SEND_BUDGET;
         let mut last = String::from("no replica of the group has an address");
-        for target in g.replicas.iter().cycle() {
+        for target in replicas.iter().cycle() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -392,18 +413,22 @@ impl Replicas {
         if group == ROOT {
             return Some(self.root.clone());
         }
-        match self.groups.read() {
-            Ok(g) => g.get(&group).cloned(),
-            Err(p) => p.into_inner().get(&group).cloned(),
-        }
+        self.groups
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&group)
+            .cloned()
     }
 
     /// The groups this node holds a replica of, root first.
     pub fn ids(&self) -> Vec<GroupId> {
-        let others: Vec<GroupId> = match self.groups.read() {
-            Ok(g) => g.keys().copied().collect(),
-            Err(p) => p.into_inner().keys().copied().collect(),
-        };
+        let others: Vec<GroupId> = self
+            .groups
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect();
         std::iter::once(ROOT).chain(others).collect()
     }
 
@@ -429,10 +454,10 @@ impl Replicas {
         let replica =
             metadata::open_replica(&dir, group, cluster, self.transport.clone(), initialize)
                 .await?;
-        match self.groups.write() {
-            Ok(mut g) => g.insert(group, replica.clone()),
-            Err(p) => p.into_inner().insert(group, replica.clone()),
-        };
+        self.groups
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(group, replica.clone());
         Ok(replica)
     }
 
@@ -442,10 +467,11 @@ impl Replicas {
     /// it again on each change of the map or of root's membership, as soon as root applies
     /// it, and [`Replicas::refresh_map`] does at once (after a `Moved`).
     pub async fn shard_map(&self) -> Result<Arc<ShardMap>, MetaError> {
-        let cached = match self.map.read() {
-            Ok(m) => m.clone(),
-            Err(p) => p.into_inner().clone(),
-        };
+        let cached = self
+            .map
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         match cached {
             Some(map) => Ok(map),
             None => self.refresh_map().await?.ok_or_else(|| {
@@ -458,10 +484,10 @@ impl Replicas {
     /// is not a member yet).
     pub async fn refresh_map(&self) -> Result<Option<Arc<ShardMap>>, MetaError> {
         let map = shard_map_of(&self.root).await?.map(Arc::new);
-        match self.map.write() {
-            Ok(mut m) => m.clone_from(&map),
-            Err(p) => p.into_inner().clone_from(&map),
-        }
+        self.map
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone_from(&map);
         Ok(map)
     }
 
@@ -561,7 +587,7 @@ impl Replicas {
     /// [`LEADER_ASK_TIMEOUT`]. None when none answers.
     async fn ask_leader(&self, group: &Group, nodes: &BTreeMap<NodeId, String>) -> Option<NodeId> {
         use futures_util::StreamExt as _;
-        let rpc = super::network::Rpc::new(self.transport.clone(), group.id);
+        let rpc = Rpc::new(self.transport.clone(), group.id);
         let mut asks: futures_util::stream::FuturesUnordered<_> = group
             .replicas
             .iter()
@@ -586,18 +612,15 @@ impl Replicas {
 
     /// Stops every replica, the other groups first and root last.
     pub async fn shutdown(&self) {
-        let tasks = match self.tasks.lock() {
-            Ok(mut t) => std::mem::take(&mut *t),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        };
+        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(PoisonError::into_inner));
         for task in tasks {
             task.abort();
             let _ = task.await;
         }
-        let others: Vec<Arc<Metadata>> = match self.groups.write() {
-            Ok(mut g) => std::mem::take(&mut *g).into_values().collect(),
-            Err(p) => std::mem::take(&mut *p.into_inner()).into_values().collect(),
-        };
+        let others: Vec<Arc<Metadata>> =
+            std::mem::take(&mut *self.groups.write().unwrap_or_else(PoisonError::into_inner))
+                .into_values()
+                .collect();
         for replica in others {
             replica.shutdown().await;
         }

@@ -687,7 +687,7 @@ async fn cross_group_references_settle_through_the_leaders_work() {
                     return false;
                 }
                 let (outbox, objects) = root
-                    .read_local(|s| Ok((s.outbox(None, 10)?, s.objects_after("b", None, 100)?)))
+                    .read_local(|s| Ok((s.outbox(10)?, s.objects_after("b", None, 100)?)))
                     .await
                     .unwrap();
                 let group = holder.get(filedb).unwrap();

@@ -11,6 +11,9 @@
 use rand::RngExt as _;
 
 use super::replicas::Replicas;
+use super::timeouts::now_ms;
+use crate::command::ContentRef;
+use crate::groups::GroupId;
 use crate::outbox::FenceOutcome;
 use crate::ref_log::Settle;
 use crate::{Command, MetaError, Response};
@@ -22,12 +25,6 @@ pub const REF_DEADLINE_MS: u64 = 5 * 60 * 1000;
 /// Bound on the tries of a write answered `Moved` (each on the map root has applied
 /// since).
 const MOVED_TRIES: usize = 3;
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
 
 /// Runs `cmd`, a write of (`bucket`, `key`) that references content (see
 /// [`Command::content_reference`]), in the group that owns the key. When the content's
@@ -54,7 +51,7 @@ pub async fn referencing_write(
         let answer = if index == filedb {
             replicas.send(index, cmd.clone()).await
         } else {
-            across(replicas, (index, filedb), bucket, key, &cmd).await
+            across(replicas, (index, filedb), (bucket, key), &cmd, content).await
         };
         match answer {
             Err(MetaError::Moved { map_version }) if tries < MOVED_TRIES => {
@@ -71,14 +68,11 @@ pub async fn referencing_write(
 /// The write across two groups: the reference in `filedb`, then the entry in `index`.
 async fn across(
     replicas: &Replicas,
-    (index, filedb): (crate::groups::GroupId, crate::groups::GroupId),
-    bucket: &str,
-    key: &str,
+    (index, filedb): (GroupId, GroupId),
+    (bucket, key): (&str, &str),
     cmd: &Command,
+    content: ContentRef,
 ) -> Result<Response, MetaError> {
-    let Some(content) = cmd.content_reference() else {
-        return Err(MetaError::InvalidCommand("no content to reference".into()));
-    };
     // A fresh id per try: a retried write never reuses a reference that may be settled.
     // The top bit is the derived ids' (`outbox.rs`).
     let ref_id = rand::rng().random::<u64>() >> 1;
@@ -137,11 +131,11 @@ async fn across(
 /// releases it in `filedb`. Answers whether it was released.
 async fn release_now(
     replicas: &Replicas,
-    (index, filedb): (crate::groups::GroupId, crate::groups::GroupId),
+    (index, filedb): (GroupId, GroupId),
     bucket: &str,
     key: &str,
     ref_id: u64,
-    content: &crate::command::ContentRef,
+    content: &ContentRef,
 ) -> Result<bool, MetaError> {
     let fence = Command::Fence {
         bucket: bucket.to_string(),

@@ -1,5 +1,5 @@
 //! The time bounds of a request that needs the group: finding a leader, committing a
-//! command, confirming a read index.
+//! command, confirming a read index; and the wall clock that commands carry.
 
 use std::time::Duration;
 
@@ -9,3 +9,11 @@ pub const LEADER_WAIT: Duration = Duration::from_secs(3);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound on a read-index round.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Milliseconds since the epoch: the stamp a command carries (deadlines, release and fence
+/// times), taken by the node that proposes it so that every replica applies the same.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

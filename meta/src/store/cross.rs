@@ -5,7 +5,7 @@ use redb::{ReadableDatabase, ReadableTable as _};
 
 use super::MetaStore;
 use crate::MetaError;
-use crate::outbox::{self, OUTBOX, OutboxEntry, OutboxRow};
+use crate::outbox::{self, OUTBOX, OutboxEntry};
 use crate::ownership::{self, OWNERSHIP, Ownership};
 use crate::ref_log::{self, REF_LOG, REF_PENDING, REF_RELEASED, RefState};
 
@@ -39,20 +39,13 @@ impl MetaStore {
                 map_version: own.map_version,
             });
         }
-        txn.open_table(crate::tables::FILES)?
-            .get(sha1.0)?
-            .map(|v| crate::FileRecord::decode_checked(sha1, &v.value()))
-            .transpose()
+        super::files::file_in(&txn, sha1)
     }
 
-    /// The outbox's rows after `after`, at most `limit`, in (bucket, key, ref_id) order.
-    pub fn outbox(
-        &self,
-        after: Option<&OutboxRow>,
-        limit: usize,
-    ) -> Result<Vec<OutboxEntry>, MetaError> {
+    /// The outbox's first `limit` rows, in (bucket, key, ref_id) order.
+    pub fn outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>, MetaError> {
         let txn = self.db().begin_read()?;
-        outbox::read_after(&txn.open_table(OUTBOX)?, after, limit)
+        outbox::read_front(&txn.open_table(OUTBOX)?, limit)
     }
 
     /// Whether the oldest `Released` row and the oldest fence are past their keep at

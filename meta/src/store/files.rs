@@ -2,7 +2,7 @@
 //! the native references.
 
 use placement::{PairId, Sha1};
-use redb::{ReadableDatabase, ReadableTable};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 
 use super::MetaStore;
 use crate::MetaError;
@@ -11,12 +11,7 @@ use crate::tables::{DELETING, DeletingRecord, FILES, FileRecord};
 
 impl MetaStore {
     pub fn file(&self, sha1: &Sha1) -> Result<Option<FileRecord>, MetaError> {
-        let txn = self.db().begin_read()?;
-        let table = txn.open_table(FILES)?;
-        table
-            .get(sha1.0)?
-            .map(|v| FileRecord::decode_checked(sha1, &v.value()))
-            .transpose()
+        file_in(&self.db().begin_read()?, sha1)
     }
 
     /// The `ref_log` row of reference `ref_id` of `sha1` (see [`crate::ref_log`]).
@@ -92,4 +87,12 @@ impl MetaStore {
         }
         Ok(())
     }
+}
+
+/// `sha1`'s record in `txn`.
+pub(super) fn file_in(txn: &ReadTransaction, sha1: &Sha1) -> Result<Option<FileRecord>, MetaError> {
+    txn.open_table(FILES)?
+        .get(sha1.0)?
+        .map(|v| FileRecord::decode_checked(sha1, &v.value()))
+        .transpose()
 }
