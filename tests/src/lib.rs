@@ -99,7 +99,7 @@ pub struct Gateway {
     paused: bool,
     /// Names the process in failure messages (`gateway`, `node 2`).
     label: String,
-    log: Arc<Mutex<VecDeque<String>>>,
+    log: Arc<Mutex<KeptLog>>,
     /// Extra `serve` flags and environment, kept across restarts.
     extra_args: Vec<String>,
     extra_env: Vec<(String, String)>,
@@ -229,7 +229,7 @@ impl Gateway {
             child: None,
             paused: false,
             label: opts.label.unwrap_or_else(|| "gateway".to_string()),
-            log: Arc::new(Mutex::new(VecDeque::new())),
+            log: Arc::new(Mutex::new(KeptLog::default())),
             extra_args: opts.args,
             extra_env: opts.env,
             stderr_file: opts.stderr_file,
@@ -647,7 +647,7 @@ impl Gateway {
     /// before `listening on` (so known once the gateway started); None without the flag.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         let log = self.log.lock().unwrap_or_else(|e| e.into_inner());
-        log.iter().rev().find_map(|line| {
+        log.tail.iter().rev().find_map(|line| {
             line.strip_prefix("[stdout] admin listening on ")?
                 .parse()
                 .ok()
@@ -731,7 +731,7 @@ impl Remote {
 fn drain<R: Read + Send + 'static>(
     pipe: R,
     tag: &'static str,
-    log: Arc<Mutex<VecDeque<String>>>,
+    log: Arc<Mutex<KeptLog>>,
     mut ready: Option<mpsc::Sender<u16>>,
 ) {
     thread::spawn(move || {
@@ -776,12 +776,32 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
-/// The last `n` lines of a process's kept output, framed, for failure messages.
-fn log_tail_of(log: &Mutex<VecDeque<String>>, label: &str, n: usize) -> String {
+/// How many of a process's first `ERROR` and panic lines are kept apart from the tail: the first
+/// error is often the cause, and a failing node may print thousands of lines after it.
+const ERROR_LINES_KEPT: usize = 20;
+
+/// A process's output as kept for failure messages: its last lines and its first errors.
+#[derive(Default)]
+struct KeptLog {
+    tail: VecDeque<String>,
+    first_errors: Vec<String>,
+}
+
+/// The last `n` lines of a process's kept output, framed, for failure messages; its first
+/// `ERROR` lines before them.
+fn log_tail_of(log: &Mutex<KeptLog>, label: &str, n: usize) -> String {
     let log = log.lock().unwrap_or_else(|e| e.into_inner());
-    let skip = log.len().saturating_sub(n);
-    let mut s = format!("---- {label} output (last lines) ----\n");
-    for l in log.iter().skip(skip) {
+    let mut s = String::new();
+    if !log.first_errors.is_empty() {
+        s.push_str(&format!("---- {label}: first ERROR lines ----\n"));
+        for l in &log.first_errors {
+            s.push_str(l);
+            s.push('\n');
+        }
+    }
+    let skip = log.tail.len().saturating_sub(n);
+    s.push_str(&format!("---- {label} output (last lines) ----\n"));
+    for l in log.tail.iter().skip(skip) {
         s.push_str(l);
         s.push('\n');
     }
@@ -789,12 +809,17 @@ fn log_tail_of(log: &Mutex<VecDeque<String>>, label: &str, n: usize) -> String {
     s
 }
 
-fn push_line(log: &Mutex<VecDeque<String>>, line: String) {
+fn push_line(log: &Mutex<KeptLog>, line: String) {
     let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
-    if log.len() >= LOG_LINES_KEPT {
-        log.pop_front();
+    if log.first_errors.len() < ERROR_LINES_KEPT
+        && (line.contains(" ERROR ") || line.contains("panicked at"))
+    {
+        log.first_errors.push(line.clone());
     }
-    log.push_back(line);
+    if log.tail.len() >= LOG_LINES_KEPT {
+        log.tail.pop_front();
+    }
+    log.tail.push_back(line);
 }
 
 /// `listening on ADDR:PORT` -> PORT.
@@ -1372,7 +1397,7 @@ fn read_chunked<R: BufRead>(reader: &mut R, out: &mut Vec<u8>) -> io::Result<()>
 pub struct SignedRequest {
     addr: SocketAddr,
     /// The gateway's output and label, for the panic message of [`SignedRequest::send`].
-    log: Option<(Arc<Mutex<VecDeque<String>>>, String)>,
+    log: Option<(Arc<Mutex<KeptLog>>, String)>,
     io_timeout: Duration,
     method: String,
     target: String,

@@ -516,14 +516,14 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
         let path = self.snapshots.current();
-        let header = match tokio::task::spawn_blocking({
-            let path = path.clone();
-            move || snapshot::read_header(&path)
-        })
-        .await
-        .map_err(sm_read)?
-        {
-            Ok(h) => h,
+        // The header and the data come from one open file: a snapshot built or installed
+        // meanwhile renames a new file over the path, and a meta read from one file sent
+        // with the data of the next made the follower refuse the install and stop.
+        let opened = tokio::task::spawn_blocking(move || snapshot::open_with_header(&path))
+            .await
+            .map_err(sm_read)?;
+        let (header, file) = match opened {
+            Ok(opened) => opened,
             Err(snapshot::SnapshotError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(None);
             }
@@ -531,10 +531,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         };
         let meta: SnapshotMeta<NodeId, Node> =
             postcard::from_bytes(&header.meta).map_err(sm_read)?;
-        let file = tokio::fs::File::open(&path).await.map_err(sm_read)?;
         Ok(Some(Snapshot {
             meta,
-            snapshot: Box::new(file),
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
         }))
     }
 }
@@ -596,19 +595,20 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let db = self.meta.db();
         let snapshots = self.snapshots.clone();
         let tmp = snapshots.temp("building");
-        let meta = tokio::task::spawn_blocking(move || {
+        let (meta, file) = tokio::task::spawn_blocking(move || {
             let meta = build_snapshot_file(&db, &tmp)?;
+            // Opened before it is published: the handle is this snapshot's, whatever is
+            // renamed over the current one later.
+            let file = std::fs::File::open(&tmp).map_err(|e| e.to_string())?;
             snapshots.publish(&tmp).map_err(|e| e.to_string())?;
-            Ok::<_, String>(meta)
+            Ok::<_, String>((meta, file))
         })
         .await
         .map_err(snap_err)?
         .map_err(snap_err)?;
         // build_snapshot_file checkpointed before writing: the snapshot's state is durable.
         self.durable.reached(meta.last_log_id);
-        let file = tokio::fs::File::open(self.snapshots.current())
-            .await
-            .map_err(snap_err)?;
+        let file = tokio::fs::File::from_std(file);
         tracing::info!(last_log_id = ?meta.last_log_id, "built a snapshot");
         Ok(Snapshot {
             meta,
@@ -756,5 +756,49 @@ mod tests {
             .await
             .expect("no wait for what is durable")
             .unwrap();
+    }
+
+    /// The snapshot sent to a follower is one file: its announced meta is the meta of the
+    /// data sent. New snapshots are built (renamed over the current one) all the while; a
+    /// meta read from one file and data from the next made the follower refuse the install
+    /// and stop for good.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_snapshot_sent_is_the_snapshot_announced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sm = machine(dir.path());
+        sm.apply(vec![entry(1, vec![create("b1")])]).await.unwrap();
+        let mut builder = sm.get_snapshot_builder().await;
+        builder.build_snapshot().await.unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let builds = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let mut built = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && built < 5_000 {
+                    builder.build_snapshot().await.unwrap();
+                    built += 1;
+                }
+                built
+            }
+        });
+        let mut checked = 0;
+        while checked < 300 {
+            let snap = sm.get_current_snapshot().await.unwrap().unwrap();
+            let mut file = snap.snapshot.into_std().await;
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut file, &mut bytes).unwrap();
+            let sent = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(sent.path(), &bytes).unwrap();
+            let (header, _) = snapshot::open_with_header(sent.path()).unwrap();
+            let sent_meta: SnapshotMeta<NodeId, Node> = postcard::from_bytes(&header.meta).unwrap();
+            assert_eq!(
+                sent_meta.snapshot_id, snap.meta.snapshot_id,
+                "after {checked} reads"
+            );
+            checked += 1;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let built = builds.await.unwrap();
+        assert!(built > 10, "only {built} snapshots built while reading");
     }
 }

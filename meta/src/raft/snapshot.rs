@@ -228,10 +228,14 @@ fn read_bytes(r: &mut impl Read, what: &str) -> Result<Vec<u8>, SnapshotError> {
     Ok(buf)
 }
 
-/// Reads only the header of a snapshot file.
-pub fn read_header(path: &Path) -> Result<SnapshotHeader, SnapshotError> {
-    let mut r = BufReader::new(std::fs::File::open(path)?);
-    header(&mut r)
+/// Opens a snapshot file: its header, and the file positioned at its start. Both come
+/// from the one open file, whatever is renamed over `path` meanwhile.
+pub fn open_with_header(path: &Path) -> Result<(SnapshotHeader, std::fs::File), SnapshotError> {
+    use std::io::Seek;
+    let mut file = std::fs::File::open(path)?;
+    let header = header(&mut BufReader::new(&mut file))?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    Ok((header, file))
 }
 
 fn header(r: &mut impl Read) -> Result<SnapshotHeader, SnapshotError> {
