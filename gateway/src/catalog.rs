@@ -49,8 +49,8 @@ impl Catalog for LocalCatalog {
     async fn lookup_fenced(&self, sha1: Sha1) -> Result<Option<FileState>, CatalogError> {
         let rec = self
             .store
-            .metadata()
-            .read_fenced(move |m| m.file(&sha1))
+            .replicas()
+            .file_fenced(sha1)
             .await
             .map_err(store_error)?;
         Ok(rec.map(file_state))
@@ -65,7 +65,8 @@ impl Catalog for LocalCatalog {
         let limit = limit.clamp(1, DELETING_PAGE_MAX);
         let entries = self
             .store
-            .meta_read(move |m| m.deleting_of_pair(pair, after, limit))
+            .replicas()
+            .deleting_of_pair(pair, after, limit)
             .await
             .map_err(store_error)?;
         Ok(entries
@@ -88,7 +89,7 @@ impl Catalog for LocalCatalog {
 
     async fn relocate(&self, sha1: Sha1, from: PairId, to: PairId) -> Result<bool, CatalogError> {
         self.store
-            .metadata()
+            .replicas()
             .relocate(sha1, from, to)
             .await
             .map_err(store_error)

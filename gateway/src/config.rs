@@ -128,7 +128,7 @@ impl Switch {
 }
 
 /// The `[cluster]` section: the same settings as `--node-id`, `--peers`, `--snapshot-logs`,
-/// `--election-timeout-ms`.
+/// `--election-timeout-ms`, `--replication-factor`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
@@ -142,6 +142,8 @@ pub struct ClusterSection {
     pub cluster_key: Option<PathBuf>,
     pub snapshot_logs: Option<u64>,
     pub election_timeout_ms: Option<u64>,
+    /// As `--replication-factor`.
+    pub replication_factor: Option<u64>,
 }
 
 /// A token setting from its environment variable's value and the config file's: the

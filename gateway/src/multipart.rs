@@ -219,7 +219,10 @@ impl ObjectStore {
         let checksum =
             checksum.and_then(|slot| slot.lock().unwrap_or_else(|e| e.into_inner()).take());
         let command = |source| part_command(upload_id, number, &part, source, checksum.clone());
-        match self.commit_content::<PartPut>(staged, command).await {
+        match self
+            .commit_content::<PartPut>(staged, Some((bucket, key)), command)
+            .await
+        {
             Ok(PartPut) => Ok((part, checksum)),
             Err(e) => Err(e.in_bucket(bucket).into()),
         }
@@ -279,7 +282,11 @@ impl ObjectStore {
                 meta::ContentSource::Existing,
                 checksum.clone(),
             );
-            return match self.metadata().referencing::<PartPut>(cmd).await {
+            return match self
+                .replicas()
+                .referencing::<PartPut>(Some((bucket, key)), cmd)
+                .await
+            {
                 Ok(Referenced::Done(PartPut)) => Ok((part, checksum)),
                 Ok(Referenced::ContentGone) => {
                     Err(self.released(from.0, from.1, &source, source.sha1).await)
@@ -455,7 +462,10 @@ impl ObjectStore {
                 None => complete,
             }
         };
-        match self.commit_content::<ObjectPut>(staged, command).await {
+        match self
+            .commit_content::<ObjectPut>(staged, Some((bucket, key)), command)
+            .await
+        {
             Ok(put) => Ok(Stored {
                 record: object.into_record(put.seq),
                 version_id: put.version_id,

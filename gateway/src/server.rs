@@ -58,6 +58,8 @@ pub struct Config {
     pub cluster: Option<ClusterConfig>,
     /// `--snapshot-logs`: applied entries between two snapshots.
     pub snapshot_logs: u64,
+    /// `--replication-factor`: replicas of each group a split creates.
+    pub replication_factor: u64,
     /// Timeouts and the bound on connections in flight.
     pub connections: ConnectionLimits,
     /// `--tls-cert`/`--tls-key`: HTTPS on the listener (and on the admin listener), the
@@ -315,6 +317,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let single = config.cluster.is_none();
     let cluster = config.cluster.clone().unwrap_or_else(|| ClusterConfig {
         snapshot_logs: config.snapshot_logs,
+        replication_factor: config.replication_factor,
         ..ClusterConfig::single(addr.to_string())
     });
     let peers = Arc::new(match &cluster_tls {
@@ -330,7 +333,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let pairs = Arc::new(PairTable::new());
     let state = Arc::new(AppState {
         store: Arc::new(ObjectStore::new(
-            metadata.clone(),
+            replicas.clone(),
             pairs,
             config.limits.clone(),
             config.choice_root,

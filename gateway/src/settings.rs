@@ -230,6 +230,9 @@ settings! {
     /// leader's heartbeat a fifth): a leader that stops answering is replaced after about
     /// three to four times this value [default: 500]
     [cluster] election_timeout_ms: u64 = ELECTION_TIMEOUT_MS_DEFAULT;
+    /// Replicas of each metadata group a split creates (`admin groups split`), at most
+    /// the cluster's nodes [default: 3]
+    [cluster] replication_factor: u64 = meta::raft::REPLICATION_FACTOR_DEFAULT;
     /// Level of the one log line per S3 request (request id, method, bucket, key, status,
     /// bytes in and out, duration), or off [default: info]
     #[arg(value_enum)]
@@ -289,6 +292,7 @@ impl Settings {
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config, String> {
         let cluster = self.cluster(file, env)?;
+        let replication_factor = self.replication_factor()?;
         let tls = self.tls()?;
         let cluster_tls = self.cluster_tls()?;
         let job_pace = self.job_pace()?;
@@ -332,6 +336,7 @@ impl Settings {
             .map_err(|e| e.to_string())?,
             cluster,
             snapshot_logs: self.snapshot_logs,
+            replication_factor,
             connections: ConnectionLimits {
                 header_read_timeout_secs: self.header_read_timeout_secs,
                 keepalive_idle_secs: self.keepalive_idle_secs,
@@ -349,6 +354,18 @@ impl Settings {
             job_pace,
             sha1_collision_detection: self.sha1_collision_detection.is_on(),
         })
+    }
+
+    /// `--replication-factor`, within 1..=[`meta::raft::REPLICATION_FACTOR_MAX`].
+    fn replication_factor(&self) -> Result<u64, String> {
+        let rf = self.replication_factor;
+        let max = meta::raft::REPLICATION_FACTOR_MAX;
+        if !(1..=max).contains(&rf) {
+            return Err(format!(
+                "--replication-factor must be within 1..={max} (got {rf})"
+            ));
+        }
+        Ok(rf)
     }
 
     /// The metadata group with `peers`, which needs `node_id` and the cluster secret (the
@@ -396,6 +413,7 @@ impl Settings {
             snapshot_logs: self.snapshot_logs,
             election_timeout_ms,
             reconcile_grace_ms: meta::raft::RECONCILE_GRACE_MS_DEFAULT,
+            replication_factor: self.replication_factor()?,
         }))
     }
 
@@ -510,7 +528,7 @@ mod tests {
     fn a_flag_wins_over_the_file_which_wins_over_the_default() {
         let file = file(
             "max_object_bytes = 2000\nregion = \"eu\"\nrequest_log_level = \"warn\"\n\
-             [cluster]\nsnapshot_logs = 7\nelection_timeout_ms = 900\n\
+             [cluster]\nsnapshot_logs = 7\nelection_timeout_ms = 900\nreplication_factor = 5\n\
              [valkyrie]\ngrace_secs = 600\nquarantine_secs = 700",
         );
         let flagged = flags(&[
@@ -529,6 +547,7 @@ mod tests {
         assert_eq!((s.max_object_bytes, s.region.as_str()), (1000, "eu"));
         assert_eq!(s.memory_stage_bytes, d.memory_stage_bytes);
         assert_eq!((s.snapshot_logs, s.election_timeout_ms), (5, 900));
+        assert_eq!(s.replication_factor, 5);
         assert_eq!((s.grace_secs, s.quarantine_secs), (400, 700));
         assert_eq!(s.slave_delay_secs, d.slave_delay_secs);
         assert_eq!(s.request_log_level, RequestLogLevel::Off);
@@ -549,6 +568,7 @@ mod tests {
         assert_eq!(d.max_object_bytes, 5 << 30);
         assert_eq!(d.quarantine_secs, 7 * 86_400);
         assert_eq!((d.snapshot_logs, d.election_timeout_ms), (20_000, 500));
+        assert_eq!(d.replication_factor, 3);
         assert_eq!((d.job_chunk_keys, d.job_pause_ms), (200, 5));
     }
 
@@ -653,6 +673,18 @@ mod tests {
             )
             .starts_with("--election-timeout-ms must be within 50..=60000")
         );
+        for (flag, file) in [
+            (["--replication-factor", "0"], ""),
+            (
+                ["--snapshot-logs", "5"],
+                "[cluster]\nreplication_factor = 8",
+            ),
+        ] {
+            assert!(
+                error(&flag, file).starts_with("--replication-factor must be within 1..=7"),
+                "{flag:?} {file}"
+            );
+        }
         assert_eq!(
             error(&["--job-chunk-keys", "0"], ""),
             "--job-chunk-keys must be 1 to 1000"

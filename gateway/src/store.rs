@@ -28,7 +28,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use meta::acl::CannedAcl;
 use meta::command::LockChange;
-use meta::raft::Metadata;
+use meta::raft::{Metadata, Replicas};
 use meta::tags::TagSet;
 use meta::{
     Answer, BucketRecord, Checksum, Command, ContentSource, DeleteOutcome, Deleted, FileRecord,
@@ -401,6 +401,10 @@ impl CommitError {
 }
 
 pub struct ObjectStore {
+    /// Every group this node holds a replica of, and the way to the others: commands and
+    /// FileDB reads go to the group the shard map gives them.
+    replicas: Arc<Replicas>,
+    /// Root's replica: the S3 index, PairDB, buckets and keys (until index groups exist).
     meta: Arc<Metadata>,
     pairs: Arc<PairTable>,
     bad_copies: Arc<BadCopies>,
@@ -426,7 +430,7 @@ pub(crate) fn now_secs() -> u64 {
 
 impl ObjectStore {
     pub fn new(
-        meta: Arc<Metadata>,
+        replicas: Arc<Replicas>,
         pairs: Arc<PairTable>,
         limits: Limits,
         choice_root: u32,
@@ -439,7 +443,8 @@ impl ObjectStore {
             Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS)))
         });
         ObjectStore {
-            meta,
+            meta: replicas.root().clone(),
+            replicas,
             pairs,
             bad_copies: Arc::new(BadCopies::new()),
             limits,
@@ -463,14 +468,20 @@ impl ObjectStore {
         self.meta.read(f).await
     }
 
-    /// Commits one command through the replicated log.
+    /// Commits one command through the replicated log of the group the map gives it (a
+    /// write that references content goes by its key: [`Replicas::execute_at`]).
     pub async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
-        self.meta.execute(cmd).await
+        self.replicas.execute(cmd).await
     }
 
-    /// The replicated metadata.
+    /// Root's replica of the metadata.
     pub fn metadata(&self) -> &Arc<Metadata> {
         &self.meta
+    }
+
+    /// The groups: typed commands routed by the map.
+    pub fn replicas(&self) -> &Arc<Replicas> {
+        &self.replicas
     }
 
     /// A metadata read on the blocking pool, for the store's own calls: its failure is
@@ -562,14 +573,14 @@ impl ObjectStore {
     /// The content's FileDB record, linearizable (Valkyrie's "is this live?" and the
     /// native API ask this).
     pub async fn file(&self, sha1: Sha1) -> Result<Option<FileRecord>, MetaError> {
-        self.meta(move |m| m.file(&sha1)).await
+        self.replicas.file(sha1).await
     }
 
-    /// The content's record in this node's state machine, which may lag the leader: for
-    /// the dedup pre-check, whose answer the command checks again, and for reads that
-    /// follow a linearizable read of the same request.
+    /// The content's record for the dedup pre-check, whose answer the command checks
+    /// again, and for reads that follow a linearizable read of the same request: in one
+    /// group, this node's state machine (see [`Replicas::file_after_root_read`]).
     async fn file_local(&self, sha1: Sha1) -> Result<Option<FileRecord>, MetaError> {
-        self.meta.read_local(move |m| m.file(&sha1)).await
+        self.replicas.file_after_root_read(sha1).await
     }
 
     pub fn meta_store(&self) -> &Arc<MetaStore> {
@@ -642,7 +653,10 @@ impl ObjectStore {
             let put = Command::tagged(&bucket, &key, &tags, put);
             Command::with_acl(&bucket, &key, acl, put)
         };
-        match self.commit_content::<ObjectPut>(staged, command).await {
+        match self
+            .commit_content::<ObjectPut>(staged, Some((&bucket, &key)), command)
+            .await
+        {
             Ok(put) => Ok(Stored {
                 record: object.into_record(put.seq),
                 version_id: put.version_id,
@@ -755,7 +769,7 @@ impl ObjectStore {
         let cmd = Command::tagged(to.0, to.1, &tags, cmd);
         let cmd = Command::with_acl(to.0, to.1, acl, cmd);
         if let Some(id) = pinned {
-            return match self.meta.referencing::<ObjectPut>(cmd).await {
+            return match self.replicas.referencing::<ObjectPut>(Some(to), cmd).await {
                 Ok(Referenced::Done(put)) => Ok(Stored {
                     record: object.into_record(put.seq),
                     version_id: put.version_id,
@@ -769,7 +783,7 @@ impl ObjectStore {
             };
         }
         let raced = || StoreError::Raced(format!("{}/{}", from.0, from.1));
-        match self.meta.call::<ObjectPut>(cmd).await {
+        match self.replicas.call_at::<ObjectPut>(to.0, to.1, cmd).await {
             Ok(put) => Ok(Stored {
                 record: object.into_record(put.seq),
                 version_id: put.version_id,
@@ -807,7 +821,7 @@ impl ObjectStore {
         let result = if objects.iter().all(|(_, pre)| pre.is_none()) {
             // Without conditions, the command every release knows.
             let keys = objects.into_iter().map(|(k, _)| k).collect();
-            self.meta
+            self.replicas
                 .delete_objects(bucket.to_string(), keys, now_secs())
                 .await
                 .map(|existed| {
@@ -823,7 +837,7 @@ impl ObjectStore {
                         .collect()
                 })
         } else {
-            self.meta
+            self.replicas
                 .delete_objects_matching(bucket.to_string(), objects, now_secs())
                 .await
         };
@@ -907,6 +921,7 @@ impl ObjectStore {
     pub async fn commit_content<T: Answer>(
         &self,
         staged: Staged,
+        at: Option<(&str, &str)>,
         command: impl Fn(ContentSource) -> Command,
     ) -> Result<T, CommitError> {
         let sha1 = staged.digests.sha1;
@@ -922,8 +937,8 @@ impl ObjectStore {
                 .await
             {
                 match self
-                    .meta
-                    .referencing(command(ContentSource::Existing))
+                    .replicas
+                    .referencing(at, command(ContentSource::Existing))
                     .await
                 {
                     // The content went away between the lookup and the commit: store ours.
@@ -950,7 +965,7 @@ impl ObjectStore {
                 // The record follows the new copies. Not switched: a racing heal or UNMOVE
                 // moved it first (to copies of its own), or the content was deleted and
                 // the command below inserts it again.
-                let moved = self.meta.relocate(sha1, from, pair).await?;
+                let moved = self.replicas.relocate(sha1, from, pair).await?;
                 tracing::info!(%sha1, %from, to = %pair, moved, "healed content record");
             }
             // The copies are new: reads may start from either disk again.
@@ -962,7 +977,14 @@ impl ObjectStore {
         }
         // On error our renamed copies are orphans without a record; Valkyrie removes them.
         // With our own copies the content cannot be gone: ContentGone here is a bug.
-        Ok(self.meta.call(command(ContentSource::Stored(pair))).await?)
+        match self
+            .replicas
+            .referencing(at, command(ContentSource::Stored(pair)))
+            .await?
+        {
+            Referenced::Done(answer) => Ok(answer),
+            Referenced::ContentGone => Err(MetaError::Unexpected("ContentGone".into()).into()),
+        }
     }
 
     /// Gives staged content its content address on both disks of a pair (a body held in
@@ -1148,7 +1170,7 @@ impl ObjectStore {
     /// Runs a pair command (`AddPair`, `SetPairFlags`) and brings the in-memory PairDB
     /// up to date with its result.
     pub async fn change_pair(&self, cmd: Command) -> Result<(PairId, PairRecord), StoreError> {
-        match self.meta.change_pair(cmd).await {
+        match self.replicas.change_pair(cmd).await {
             Ok((id, record)) => {
                 self.note_pair(id, record.clone())
                     .await
@@ -1345,7 +1367,7 @@ impl ObjectStore {
         };
         match precondition {
             None => self
-                .meta
+                .replicas
                 .call::<Deleted>(cmd)
                 .await
                 .map_err(|e| StoreError::meta(e, bucket)),
@@ -1356,7 +1378,7 @@ impl ObjectStore {
                     precondition,
                     command: Box::new(cmd),
                 };
-                self.meta
+                self.replicas
                     .call::<Deleted>(cmd)
                     .await
                     .map_err(|e| StoreError::conditional(e, bucket, key))
@@ -1409,10 +1431,10 @@ mod tests {
         }
         drop(meta);
         let cluster = meta::raft::ClusterConfig::single("127.0.0.1:1".into());
-        let meta = meta::raft::open(&meta_dir, cluster, Arc::new(meta::raft::network::NoPeers))
+        let replicas = Replicas::open(&meta_dir, cluster, Arc::new(meta::raft::network::NoPeers))
             .await
             .unwrap();
-        (dir, ObjectStore::new(meta, pairs, limits, 2))
+        (dir, ObjectStore::new(replicas, pairs, limits, 2))
     }
 
     async fn staged_on(store: &ObjectStore, pair: u32, body: &'static [u8]) -> StagedUpload {
@@ -1483,12 +1505,12 @@ mod tests {
             },
         };
         store
-            .commit_content::<FileRecord>(first.into(), cmd)
+            .commit_content::<FileRecord>(first.into(), None, cmd)
             .await
             .unwrap();
         let second = staged_on(&store, 1, body).await;
         store
-            .commit_content::<FileRecord>(second.into(), cmd)
+            .commit_content::<FileRecord>(second.into(), None, cmd)
             .await
             .unwrap();
         assert_eq!(store.file(sha1).await.unwrap().unwrap().refs, 2);
@@ -1594,7 +1616,7 @@ mod tests {
         assert_eq!(first.digests, ContentHasher::digest(&body));
         let sha1 = first.digests.sha1;
         store
-            .commit_content::<FileRecord>(first, inc_or_insert(sha1))
+            .commit_content::<FileRecord>(first, None, inc_or_insert(sha1))
             .await
             .unwrap();
         let before = content_and_temp_files(dir.path());
@@ -1604,7 +1626,7 @@ mod tests {
         }
         let second = store.stage(size, chunks()).await.unwrap();
         store
-            .commit_content::<FileRecord>(second, inc_or_insert(sha1))
+            .commit_content::<FileRecord>(second, None, inc_or_insert(sha1))
             .await
             .unwrap();
         assert_eq!(content_and_temp_files(dir.path()), before);
@@ -1620,7 +1642,7 @@ mod tests {
         let first = store.stage(size, stream()).await.unwrap();
         let sha1 = first.digests.sha1;
         store
-            .commit_content::<FileRecord>(first, inc_or_insert(sha1))
+            .commit_content::<FileRecord>(first, None, inc_or_insert(sha1))
             .await
             .unwrap();
         for (path, _) in content_and_temp_files(dir.path()) {
@@ -1628,7 +1650,7 @@ mod tests {
         }
         let again = store.stage(size, stream()).await.unwrap();
         let record = store
-            .commit_content::<FileRecord>(again, inc_or_insert(sha1))
+            .commit_content::<FileRecord>(again, None, inc_or_insert(sha1))
             .await
             .unwrap();
         assert_eq!(record.refs, 2);
@@ -1685,7 +1707,7 @@ mod tests {
         // Committing the first gives its share back.
         let sha1 = in_memory.digests.sha1;
         store
-            .commit_content::<FileRecord>(in_memory, inc_or_insert(sha1))
+            .commit_content::<FileRecord>(in_memory, None, inc_or_insert(sha1))
             .await
             .unwrap();
         let again = store.stage(Some(200_000), body(3)).await.unwrap();

@@ -59,7 +59,7 @@ impl ObjectStore {
         // S3's answers for what has nothing to change: NoSuchKey, NoSuchVersion, a
         // marker's MethodNotAllowed. The command checks again where it counts.
         self.head_at(bucket, key, version).await?;
-        match self.metadata().call::<TagsSet>(cmd).await {
+        match self.replicas().call::<TagsSet>(cmd).await {
             Ok(set) => Ok(set.version_id),
             Err(MetaError::NoSuchKey) => Err(StoreError::NoSuchKey(key.to_string())),
             Err(MetaError::NoSuchVersion) => Err(StoreError::NoSuchVersion {

@@ -110,7 +110,7 @@ impl ObjectStore {
             now_secs: now_secs(),
             bypass_governance,
         };
-        match self.metadata().call::<Deleted>(cmd).await {
+        match self.replicas().call::<Deleted>(cmd).await {
             Ok(deleted) => Ok(deleted),
             // S3 answers a DELETE of a version that does not exist with 204 (it is gone,
             // which is what the client wants), naming the id it was asked for.

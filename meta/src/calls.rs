@@ -1,5 +1,6 @@
-//! Typed metadata calls: each builds its [`Command`], runs it through
-//! [`Metadata::execute`] and hands back the answer its callers use.
+//! Typed metadata calls: each builds its [`Command`], runs it in its group through
+//! [`Replicas::execute`] (or [`Replicas::execute_at`], a write of a key) and hands back
+//! the answer its callers use.
 //!
 //! `execute` answers a [`Response`], one enum for every command, so that the Raft log and
 //! the forwarding between nodes carry a single type. A caller of one command can only get
@@ -11,7 +12,7 @@ use placement::{Magic, PairId, PairRecord, Sha1};
 
 use super::MetaError;
 use super::command::{Command, DecOutcome, DeleteOutcome, Response, WritePrecondition};
-use super::raft::Metadata;
+use super::raft::Replicas;
 use super::tables::{FileRecord, ObjectRecord};
 
 /// `PutObject`, `CopyObject` or `CompleteUpload` stored the object.
@@ -141,17 +142,36 @@ fn unexpected(response: Response) -> MetaError {
     MetaError::Unexpected(format!("{response:?}"))
 }
 
-impl Metadata {
+impl Replicas {
     /// Runs `cmd`, whose answer is a `T`.
     pub async fn call<T: Answer>(&self, cmd: Command) -> Result<T, MetaError> {
         T::take(self.execute(cmd).await?)
     }
 
-    /// Runs `cmd`, a command that references content (`PutObject`, `CopyObject`,
-    /// `PutPart`, `CompleteUpload`, `Inc`), whose answer is a `T` unless the content has
-    /// gone.
-    pub async fn referencing<T: Answer>(&self, cmd: Command) -> Result<Referenced<T>, MetaError> {
-        match self.execute(cmd).await? {
+    /// Runs `cmd`, a write of `bucket`/`key`, whose answer is a `T`.
+    pub async fn call_at<T: Answer>(
+        &self,
+        bucket: &str,
+        key: &str,
+        cmd: Command,
+    ) -> Result<T, MetaError> {
+        T::take(self.execute_at(bucket, key, cmd).await?)
+    }
+
+    /// Runs `cmd`, a command that references content it may expect to exist: a write of
+    /// the key `at` (`PutObject`, `CopyObject`, `PutPart`, `CompleteUpload`), or with no
+    /// key a FileDB command (`Inc`, `InsertOrInc`). Its answer is a `T` unless the content
+    /// has gone.
+    pub async fn referencing<T: Answer>(
+        &self,
+        at: Option<(&str, &str)>,
+        cmd: Command,
+    ) -> Result<Referenced<T>, MetaError> {
+        let response = match at {
+            Some((bucket, key)) => self.execute_at(bucket, key, cmd).await?,
+            None => self.execute(cmd).await?,
+        };
+        match response {
             Response::ContentGone => Ok(Referenced::ContentGone),
             other => T::take(other).map(Referenced::Done),
         }

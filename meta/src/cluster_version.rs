@@ -29,7 +29,7 @@ use super::command::{Command, WritePrecondition};
 use super::tables::RAFT_STATE;
 
 /// The newest format this binary reads and writes.
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 /// The format of a group that never recorded one (every release before the raise).
 pub const FORMAT_VERSION_INITIAL: u32 = 1;
 /// Key of the group's version in `raft_state` (postcard `u32`).
@@ -67,6 +67,11 @@ impl Command {
             | Command::OutboxDone { .. }
             | Command::Fence { .. }
             | Command::ExpireFences { .. } => 6,
+            Command::PlanSplit { .. }
+            | Command::HandOff { .. }
+            | Command::EndHandOff { .. }
+            | Command::DropHandedOff { .. }
+            | Command::Ingest { .. } => 7,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

@@ -527,6 +527,42 @@ pub enum Command {
         now_ms: u64,
         limit: u32,
     },
+    /// Root: `map`, the next version of the stored map, is what a split under way will
+    /// commit (`handoff.rs`); every node opens the replicas it places on it, and root's
+    /// leader drives the split until `SetShardMap` commits it. The same plan again
+    /// changes nothing; another is refused while one is under way. Answers `MapVersion`.
+    /// Format 7.
+    PlanSplit {
+        map: crate::groups::ShardMap,
+    },
+    /// A split's step in the group that gives intervals away (`handoff.rs`): `group` owns
+    /// its part of `map` (the planned map) from now on, refuses every write of what it
+    /// gives away with `Moved`, and keeps those rows, still read here, for the copy. A
+    /// map it owns under already changes nothing. Answers `MapVersion`. Format 7.
+    HandOff {
+        group: crate::groups::GroupId,
+        map: crate::groups::ShardMap,
+    },
+    /// Ends the reads of a hand-off's intervals here (their new owner owns them). Answers
+    /// `MapVersion`. Format 7.
+    EndHandOff {
+        group: crate::groups::GroupId,
+        map_version: u64,
+    },
+    /// Removes at most `limit` (capped at [`crate::handoff::ROWS_MAX`]) rows of an ended
+    /// hand-off; the batch that finds none left ends it. Answers `Dropped`. Format 7.
+    DropHandedOff {
+        group: crate::groups::GroupId,
+        map_version: u64,
+        limit: u32,
+    },
+    /// Rows copied from the group that handed their sha1s to `group` (at most
+    /// [`crate::handoff::ROWS_MAX`]), written as they were there; refused with `Moved`
+    /// unless `group` owns every row's sha1. Answers `Ingested`. Format 7.
+    Ingest {
+        group: crate::groups::GroupId,
+        rows: Vec<crate::handoff::FileRow>,
+    },
 }
 
 /// A change to a version's object lock; None fields are left as they are.
@@ -578,6 +614,21 @@ impl Command {
             | Command::Locked { command, .. }
             | Command::Tagged { command, .. }
             | Command::WithAcl { command, .. } => command.content_reference(),
+            _ => None,
+        }
+    }
+
+    /// The one content a FileDB command acts on, which routes it to the content's group
+    /// (`Inc`, `InsertOrInc`, `Dec`, `RemoveDeleting`, `Relocate`, `RefInc`). None for
+    /// any other command, the batches of several contents (`Settle`, `DecBatch`) among them.
+    pub fn filedb_sha1(&self) -> Option<Sha1> {
+        match self {
+            Command::Inc { sha1, .. }
+            | Command::InsertOrInc { sha1, .. }
+            | Command::Dec { sha1, .. }
+            | Command::RemoveDeleting { sha1, .. }
+            | Command::Relocate { sha1, .. }
+            | Command::RefInc { sha1, .. } => Some(*sha1),
             _ => None,
         }
     }
@@ -726,6 +777,13 @@ pub enum Response {
     RefsExpired(u32),
     /// `OutboxDone`: the rows dropped.
     OutboxDone(u32),
+    /// `DropHandedOff`: the rows removed, and whether the hand-off is over.
+    Dropped {
+        removed: u32,
+        done: bool,
+    },
+    /// `Ingest`: the rows written.
+    Ingested(u32),
     /// `Fence`: what the index group found.
     Fence(crate::outbox::FenceOutcome),
     /// `ExpireFences`: the fences removed.

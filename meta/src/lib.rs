@@ -22,6 +22,7 @@ pub mod command;
 pub mod extras;
 pub mod filedb;
 pub mod groups;
+pub mod handoff;
 pub mod jobs;
 pub mod keys;
 pub mod lifecycle;

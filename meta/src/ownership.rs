@@ -105,6 +105,13 @@ pub(crate) fn read_in(txn: &WriteTransaction) -> Result<Option<Ownership>, MetaE
     read(&txn.open_table(OWNERSHIP)?)
 }
 
+/// Stores what `txn`'s group owns.
+pub(crate) fn write_in(txn: &WriteTransaction, own: &Ownership) -> Result<(), MetaError> {
+    txn.open_table(OWNERSHIP)?
+        .insert(KEY, own.encode()?.as_slice())?;
+    Ok(())
+}
+
 /// Whether `txn`'s group owns `sha1`.
 pub(crate) fn owns_sha1(txn: &WriteTransaction, sha1: &[u8; 20]) -> Result<bool, MetaError> {
     Ok(read_in(txn)?.is_none_or(|o| o.owns_sha1(sha1)))
@@ -120,7 +127,7 @@ pub fn apply_set(txn: &WriteTransaction, group: GroupId, map: &ShardMap) -> Resu
     map.check()
         .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
     let new = Ownership::of(map, group)?;
-    let mut table = txn.open_table(OWNERSHIP)?;
+    let table = txn.open_table(OWNERSHIP)?;
     let have = read(&table)?;
     if let Some(have) = &have {
         if have.group != group {
@@ -144,7 +151,8 @@ pub fn apply_set(txn: &WriteTransaction, group: GroupId, map: &ShardMap) -> Resu
             )));
         }
     }
-    table.insert(KEY, new.encode()?.as_slice())?;
+    drop(table);
+    write_in(txn, &new)?;
     Ok(new.map_version)
 }
 

@@ -12,9 +12,10 @@ use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use crate::MetaError;
 use crate::groups::ShardMap;
 
-/// `"map"` -> the encoded map.
+/// `"map"` -> the encoded map; `"planned"` -> the map a split under way will commit.
 pub const SHARD_MAP: TableDefinition<&str, &[u8]> = TableDefinition::new("shard_map");
 const KEY: &str = "map";
+const PLANNED: &str = "planned";
 
 /// The version of the map a group with no row runs.
 pub const IMPLICIT_VERSION: u64 = 1;
@@ -23,7 +24,21 @@ pub const IMPLICIT_VERSION: u64 = 1;
 pub fn read(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
 ) -> Result<Option<ShardMap>, MetaError> {
-    match table.get(KEY)? {
+    read_key(table, KEY)
+}
+
+/// The map a split under way will commit (see [`crate::handoff`]), if any.
+pub fn read_planned(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Option<ShardMap>, MetaError> {
+    read_key(table, PLANNED)
+}
+
+fn read_key(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    key: &str,
+) -> Result<Option<ShardMap>, MetaError> {
+    match table.get(key)? {
         Some(v) => ShardMap::decode(v.value())
             .map(Some)
             .map_err(|e| MetaError::Corrupt(format!("shard map: {e}"))),
@@ -31,24 +46,67 @@ pub fn read(
     }
 }
 
-/// Applies a new map: well formed, and the next version of the one stored. Answers its
-/// version.
+/// Applies a new map: well formed, and the next version of the one stored. While a split
+/// is planned, only its planned map, which ends the plan. Answers its version.
 pub fn apply_set(txn: &WriteTransaction, map: &ShardMap) -> Result<u64, MetaError> {
+    let mut table = txn.open_table(SHARD_MAP)?;
+    next_of(&table, map)?;
+    match read_planned(&table)? {
+        Some(planned) if planned == *map => {
+            table.remove(PLANNED)?;
+        }
+        Some(planned) => {
+            return Err(MetaError::InvalidCommand(format!(
+                "a split to map version {} is under way",
+                planned.version
+            )));
+        }
+        None => {}
+    }
+    table.insert(KEY, encode(map)?.as_slice())?;
+    Ok(map.version)
+}
+
+/// Applies `PlanSplit`: `map`, the next version of the stored one, is what the split under
+/// way will commit. The same plan again changes nothing; another is refused while one is
+/// under way. Answers its version.
+pub fn apply_plan(txn: &WriteTransaction, map: &ShardMap) -> Result<u64, MetaError> {
+    let mut table = txn.open_table(SHARD_MAP)?;
+    match read_planned(&table)? {
+        Some(planned) if planned == *map => return Ok(map.version),
+        Some(planned) => {
+            return Err(MetaError::InvalidCommand(format!(
+                "a split to map version {} is under way",
+                planned.version
+            )));
+        }
+        None => {}
+    }
+    next_of(&table, map)?;
+    table.insert(PLANNED, encode(map)?.as_slice())?;
+    Ok(map.version)
+}
+
+/// Refuses a map that is malformed or not the next version of the stored one.
+fn next_of(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    map: &ShardMap,
+) -> Result<(), MetaError> {
     map.check()
         .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
-    let mut table = txn.open_table(SHARD_MAP)?;
-    let have = read(&table)?.map_or(IMPLICIT_VERSION, |m| m.version);
+    let have = read(table)?.map_or(IMPLICIT_VERSION, |m| m.version);
     if map.version != have + 1 {
         return Err(MetaError::ShardMapVersion {
             have,
             given: map.version,
         });
     }
-    let bytes = map
-        .encode()
-        .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
-    table.insert(KEY, bytes.as_slice())?;
-    Ok(map.version)
+    Ok(())
+}
+
+fn encode(map: &ShardMap) -> Result<Vec<u8>, MetaError> {
+    map.encode()
+        .map_err(|e| MetaError::InvalidCommand(e.to_string()))
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use http::{StatusCode, header};
 
 use crate::api::{ApiError, ApiResult, json_pretty};
 use crate::state::AppState;
+use meta::MetaError;
 use meta::raft::network::Call;
 use meta::raft::{MembershipOp, ServeError};
 
@@ -69,6 +70,7 @@ pub fn admin_routes() -> Router<Arc<AppState>> {
         .route("/_admin/cluster/promote/{id}", post(promote))
         .route("/_admin/cluster/remove/{id}", post(remove))
         .route("/_admin/groups", get(groups))
+        .route("/_admin/groups/split", post(split))
         .route("/_admin/digest", get(digest))
         .route("/_admin/backup", get(backup))
 }
@@ -117,6 +119,49 @@ async fn remove(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiRes
 /// `GET /_admin/groups`: the metadata groups (id, kind, leader, replicas, records, ...).
 async fn groups(State(app): State<Arc<AppState>>) -> ApiResult {
     Ok(json_pretty(&app.replicas.groups().await?))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SplitBody {
+    group: meta::groups::GroupId,
+    /// The first sha1 (40 hex digits) the new group owns; none: the middle of the
+    /// group's first interval.
+    at: Option<String>,
+}
+
+/// `POST /_admin/groups/split` with `{"group": N, "at": "HEX"}` (`at` optional): plans the
+/// split of FileDB group N (root included) and answers at once with the planned map's
+/// `version` and the new `group`; root's leader moves the rows and commits the map
+/// (`GET /_admin/groups` shows it).
+async fn split(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult {
+    let b = serde_json::from_slice::<SplitBody>(&body).map_err(ApiError::bad_request)?;
+    let at = match &b.at {
+        Some(hex) => Some(parse_sha1(hex).map_err(ApiError::bad_request)?),
+        None => None,
+    };
+    let (map, new) = app
+        .replicas
+        .plan_split(b.group, at)
+        .await
+        .map_err(|e| match e {
+            // No such group, an index group, a split under way, a bad point.
+            MetaError::InvalidCommand(_) => ApiError::bad_request(e),
+            // Another change of the map came first: plan again.
+            MetaError::ShardMapVersion { .. } => ApiError::new(StatusCode::CONFLICT, e),
+            other => other.into(),
+        })?;
+    Ok(json_pretty(&serde_json::json!({
+        "version": map.version,
+        "group": new,
+        "from": b.group,
+    })))
+}
+
+/// 40 hex digits as a sha1.
+fn parse_sha1(hex: &str) -> Result<[u8; 20], String> {
+    let bytes = hex::decode(hex).map_err(|e| format!("at: {e}"))?;
+    <[u8; 20]>::try_from(bytes.as_slice()).map_err(|_| "at: a sha1 is 40 hex digits".to_string())
 }
 
 /// `GET /_admin/digest`: a SHA-256 of every table of this node's state machine at its

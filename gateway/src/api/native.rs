@@ -82,7 +82,7 @@ async fn inc(
     Query(q): Query<HashMap<String, String>>,
 ) -> ApiResult {
     let (sha1, magic) = (parse_sha1(&sha1)?, parse_magic(&q)?);
-    match app.store.metadata().inc(sha1, magic).await {
+    match app.store.replicas().inc(sha1, magic).await {
         Ok(f) => Ok(refs_answer(f.refs)),
         Err(MetaError::NotFound) => Err(not_stored()),
         Err(e) => Err(internal(e)),
@@ -96,7 +96,7 @@ async fn dec(
 ) -> ApiResult {
     let (sha1, magic) = (parse_sha1(&sha1)?, parse_magic(&q)?);
     let now_secs = now_ms() / 1000;
-    let outcome = match app.store.metadata().dec(sha1, magic, now_secs).await {
+    let outcome = match app.store.replicas().dec(sha1, magic, now_secs).await {
         Ok(o) => o,
         Err(MetaError::NotFound) => {
             return Err(not_stored());
@@ -167,7 +167,7 @@ async fn upload(
     };
     match app
         .store
-        .commit_content::<FileRecord>(staged, command)
+        .commit_content::<FileRecord>(staged, None, command)
         .await
     {
         Ok(f) => Ok(refs_answer(f.refs)),

@@ -554,6 +554,14 @@ pub enum GroupsCommand {
     /// The metadata groups (JSON, as `GET /_admin/groups`: version, and per group id,
     /// kind, leader, replicas, records, last_applied, lag and its intervals).
     List,
+    /// Split FileDB group GROUP (0, root, owns every sha1 before any split) at AT (40 hex
+    /// digits; default: the middle of its first interval): a new group on
+    /// --replication-factor nodes takes the sha1s from AT on. Answers once planned; root's
+    /// leader moves the rows and commits the map (see `groups list`).
+    Split {
+        group: meta::groups::GroupId,
+        at: Option<String>,
+    },
 }
 
 impl AdminClient {
@@ -561,6 +569,11 @@ impl AdminClient {
     pub async fn groups(&self, cmd: GroupsCommand) -> Result<String, String> {
         let v = match cmd {
             GroupsCommand::List => self.call(Method::GET, "/_admin/groups", None).await?,
+            GroupsCommand::Split { group, at } => {
+                let body = serde_json::json!({ "group": group, "at": at });
+                self.call(Method::POST, "/_admin/groups/split", Some(body.to_string()))
+                    .await?
+            }
         };
         serde_json::to_string_pretty(&v)
             .map(|s| format!("{s}\n"))

@@ -46,15 +46,13 @@ pub(super) fn check_owner(txn: &WriteTransaction, cmd: &Command) -> Result<(), M
 
 /// The sha1s a FileDB command acts on.
 fn filedb_sha1s(cmd: &Command) -> Box<dyn Iterator<Item = [u8; 20]> + '_> {
+    if let Some(sha1) = cmd.filedb_sha1() {
+        return Box::new(std::iter::once(sha1.0));
+    }
     match cmd {
-        Command::Inc { sha1, .. }
-        | Command::InsertOrInc { sha1, .. }
-        | Command::Dec { sha1, .. }
-        | Command::RemoveDeleting { sha1, .. }
-        | Command::Relocate { sha1, .. }
-        | Command::RefInc { sha1, .. } => Box::new(std::iter::once(sha1.0)),
         Command::Settle { settles, .. } => Box::new(settles.iter().map(|s| s.sha1)),
         Command::DecBatch { decs, .. } => Box::new(decs.iter().map(|d| d.sha1)),
+        Command::Ingest { rows, .. } => Box::new(rows.iter().map(|r| r.sha1().0)),
         _ => Box::new(std::iter::empty()),
     }
 }

@@ -856,16 +856,7 @@ fn the_commands_and_rows_round_trip_and_travel_in_snapshots() {
     ] {
         assert!(want.tables.contains_key(table), "{table}");
     }
-    let file = fresh.path().join("snap");
-    {
-        let db = g.index.db();
-        let read = db.begin_read().unwrap();
-        crate::raft::snapshot::write(&read, Vec::new(), std::fs::File::create(&file).unwrap())
-            .unwrap();
-    }
-    let restored = fresh.path().join("restored.redb");
-    crate::raft::snapshot::load(&file, &restored).unwrap();
-    let loaded = MetaStore::open(&restored).unwrap();
+    let loaded = g.index.through_snapshot(fresh.path());
     assert_eq!(loaded.digest().unwrap().tables, want.tables);
     assert_eq!(loaded.ownership().unwrap(), g.index.ownership().unwrap());
     assert_eq!(loaded.outbox(10).unwrap(), g.index.outbox(10).unwrap());

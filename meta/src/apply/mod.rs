@@ -18,6 +18,7 @@ mod buckets;
 mod cross;
 mod file_rows;
 mod files;
+mod handoff;
 mod jobs;
 mod keys;
 mod objects;
@@ -33,6 +34,8 @@ mod checksums_tests;
 mod conditional_tests;
 #[cfg(test)]
 mod cross_tests;
+#[cfg(test)]
+mod handoff_tests;
 #[cfg(test)]
 mod ref_log_tests;
 #[cfg(test)]
@@ -378,6 +381,24 @@ fn dispatch(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError
         } => cross::fence(txn, (bucket, key, *ref_id), *now_ms).map(Response::Fence),
         Command::ExpireFences { now_ms, limit } => {
             cross::expire_fences(txn, *now_ms, *limit).map(Response::FencesExpired)
+        }
+        Command::PlanSplit { map } => {
+            crate::shard_map::apply_plan(txn, map).map(Response::MapVersion)
+        }
+        Command::HandOff { group, map } => {
+            handoff::hand_off(txn, *group, map).map(Response::MapVersion)
+        }
+        Command::EndHandOff { group, map_version } => {
+            handoff::end_hand_off(txn, *group, *map_version).map(Response::MapVersion)
+        }
+        Command::DropHandedOff {
+            group,
+            map_version,
+            limit,
+        } => handoff::drop_handed_off(txn, *group, *map_version, *limit)
+            .map(|(removed, done)| Response::Dropped { removed, done }),
+        Command::Ingest { group, rows } => {
+            handoff::ingest(txn, *group, rows).map(Response::Ingested)
         }
     }
 }

@@ -374,7 +374,6 @@ fn the_commands_round_trip_through_their_encoding() {
 
 #[test]
 fn the_rows_travel_in_snapshots_and_join_the_digest_once_written() {
-    use redb::ReadableDatabase as _;
     let (dir, store) = store();
     let before = store.digest().unwrap();
     for table in ["ref_log", "ref_pending", "ref_released"] {
@@ -396,16 +395,7 @@ fn the_rows_travel_in_snapshots_and_join_the_digest_once_written() {
     for table in ["ref_log", "ref_pending", "ref_released"] {
         assert!(want.tables.contains_key(table), "{table}");
     }
-    let file = dir.path().join("snap");
-    {
-        let db = store.db();
-        let read = db.begin_read().unwrap();
-        crate::raft::snapshot::write(&read, Vec::new(), std::fs::File::create(&file).unwrap())
-            .unwrap();
-    }
-    let restored = dir.path().join("restored.redb");
-    crate::raft::snapshot::load(&file, &restored).unwrap();
-    let loaded = MetaStore::open(&restored).unwrap();
+    let loaded = store.through_snapshot(dir.path());
     assert_eq!(loaded.digest().unwrap().tables, want.tables);
     assert!(matches!(
         loaded.ref_state(&SHA1.0, 1).unwrap(),

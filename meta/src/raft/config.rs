@@ -19,6 +19,12 @@ pub const ELECTION_TIMEOUT_MS_DEFAULT: u64 = 500;
 /// its write by the deadline, and this covers the clocks of the two leaders disagreeing.
 pub const RECONCILE_GRACE_MS_DEFAULT: u64 = 60_000;
 
+/// Replicas of each group a split creates (`--replication-factor`), when the cluster has
+/// as many nodes: a group survives the loss of one replica with a majority left.
+pub const REPLICATION_FACTOR_DEFAULT: u64 = 3;
+/// The largest replication factor: a group of more voters commits no safer and slower.
+pub const REPLICATION_FACTOR_MAX: u64 = 7;
+
 /// How this node takes part in a group.
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
@@ -32,6 +38,8 @@ pub struct ClusterConfig {
     pub election_timeout_ms: u64,
     /// See [`RECONCILE_GRACE_MS_DEFAULT`].
     pub reconcile_grace_ms: u64,
+    /// See [`REPLICATION_FACTOR_DEFAULT`].
+    pub replication_factor: u64,
 }
 
 impl ClusterConfig {
@@ -44,6 +52,7 @@ impl ClusterConfig {
             snapshot_logs: SNAPSHOT_LOGS_DEFAULT,
             election_timeout_ms: ELECTION_TIMEOUT_MS_DEFAULT,
             reconcile_grace_ms: RECONCILE_GRACE_MS_DEFAULT,
+            replication_factor: REPLICATION_FACTOR_DEFAULT,
         }
     }
 }

@@ -301,7 +301,8 @@ impl StateMachine {
                             return Err(MetaError::Storage(e.to_string()));
                         }
                         pairs |= touches_pairs(cmd);
-                        map |= matches!(cmd, Command::SetShardMap { .. });
+                        map |=
+                            matches!(cmd, Command::SetShardMap { .. } | Command::PlanSplit { .. });
                         keys |= cmd.touches_keys();
                     }
                 }

@@ -34,6 +34,7 @@ pub mod reconciler;
 pub mod replicas;
 pub mod route;
 pub mod snapshot;
+pub mod split;
 
 mod config;
 mod members;
@@ -43,7 +44,8 @@ mod timeouts;
 mod types;
 
 pub use config::{
-    ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, RECONCILE_GRACE_MS_DEFAULT, SNAPSHOT_LOGS_DEFAULT,
+    ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, RECONCILE_GRACE_MS_DEFAULT,
+    REPLICATION_FACTOR_DEFAULT, REPLICATION_FACTOR_MAX, SNAPSHOT_LOGS_DEFAULT,
 };
 pub use metadata::{
     ClusterStatus, GroupStatus, GroupsStatus, KeyInterval, MembershipOp, Metadata, PeerState,

@@ -11,6 +11,8 @@
 //!   their deadline and the grace (`ClusterConfig::reconcile_grace_ms`): the index group of
 //!   each is asked (`Fence`), then each is settled: kept if its entry exists or its dec is
 //!   owed, released if it never will exist (the fence makes sure of that).
+//! - **Splits** (`split.rs`). Root's leader drives a planned split to its commit; the
+//!   leader of a group that handed rows off drops them once the map is committed.
 //! - **Expiry.** `Released` rows past a day and fences past a week, in bounded batches,
 //!   when there are any (a look at the front of their age index first, so that a group
 //!   with nothing to expire proposes nothing).
@@ -28,8 +30,9 @@ use std::time::{Duration, Instant};
 
 use super::metadata::Metadata;
 use super::replicas::Replicas;
+use super::split;
 use super::timeouts::now_ms;
-use crate::groups::{GroupId, ShardMap};
+use crate::groups::{GroupId, ROOT, ShardMap};
 use crate::outbox::{FenceOutcome, OutboxEntry};
 use crate::ref_log::{BATCH_MAX, EXPIRE_MAX, RefOutcome, RefState, Settle};
 use crate::shard_map::IMPLICIT_VERSION;
@@ -95,10 +98,14 @@ async fn group_round(
     expire: bool,
 ) -> Result<(), MetaError> {
     follow_ownership(map, id, meta).await?;
+    split::drop_handed_off(map, id, meta).await?;
     drain_outbox(r, map, meta).await?;
     reconcile(r, map, meta).await?;
     if expire {
         expire_rows(meta).await?;
+    }
+    if id == ROOT {
+        split::drive(r, map, meta).await?;
     }
     Ok(())
 }

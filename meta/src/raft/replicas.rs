@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use placement::Sha1;
+use placement::{PairId, Sha1};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -37,6 +37,8 @@ use super::timeouts::{READ_TIMEOUT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, NodeId};
 use crate::cluster_version::FORMAT_VERSION;
 use crate::groups::{Group, GroupId, ROOT, ShardMap};
+use crate::handoff::{FileRow, RowCursor, RowTable};
+use crate::tables::DeletingRecord;
 use crate::{Command, FileRecord, MetaError, Response};
 
 /// The folder under the data folder that holds the groups other than root.
@@ -74,13 +76,43 @@ pub enum ServeError {
 pub enum ReadQuery {
     /// The FileDB record of a sha1 the group owns (`Moved` if it does not).
     File(Sha1),
+    /// The same after a fence through the group's log (see [`Metadata::read_fenced`]):
+    /// for deletion decisions.
+    FileFenced(Sha1),
+    /// The first `limit` `deleting` entries of `pair` with a sha1 in (`after`, `until`).
+    Deleting {
+        pair: PairId,
+        after: Option<Sha1>,
+        until: Option<Sha1>,
+        limit: u32,
+    },
+    /// A page of the rows a split copies (see [`crate::handoff::rows`]).
+    Rows {
+        table: RowTable,
+        interval: ([u8; 20], Option<[u8; 20]>),
+        after: Option<RowCursor>,
+        limit: u32,
+    },
 }
 
 /// The answer to a [`ReadQuery`], of the same variant.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReadAnswer {
     File(Option<FileRecord>),
+    Deleting(Vec<(Sha1, DeletingRecord)>),
+    Rows(Vec<FileRow>),
 }
+
+/// How long a command answered `Moved` is tried again on newer maps: longer than a split's
+/// copy of a group's interval at the design's sizes takes to reach its commit.
+pub const MOVED_WAIT: Duration = Duration::from_secs(10);
+/// The first pause before a command answered `Moved` is tried again (doubling up to
+/// [`MOVED_PAUSE_MAX`]).
+const MOVED_PAUSE_MIN: Duration = Duration::from_millis(20);
+const MOVED_PAUSE_MAX: Duration = Duration::from_millis(500);
+
+/// Bound on the entries of one [`ReadQuery::Deleting`].
+pub const DELETING_READ_MAX: u32 = 1000;
 
 /// Every replica this node holds.
 pub struct Replicas {
@@ -116,6 +148,30 @@ async fn read_query(meta: &Metadata, query: ReadQuery) -> Result<ReadAnswer, Met
             .read(move |s| s.file_if_owned(&sha1))
             .await
             .map(ReadAnswer::File),
+        ReadQuery::FileFenced(sha1) => meta
+            .read_fenced(move |s| s.file_if_owned(&sha1))
+            .await
+            .map(ReadAnswer::File),
+        ReadQuery::Deleting {
+            pair,
+            after,
+            until,
+            limit,
+        } => {
+            let limit = limit.clamp(1, DELETING_READ_MAX) as usize;
+            meta.read(move |s| s.deleting_of_pair(pair, (after, until), limit))
+                .await
+                .map(ReadAnswer::Deleting)
+        }
+        ReadQuery::Rows {
+            table,
+            interval,
+            after,
+            limit,
+        } => meta
+            .read(move |s| s.file_rows(table, interval, after, limit))
+            .await
+            .map(ReadAnswer::Rows),
     }
 }
 
@@ -203,6 +259,20 @@ async fn shard_map_of(root: &Metadata) -> Result<Option<ShardMap>, MetaError> {
         .map_err(|e| MetaError::Storage(e.to_string()))
 }
 
+/// The sha1 just before `start` (None before the first): an exclusive lower bound that
+/// lets `start` itself through.
+fn sha1_before(start: [u8; 20]) -> Option<[u8; 20]> {
+    let mut s = start;
+    for b in s.iter_mut().rev() {
+        if *b > 0 {
+            *b -= 1;
+            return Some(s);
+        }
+        *b = 0xff;
+    }
+    None
+}
+
 fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ServeError> {
     postcard::from_bytes(body).map_err(|e| ServeError::BadBody(e.to_string()))
 }
@@ -271,6 +341,11 @@ impl Replicas {
         self.cluster.reconcile_grace_ms
     }
 
+    /// Replicas of each group a split creates (see [`ClusterConfig::replication_factor`]).
+    pub fn replication_factor(&self) -> u64 {
+        self.cluster.replication_factor
+    }
+
     /// Runs `cmd` in `group` from this node: through this node's replica if it holds one
     /// (which forwards it to the leader), else at the leader among the group's replicas
     /// the map names, following redirects within [`SEND_BUDGET`].
@@ -278,17 +353,31 @@ impl Replicas {
     /// A replica that could not be reached is passed over for the next, so a command may
     /// reach a log twice when a node dies with it in flight: only for commands applied
     /// once by their own keys (the cross-group ones: `RefInc`, `ForeignRef`, `DecBatch`,
-    /// `OutboxDone`, `Fence`, `Settle`).
+    /// `OutboxDone`, `Fence`, `Settle`, and a split's steps).
     pub async fn send(&self, group: GroupId, cmd: Command) -> Result<Response, MetaError> {
         if let Some(replica) = self.get(group) {
             return replica.execute(cmd).await;
         }
         let map = self.shard_map().await?;
+        self.send_on(&map, group, cmd).await
+    }
+
+    /// [`Replicas::send`] to a group `map` places (a split's planned map names a group
+    /// the committed one does not yet).
+    pub(crate) async fn send_on(
+        &self,
+        map: &ShardMap,
+        group: GroupId,
+        cmd: Command,
+    ) -> Result<Response, MetaError> {
+        if let Some(replica) = self.get(group) {
+            return replica.execute(cmd).await;
+        }
         let Remote {
             replicas,
             nodes,
             rpc,
-        } = self.remote(&map, group)?;
+        } = self.remote(map, group)?;
         let batch = Batch(vec![cmd]);
         let deadline = Instant::now() + SEND_BUDGET;
         let mut next = 0usize;
@@ -356,16 +445,116 @@ impl Replicas {
     /// to: this node's replica if it holds one, else any replica of the group (each
     /// answers after its own read barrier), within [`SEND_BUDGET`].
     pub async fn file(&self, sha1: Sha1) -> Result<Option<FileRecord>, MetaError> {
-        let map = self.shard_map().await?;
-        let group = map.filedb_group(&sha1.0);
-        match self.read_in(&map, group, ReadQuery::File(sha1)).await? {
-            ReadAnswer::File(record) => Ok(record),
+        self.on_the_map(|map| async move { self.file_on(&map, sha1, ReadQuery::File(sha1)).await })
+            .await
+    }
+
+    /// Runs `run` on the shard map root has applied, and again on the map root applies
+    /// next when it is answered `Moved` (the map changed under it, or a split is moving
+    /// its range), within [`MOVED_WAIT`]: a split's writes wait out its copy here.
+    pub(crate) async fn on_the_map<T, F, Fut>(&self, mut run: F) -> Result<T, MetaError>
+    where
+        F: FnMut(Arc<ShardMap>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, MetaError>>,
+    {
+        let deadline = Instant::now() + MOVED_WAIT;
+        let mut pause = MOVED_PAUSE_MIN;
+        loop {
+            match run(self.shard_map().await?).await {
+                Err(MetaError::Moved { map_version }) if Instant::now() + pause < deadline => {
+                    tracing::debug!(map_version, "the map moved under a command: trying again");
+                    // Root may not have applied the newer map yet.
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MOVED_PAUSE_MAX);
+                    self.refresh_map().await?;
+                }
+                other => return other,
+            }
         }
+    }
+
+    /// `sha1`'s FileDB record for a caller that has just read root linearizably (a GET
+    /// after its index read) or whose answer a command checks again (the dedup
+    /// pre-check): root's own state machine when root owns the content, as the one group
+    /// of a single-group cluster always does (no read-index round); else as of now in the
+    /// content's group ([`Replicas::file`]), whose replica here may lag the write that
+    /// took the reference.
+    pub async fn file_after_root_read(&self, sha1: Sha1) -> Result<Option<FileRecord>, MetaError> {
+        self.on_the_map(|map| async move {
+            if map.filedb_group(&sha1.0) == ROOT {
+                self.root.read_local(move |m| m.file_if_owned(&sha1)).await
+            } else {
+                self.file_on(&map, sha1, ReadQuery::File(sha1)).await
+            }
+        })
+        .await
+    }
+
+    /// `sha1`'s FileDB record after a fence through its group's log (see
+    /// [`Metadata::read_fenced`]): Valkyrie's question before it deletes a file.
+    pub async fn file_fenced(&self, sha1: Sha1) -> Result<Option<FileRecord>, MetaError> {
+        self.on_the_map(
+            |map| async move { self.file_on(&map, sha1, ReadQuery::FileFenced(sha1)).await },
+        )
+        .await
+    }
+
+    /// A read of `sha1`'s record (`query`) in the group `map` gives it.
+    async fn file_on(
+        &self,
+        map: &ShardMap,
+        sha1: Sha1,
+        query: ReadQuery,
+    ) -> Result<Option<FileRecord>, MetaError> {
+        match self.read_in(map, map.filedb_group(&sha1.0), query).await? {
+            ReadAnswer::File(record) => Ok(record),
+            other => Err(MetaError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// The first `limit` (at most [`DELETING_READ_MAX`]) `deleting` entries of `pair`
+    /// after `after`, in sha1 order across the FileDB groups: each group is asked for its
+    /// own interval only, so rows a group still holds of an interval it handed off are
+    /// never read twice.
+    pub async fn deleting_of_pair(
+        &self,
+        pair: PairId,
+        after: Option<Sha1>,
+        limit: usize,
+    ) -> Result<Vec<(Sha1, DeletingRecord)>, MetaError> {
+        let limit = limit.clamp(1, DELETING_READ_MAX as usize);
+        let map = self.shard_map().await?;
+        let mut out = Vec::new();
+        for (start, end, group) in map.filedb_intervals() {
+            if end.is_some_and(|end| after.is_some_and(|a| a.0 >= end)) {
+                continue;
+            }
+            // The interval's first sha1 is its own: read from just before it.
+            let from = match after {
+                Some(a) if a.0 >= start => Some(a),
+                _ => sha1_before(start).map(Sha1),
+            };
+            let query = ReadQuery::Deleting {
+                pair,
+                after: from,
+                until: end.map(Sha1),
+                limit: (limit - out.len()) as u32,
+            };
+            match self.read_in(&map, group, query).await? {
+                ReadAnswer::Deleting(rows) => out.extend(rows),
+                other => return Err(MetaError::Unexpected(format!("{other:?}"))),
+            }
+            if out.len() >= limit {
+                out.truncate(limit);
+                break;
+            }
+        }
+        Ok(out)
     }
 
     /// Answers `query` in `group`: here if this node holds a replica, else from the first
     /// replica of the group that answers.
-    async fn read_in(
+    pub(crate) async fn read_in(
         &self,
         map: &ShardMap,
         group: GroupId,
@@ -499,9 +688,17 @@ impl Replicas {
         let Some(map) = self.refresh_map().await? else {
             return Ok(());
         };
+        // A split under way: the new group's replicas open before the map names it, so
+        // that it can receive its rows.
+        let planned = self.root.read_local(|m| m.planned_map()).await?;
         let nodes = self.root.status().nodes;
-        for group in map
+        let placed: BTreeMap<GroupId, &Group> = map
             .groups()
+            .chain(planned.iter().flat_map(|p| p.groups()))
+            .map(|g| (g.id, g))
+            .collect();
+        for group in placed
+            .into_values()
             .filter(|g| g.id != ROOT && g.replicas.contains(&me))
         {
             let Some(voters) = voters_of(group, &nodes) else {

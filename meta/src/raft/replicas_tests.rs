@@ -81,6 +81,7 @@ fn config(id: NodeId) -> ClusterConfig {
         snapshot_logs: SNAPSHOT_LOGS,
         election_timeout_ms: crate::raft::ELECTION_TIMEOUT_MS_DEFAULT,
         reconcile_grace_ms: 0,
+        replication_factor: 2,
     }
 }
 
@@ -171,6 +172,23 @@ async fn execute(meta: &Metadata, cmd: Command) -> Result<crate::Response, crate
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             other => return other,
+        }
+    }
+}
+
+/// `call` again while it is refused as unavailable (an election, a format raise), within
+/// [`WAIT`]; its answer, which must be a success.
+async fn retried<T, Fut: std::future::Future<Output = Result<T, crate::MetaError>>>(
+    mut call: impl FnMut() -> Fut,
+) -> T {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match call().await {
+            Err(crate::MetaError::Unavailable(why)) => {
+                assert!(tokio::time::Instant::now() < deadline, "{why}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other.unwrap(),
         }
     }
 }
@@ -546,6 +564,21 @@ async fn wait_owned(replicas: &[(&Arc<Replicas>, GroupId)], version: u64) {
     }
 }
 
+/// Gives the sha1s from 0x80 up to a new FileDB group on nodes 2 and 3 (root keeps the
+/// rest and the keys), once both groups follow the map; the map and the group.
+async fn split_filedb_at_0x80(nodes: &[Arc<Replicas>]) -> (crate::groups::ShardMap, GroupId) {
+    use crate::groups::{ShardMap, SplitAt};
+    let (map, filedb) = ShardMap::single(vec![1, 2, 3])
+        .unwrap()
+        .split(ROOT, SplitAt::Sha1([0x80; 20]), vec![2, 3])
+        .unwrap();
+    execute(nodes[0].root(), Command::SetShardMap { map: map.clone() })
+        .await
+        .unwrap();
+    wait_owned(&[(&nodes[0], ROOT), (&nodes[1], filedb)], map.version).await;
+    (map, filedb)
+}
+
 /// Cross-group references on real Rafts: root keeps the keys and the sha1s below 0x80, a
 /// FileDB group on nodes 2 and 3 the rest (node 1 holds no replica of it, so its calls go
 /// by [`Replicas::send`]). PUTs take their reference in the FileDB group and write their
@@ -757,7 +790,6 @@ async fn cross_group_references_settle_through_the_leaders_work() {
 /// refs equal the entries and parts naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn writes_routed_by_the_map_take_their_reference_where_the_content_lives() {
-    use crate::groups::{ShardMap, SplitAt};
     use crate::raft::route::referencing_write;
     use crate::{
         ContentSource, MetaError, NewObject, PartRecord, Response, UploadRecord, WritePrecondition,
@@ -776,14 +808,7 @@ async fn writes_routed_by_the_map_take_their_reference_where_the_content_lives()
     )
     .await
     .unwrap();
-    let (map, filedb) = ShardMap::single(vec![1, 2, 3])
-        .unwrap()
-        .split(ROOT, SplitAt::Sha1([0x80; 20]), vec![2, 3])
-        .unwrap();
-    execute(&root, Command::SetShardMap { map: map.clone() })
-        .await
-        .unwrap();
-    wait_owned(&[(&nodes[0], ROOT), (&nodes[1], filedb)], map.version).await;
+    let (map, filedb) = split_filedb_at_0x80(&nodes).await;
 
     let m = |n: u32| Magic::new(n).unwrap();
     let put = |bucket: &str, key: &str, content: u8, magic: u32, source, precondition| {
@@ -981,6 +1006,306 @@ async fn writes_routed_by_the_map_take_their_reference_where_the_content_lives()
     }
 }
 
+/// The gateway's FileDB calls go where the map puts the content: `inc`, `dec`,
+/// `insert_or_inc`, `relocate` and `RemoveDeleting` from a node with no replica of the
+/// content's group land in that group and nowhere else; the fenced read and the routed
+/// read answer from there; Valkyrie's `deleting` walk pages across both groups in sha1
+/// order, every entry exactly once; a write that references content is refused without
+/// its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn filedb_calls_and_reads_go_to_the_contents_group() {
+    use crate::{ContentSource, DecOutcome, MetaError, NewObject};
+    use placement::{Magic, Sha1};
+
+    let (_dir, _net, nodes) = three_nodes().await;
+    let root = nodes[0].root().clone();
+    root.wait_leader(WAIT).await.unwrap();
+    let (_, filedb) = split_filedb_at_0x80(&nodes).await;
+    let (n1, n2) = (nodes[0].clone(), nodes[1].clone());
+    assert!(n1.get(filedb).is_none());
+    let group = n2.get(filedb).unwrap();
+    let m = |n: u32| Magic::new(n).unwrap();
+    let local = |meta: &Arc<Metadata>, content: u8| {
+        let meta = meta.clone();
+        async move {
+            meta.read(move |s| s.file(&Sha1([content; 20])))
+                .await
+                .unwrap()
+        }
+    };
+
+    // Contents on both sides of 0x80, each from the node without the other's replica.
+    let (high, low) = ([0x90u8, 0xa0, 0xb0], [0x10u8, 0x20]);
+    for c in high {
+        let r = retried(|| n1.insert_or_inc(Sha1([c; 20]), m(3), PairId(0))).await;
+        assert_eq!(r.refs, 1);
+        assert!(local(&group, c).await.is_some() && local(&root, c).await.is_none());
+    }
+    for c in low {
+        retried(|| n2.insert_or_inc(Sha1([c; 20]), m(3), PairId(0))).await;
+        assert!(local(&root, c).await.is_some());
+    }
+    let r = retried(|| n1.inc(Sha1([0x90; 20]), m(4))).await;
+    assert_eq!((r.refs, r.magic), (2, 7));
+    assert!(retried(|| n1.relocate(Sha1([0x90; 20]), PairId(0), PairId(1))).await);
+    assert_eq!(local(&group, 0x90).await.unwrap().pair, PairId(1));
+    assert_eq!(
+        n1.file(Sha1([0x90; 20])).await.unwrap().map(|f| f.refs),
+        Some(2)
+    );
+    assert_eq!(
+        n1.file_after_root_read(Sha1([0x90; 20]))
+            .await
+            .unwrap()
+            .map(|f| f.refs),
+        Some(2)
+    );
+    assert_eq!(
+        n1.file_after_root_read(Sha1([0x10; 20]))
+            .await
+            .unwrap()
+            .map(|f| f.refs),
+        Some(1)
+    );
+
+    // Every content but 0x90 released: `deleting` rows in both groups, paged across.
+    for c in [0xa0u8, 0xb0, 0x10, 0x20] {
+        let out = retried(|| n1.dec(Sha1([c; 20]), m(3), 100)).await;
+        assert_eq!(out, DecOutcome::Deleting);
+    }
+    assert_eq!(n1.file_fenced(Sha1([0xa0; 20])).await, Ok(None));
+    assert_eq!(
+        n1.file_fenced(Sha1([0x90; 20]))
+            .await
+            .unwrap()
+            .map(|f| f.refs),
+        Some(2)
+    );
+    let mut walked = Vec::new();
+    let mut after = None;
+    for _ in 0..10 {
+        let page = n1.deleting_of_pair(PairId(0), after, 1).await.unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some(last.0);
+        walked.extend(page.into_iter().map(|(sha1, d)| (sha1.0[0], d.since_secs)));
+    }
+    assert_eq!(walked, [(0x10, 100), (0x20, 100), (0xa0, 100), (0xb0, 100)]);
+    let all = n2.deleting_of_pair(PairId(0), None, 10).await.unwrap();
+    assert_eq!(all.len(), 4);
+    assert!(
+        n1.deleting_of_pair(PairId(1), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // RemoveDeleting goes to the content's group too.
+    for c in [0xa0u8, 0x10] {
+        let cmd = Command::RemoveDeleting {
+            sha1: Sha1([c; 20]),
+            pair: PairId(0),
+        };
+        retried(|| n1.execute(cmd.clone())).await;
+    }
+    let left: Vec<u8> = n1
+        .deleting_of_pair(PairId(0), None, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(sha1, _)| sha1.0[0])
+        .collect();
+    assert_eq!(left, [0x20, 0xb0]);
+
+    // A write that references content needs its key.
+    let put = Command::PutObject {
+        bucket: "b".into(),
+        key: "k".into(),
+        object: NewObject::new(Sha1([0x90; 20]), m(5), 1, 0, [0; 16]),
+        source: ContentSource::Existing,
+        now_secs: 1,
+        precondition: None,
+    };
+    assert!(matches!(
+        n1.execute(put).await,
+        Err(MetaError::InvalidCommand(_))
+    ));
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+/// A FileDB split on real Rafts while it serves: root holds records, `deleting` entries
+/// and pending references all over the sha1 space; a split at 0x80 planned from one node
+/// is driven by root's leader to its commit while another node keeps incrementing a
+/// content of the moving interval. Every increment is acknowledged (they wait out the
+/// copy), every record reads back the same from every node, the new group's replicas are
+/// identical and hold exactly the upper rows, and root dropped its copy of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_filedb_group_splits_while_it_serves() {
+    use crate::handoff::RowTable;
+    use crate::{DecOutcome, MetaError};
+    use placement::{Magic, Sha1};
+
+    let (_dir, _net, nodes) = three_nodes().await;
+    let root = nodes[0].root().clone();
+    root.wait_leader(WAIT).await.unwrap();
+    let m = |n: u32| Magic::new(n).unwrap();
+    let (n1, n2, n3) = (nodes[0].clone(), nodes[1].clone(), nodes[2].clone());
+    let contents: Vec<u8> = (0..60u8).map(|i| i * 4 + 1).collect();
+    for &c in &contents {
+        retried(|| n1.insert_or_inc(Sha1([c; 20]), m(3), PairId(0))).await;
+    }
+    for &c in contents.iter().filter(|c| *c % 3 == 0) {
+        let out = retried(|| n1.dec(Sha1([c; 20]), m(3), 100)).await;
+        assert_eq!(out, DecOutcome::Deleting);
+    }
+    for (i, &c) in contents.iter().filter(|c| *c % 3 == 1).enumerate() {
+        let inc = Command::RefInc {
+            sha1: Sha1([c; 20]),
+            magic: m(5),
+            ref_id: i as u64 + 1,
+            pair: None,
+            bucket: "b".into(),
+            key: format!("k{i}"),
+            deadline_ms: now_ms() + 3_600_000,
+            now_ms: now_ms(),
+        };
+        retried(|| n1.execute(inc.clone())).await;
+    }
+    let before: Vec<_> = {
+        let mut v = Vec::new();
+        for &c in &contents {
+            v.push(retried(|| n3.file(Sha1([c; 20]))).await);
+        }
+        v
+    };
+    let rows_above = {
+        let store = root.store().clone();
+        let mut n = 0;
+        for table in RowTable::ALL {
+            n += store
+                .file_rows(table, ([0x80; 20], None), None, 1024)
+                .unwrap()
+                .len();
+        }
+        n
+    };
+
+    // A content of the moving interval, incremented all along from node 2.
+    let hot = Sha1([0xe9; 20]);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let (n2, stop) = (n2.clone(), stop.clone());
+        async move {
+            let (mut done, mut slowest) = (0u32, Duration::ZERO);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && done < 2_000 {
+                let t = tokio::time::Instant::now();
+                n2.inc(hot, m(1)).await.unwrap();
+                slowest = slowest.max(t.elapsed());
+                done += 1;
+            }
+            (done, slowest)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (plan, h) = retried(|| n1.plan_split(ROOT, Some([0x80; 20]))).await;
+    // Another plan from the same map is refused, under way (another split) or committed
+    // (not the next version any more).
+    let other = crate::groups::ShardMap::single(vec![1, 2, 3])
+        .unwrap()
+        .split(ROOT, crate::groups::SplitAt::Sha1([0x40; 20]), vec![1, 2])
+        .unwrap()
+        .0;
+    let again = execute(&root, Command::PlanSplit { map: other }).await;
+    assert!(
+        matches!(
+            again,
+            Err(MetaError::InvalidCommand(_) | MetaError::ShardMapVersion { .. })
+        ),
+        "{again:?}"
+    );
+    for node in &nodes {
+        eventually("every node follows the committed split", || {
+            let node = node.clone();
+            async move { node.shard_map().await.unwrap().version == plan.version }
+        })
+        .await;
+    }
+    eventually("root dropped the rows it handed off", || {
+        let root = root.clone();
+        async move { root.read_local(|s| s.handoff()).await.unwrap().is_none() }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (done, slowest) = writer.await.unwrap();
+    println!(
+        "{done} increments during the split; the slowest took {slowest:?}; {rows_above} rows moved"
+    );
+    assert!(done > 0);
+
+    // Every record reads the same from every node, the hot one with every increment.
+    for (i, &c) in contents.iter().enumerate() {
+        for node in &nodes {
+            let mut want = before[i];
+            if c == hot.0[0]
+                && let Some(w) = want.as_mut()
+            {
+                w.refs += done;
+                w.magic = w.magic.wrapping_add(done);
+            }
+            assert_eq!(node.file(Sha1([c; 20])).await.unwrap(), want, "{c:#x}");
+        }
+    }
+    // The new group holds exactly the upper rows, on identical replicas; root none.
+    let replicas: Vec<&Arc<Replicas>> = plan
+        .group(h)
+        .unwrap()
+        .replicas
+        .iter()
+        .map(|&id| &nodes[id as usize - 1])
+        .collect();
+    assert_eq!(replicas.len(), 2);
+    assert_same_digest(&replicas, h).await;
+    assert_same_digest(&members(&nodes, &NODES), ROOT).await;
+    let h_store = replicas[0].get(h).unwrap().store().clone();
+    let mut held = 0;
+    for table in RowTable::ALL {
+        assert!(
+            root.store()
+                .file_rows(table, ([0x80; 20], None), None, 1024)
+                .unwrap()
+                .is_empty()
+        );
+        held += h_store
+            .file_rows(table, ([0x80; 20], None), None, 1024)
+            .unwrap()
+            .len();
+        assert!(
+            h_store
+                .file_rows(table, ([0; 20], Some([0x80; 20])), None, 1024)
+                .unwrap()
+                .is_empty()
+        );
+    }
+    assert_eq!(held, rows_above);
+    let pending = h_store.pending_refs(u64::MAX, 100).unwrap();
+    assert_eq!(
+        pending.len(),
+        contents
+            .iter()
+            .filter(|c| **c % 3 == 1 && **c >= 0x80)
+            .count()
+    );
+    let deleting = n1.deleting_of_pair(PairId(0), None, 100).await.unwrap();
+    assert_eq!(
+        deleting.len(),
+        contents.iter().filter(|c| **c % 3 == 0).count()
+    );
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
 async fn refs_in(meta: &Metadata, content: u8) -> u32 {
     meta.read(move |s| s.file(&placement::Sha1([content; 20])))
         .await
@@ -992,10 +1317,34 @@ async fn refs_in(meta: &Metadata, content: u8) -> u32 {
 #[test]
 fn read_queries_and_answers_round_trip() {
     use placement::{PairId, Sha1};
-    let query = ReadQuery::File(Sha1([7; 20]));
-    let bytes = postcard::to_stdvec(&query).unwrap();
-    assert_eq!(postcard::from_bytes::<ReadQuery>(&bytes).unwrap(), query);
+    for query in [
+        ReadQuery::File(Sha1([7; 20])),
+        ReadQuery::FileFenced(Sha1([8; 20])),
+        ReadQuery::Deleting {
+            pair: PairId(3),
+            after: Some(Sha1([1; 20])),
+            until: None,
+            limit: 17,
+        },
+        ReadQuery::Deleting {
+            pair: PairId(u32::MAX),
+            after: None,
+            until: Some(Sha1([0xff; 20])),
+            limit: u32::MAX,
+        },
+    ] {
+        let bytes = postcard::to_stdvec(&query).unwrap();
+        assert_eq!(postcard::from_bytes::<ReadQuery>(&bytes).unwrap(), query);
+    }
     for answer in [
+        Ok(ReadAnswer::Deleting(vec![(
+            Sha1([2; 20]),
+            crate::tables::DeletingRecord {
+                pair: PairId(4),
+                since_secs: u64::MAX,
+            },
+        )])),
+        Ok(ReadAnswer::Deleting(Vec::new())),
         Ok(ReadAnswer::File(None)),
         Ok(ReadAnswer::File(Some(crate::FileRecord {
             refs: 3,

@@ -22,9 +22,6 @@ use crate::{Command, MetaError, Response};
 /// refused and the reconciler may release it. Far beyond any write's own bounds (the
 /// append deadline is 20 s).
 pub const REF_DEADLINE_MS: u64 = 5 * 60 * 1000;
-/// Bound on the tries of a write answered `Moved` (each on the map root has applied
-/// since).
-const MOVED_TRIES: usize = 3;
 
 /// Runs `cmd`, a write of (`bucket`, `key`) that references content (see
 /// [`Command::content_reference`]), in the group that owns the key. When the content's
@@ -42,25 +39,55 @@ pub async fn referencing_write(
             "a referencing write that references no content".into(),
         ));
     };
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        let map = replicas.shard_map().await?;
-        let index = map.index_group(bucket, key);
-        let filedb = map.filedb_group(&content.sha1.0);
-        let answer = if index == filedb {
-            replicas.send(index, cmd.clone()).await
-        } else {
-            across(replicas, (index, filedb), (bucket, key), &cmd, content).await
-        };
-        match answer {
-            Err(MetaError::Moved { map_version }) if tries < MOVED_TRIES => {
-                tracing::debug!(map_version, "the map moved under a write: trying again");
-                // Root may not have applied the newer map yet.
-                tokio::time::sleep(std::time::Duration::from_millis(50 * tries as u64)).await;
-                replicas.refresh_map().await?;
+    let cmd = &cmd;
+    replicas
+        .on_the_map(|map| async move {
+            let index = map.index_group(bucket, key);
+            let filedb = map.filedb_group(&content.sha1.0);
+            if index == filedb {
+                replicas.send(index, cmd.clone()).await
+            } else {
+                across(replicas, (index, filedb), (bucket, key), cmd, content).await
             }
-            other => return other,
+        })
+        .await
+}
+
+impl Replicas {
+    /// Runs `cmd` in the group the map gives it: a FileDB command (see
+    /// [`Command::filedb_sha1`]) in its content's group, any other in root, where the S3
+    /// index, PairDB, buckets and keys live until index groups exist. A write that
+    /// references content is routed by its key ([`Replicas::execute_at`]) and refused
+    /// here.
+    pub async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
+        if cmd.content_reference().is_some() {
+            return Err(MetaError::InvalidCommand(
+                "a write that references content is routed by its key".into(),
+            ));
+        }
+        let Some(sha1) = cmd.filedb_sha1() else {
+            return self.root().execute(cmd).await;
+        };
+        let cmd = &cmd;
+        self.on_the_map(
+            |map| async move { self.send(map.filedb_group(&sha1.0), cmd.clone()).await },
+        )
+        .await
+    }
+
+    /// Runs `cmd`, a write of `bucket`/`key`, in the group the map gives the key; a write
+    /// that references content takes its reference where the content lives
+    /// ([`referencing_write`]).
+    pub async fn execute_at(
+        &self,
+        bucket: &str,
+        key: &str,
+        cmd: Command,
+    ) -> Result<Response, MetaError> {
+        if cmd.content_reference().is_some() {
+            referencing_write(self, bucket, key, cmd).await
+        } else {
+            self.execute(cmd).await
         }
     }
 }

@@ -5,6 +5,7 @@ use redb::{ReadableDatabase, ReadableTable as _};
 
 use super::MetaStore;
 use crate::MetaError;
+use crate::handoff::{self, FileRow, HandOff, RowCursor, RowTable};
 use crate::outbox::{self, OUTBOX, OutboxEntry};
 use crate::ownership::{self, OWNERSHIP, Ownership};
 use crate::ref_log::{self, REF_LOG, REF_PENDING, REF_RELEASED, RefState};
@@ -25,21 +26,42 @@ impl MetaStore {
         ownership::read(&txn.open_table(OWNERSHIP)?)
     }
 
-    /// `sha1`'s FileDB record, if this group owns `sha1` (else `Moved`), from one read
-    /// transaction.
+    /// `sha1`'s FileDB record, if this group owns `sha1` or still answers reads of it
+    /// while it hands it off (else `Moved`), from one read transaction.
     pub fn file_if_owned(
         &self,
         sha1: &placement::Sha1,
     ) -> Result<Option<crate::FileRecord>, MetaError> {
         let txn = self.db().begin_read()?;
-        if let Some(own) = ownership::read(&txn.open_table(OWNERSHIP)?)?
+        let table = txn.open_table(OWNERSHIP)?;
+        if let Some(own) = ownership::read(&table)?
             && !own.owns_sha1(&sha1.0)
+            && !handoff::read(&table)?.is_some_and(|h| h.readable && h.contains(&sha1.0))
         {
             return Err(MetaError::Moved {
                 map_version: own.map_version,
             });
         }
         super::files::file_in(&txn, sha1)
+    }
+
+    /// The hand-off under way, if any (see [`crate::handoff`]).
+    pub fn handoff(&self) -> Result<Option<HandOff>, MetaError> {
+        let txn = self.db().begin_read()?;
+        handoff::read(&txn.open_table(OWNERSHIP)?)
+    }
+
+    /// A page of the rows of `table` in `interval` after `after` (see
+    /// [`handoff::rows`]): what a split copies.
+    pub fn file_rows(
+        &self,
+        table: RowTable,
+        interval: ([u8; 20], Option<[u8; 20]>),
+        after: Option<RowCursor>,
+        limit: u32,
+    ) -> Result<Vec<FileRow>, MetaError> {
+        let txn = self.db().begin_read()?;
+        handoff::rows(&txn, table, interval, after, limit)
     }
 
     /// The outbox's first `limit` rows, in (bucket, key, ref_id) order.

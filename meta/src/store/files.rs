@@ -32,13 +32,13 @@ impl MetaStore {
             .map(|v| DeletingRecord::decode(&v.value())))
     }
 
-    /// `deleting` entries of `pair` with sha1 after `after`, at most `limit`, in sha1
+    /// `deleting` entries of `pair` with a sha1 in (`after`, `until`), at most `limit`, in sha1
     /// order. Entries of other pairs are skipped over; the table only holds content
     /// waiting for its Valkyrie, so it stays small.
     pub fn deleting_of_pair(
         &self,
         pair: PairId,
-        after: Option<Sha1>,
+        (after, until): (Option<Sha1>, Option<Sha1>),
         limit: usize,
     ) -> Result<Vec<(Sha1, DeletingRecord)>, MetaError> {
         use std::ops::Bound;
@@ -48,8 +48,12 @@ impl MetaStore {
             Some(a) => Bound::Excluded(a.0),
             None => Bound::Unbounded,
         };
+        let end = match until {
+            Some(u) => Bound::Excluded(u.0),
+            None => Bound::Unbounded,
+        };
         let mut out = Vec::new();
-        for entry in table.range::<[u8; 20]>((start, Bound::Unbounded))? {
+        for entry in table.range::<[u8; 20]>((start, end))? {
             let (k, v) = entry?;
             let rec = DeletingRecord::decode(&v.value());
             if rec.pair == pair {

@@ -183,4 +183,27 @@ impl MetaStore {
         let txn = db.begin_read()?;
         crate::shard_map::read(&txn.open_table(crate::shard_map::SHARD_MAP)?)
     }
+
+    /// A copy of this store made through a snapshot file in `dir` (tests: every table
+    /// travels in snapshots).
+    #[cfg(test)]
+    pub(crate) fn through_snapshot(&self, dir: &Path) -> MetaStore {
+        let file = dir.join("snap");
+        {
+            let db = self.db();
+            let read = db.begin_read().unwrap();
+            raft::snapshot::write(&read, Vec::new(), std::fs::File::create(&file).unwrap())
+                .unwrap();
+        }
+        let restored = dir.join("restored.redb");
+        raft::snapshot::load(&file, &restored).unwrap();
+        MetaStore::open(&restored).unwrap()
+    }
+
+    /// The map a split under way will commit (root only), if any.
+    pub fn planned_map(&self) -> Result<Option<crate::groups::ShardMap>, MetaError> {
+        let db = self.db();
+        let txn = db.begin_read()?;
+        crate::shard_map::read_planned(&txn.open_table(crate::shard_map::SHARD_MAP)?)
+    }
 }

@@ -1,0 +1,290 @@
+//! A FileDB group handing sha1 intervals to a new group in a split (`docs/scaling.md`,
+//! section 4), and the rows that move.
+//!
+//! A split of FileDB group G at a sha1 gives the upper part of one of G's intervals to a
+//! new group H. The rows move by copy, in this order, each step idempotent so that the
+//! driver (root's leader) can run it again after any crash:
+//!
+//! 1. `SetOwnership` in H: H owns the interval of the planned map (nobody routes to H
+//!    yet: the committed map does not name it).
+//! 2. `HandOff` in G: G owns only its part of the planned map and refuses every write of
+//!    the interval (`Moved`), but keeps its rows and goes on answering reads of them: with
+//!    no write applied to them they are exactly what H receives.
+//! 3. The copy: pages of G's rows ([`RowTable`], read by any replica of G after its read
+//!    barrier) go to H in bounded `Ingest` commands.
+//! 4. `EndHandOff` in G: reads of the interval are `Moved` too, and G may drop the rows.
+//! 5. Root commits the planned map: gateways route the interval to H.
+//! 6. G's leader drops the rows in bounded `DropHandedOff` batches; the last removes the
+//!    hand-off row.
+//!
+//! Writes of the interval wait from step 2 to step 5 (the copy's length); reads only from
+//! step 4 to step 5 (two commands).
+//!
+//! The hand-off is a second row of the `ownership` table, so that it travels in
+//! snapshots and joins the digest with the ownership itself. Record format: a format
+//! byte, then postcard ([`crate::tables::encode_versioned`]).
+
+use placement::Sha1;
+use redb::{ReadTransaction, ReadableTable, WriteTransaction};
+use serde::{Deserialize, Serialize};
+
+use crate::MetaError;
+use crate::native_refs::{NATIVE_REFS, NativeRefs};
+use crate::ownership::OWNERSHIP;
+use crate::ref_log::{REF_LOG, RefState};
+use crate::tables::{DELETING, DeletingRecord, FILES, FileRecord};
+
+/// The key of the hand-off row in the `ownership` table.
+const KEY: &str = "handoff";
+
+/// Bound on the rows of one page read and of one `Ingest`, and on the rows one
+/// `DropHandedOff` removes: bounded transactions, so that foreground writes behind them
+/// in the log wait little.
+pub const ROWS_MAX: u32 = 1024;
+
+/// Sha1 intervals `[start, end)`, ascending; an `end` of None runs to the top.
+pub type Intervals = Vec<([u8; 20], Option<[u8; 20]>)>;
+
+/// The intervals a group handed off and whose rows it still holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandOff {
+    /// The planned map's version, which the group owns under since the hand-off.
+    pub map_version: u64,
+    pub sha1: Intervals,
+    /// Whether reads of the intervals are still answered here (until `EndHandOff`).
+    pub readable: bool,
+}
+
+impl HandOff {
+    pub fn contains(&self, sha1: &[u8; 20]) -> bool {
+        within(&self.sha1, sha1)
+    }
+
+    pub fn encode(&self) -> Result<Vec<u8>, MetaError> {
+        crate::tables::encode_versioned(self)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<HandOff, MetaError> {
+        crate::tables::decode_versioned("ownership/handoff", bytes)
+    }
+}
+
+/// Whether `sha1` lies in one of `intervals`.
+pub fn within(intervals: &[([u8; 20], Option<[u8; 20]>)], sha1: &[u8; 20]) -> bool {
+    intervals
+        .iter()
+        .any(|(start, end)| start <= sha1 && end.is_none_or(|end| sha1 < &end))
+}
+
+/// The stored hand-off, if one is under way.
+pub fn read(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Option<HandOff>, MetaError> {
+    table
+        .get(KEY)?
+        .map(|v| HandOff::decode(v.value()))
+        .transpose()
+}
+
+pub(crate) fn read_in(txn: &WriteTransaction) -> Result<Option<HandOff>, MetaError> {
+    read(&txn.open_table(OWNERSHIP)?)
+}
+
+pub(crate) fn write(txn: &WriteTransaction, handoff: Option<&HandOff>) -> Result<(), MetaError> {
+    let mut table = txn.open_table(OWNERSHIP)?;
+    match handoff {
+        Some(h) => {
+            table.insert(KEY, h.encode()?.as_slice())?;
+        }
+        None => {
+            table.remove(KEY)?;
+        }
+    }
+    Ok(())
+}
+
+/// The tables whose rows move with their sha1 in a split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RowTable {
+    Files,
+    Deleting,
+    NativeRefs,
+    RefLog,
+}
+
+impl RowTable {
+    pub const ALL: [RowTable; 4] = [
+        RowTable::Files,
+        RowTable::Deleting,
+        RowTable::NativeRefs,
+        RowTable::RefLog,
+    ];
+}
+
+/// One row that moves with its sha1, typed as its table stores it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileRow {
+    File {
+        sha1: Sha1,
+        record: FileRecord,
+    },
+    Deleting {
+        sha1: Sha1,
+        record: DeletingRecord,
+    },
+    NativeRefs {
+        sha1: Sha1,
+        count: u32,
+        magic: u32,
+    },
+    Ref {
+        sha1: Sha1,
+        ref_id: u64,
+        state: RefState,
+    },
+}
+
+impl FileRow {
+    pub fn sha1(&self) -> Sha1 {
+        match self {
+            FileRow::File { sha1, .. }
+            | FileRow::Deleting { sha1, .. }
+            | FileRow::NativeRefs { sha1, .. }
+            | FileRow::Ref { sha1, .. } => *sha1,
+        }
+    }
+
+    /// Where a page that ended with this row goes on from.
+    pub fn cursor(&self) -> RowCursor {
+        match self {
+            FileRow::Ref { sha1, ref_id, .. } => (sha1.0, *ref_id),
+            other => (other.sha1().0, 0),
+        }
+    }
+}
+
+/// The last (sha1, ref_id) a page returned (ref_id 0 outside `ref_log`).
+pub type RowCursor = ([u8; 20], u64);
+
+/// The rows of `table` with a sha1 in `[start, end)` after `after`, at most `limit`
+/// (capped at [`ROWS_MAX`]), in key order.
+pub fn rows(
+    txn: &ReadTransaction,
+    table: RowTable,
+    (start, end): ([u8; 20], Option<[u8; 20]>),
+    after: Option<RowCursor>,
+    limit: u32,
+) -> Result<Vec<FileRow>, MetaError> {
+    use std::ops::Bound;
+    let limit = limit.clamp(1, ROWS_MAX) as usize;
+    let from = |key: [u8; 20]| match after {
+        Some((a, _)) if a >= key => Bound::Excluded(a),
+        _ => Bound::Included(key),
+    };
+    let to = end.map_or(Bound::Unbounded, Bound::Excluded);
+    let mut out = Vec::new();
+    match table {
+        RowTable::Files => {
+            for row in txn
+                .open_table(FILES)?
+                .range::<[u8; 20]>((from(start), to))?
+            {
+                let (k, v) = row?;
+                let sha1 = Sha1(k.value());
+                let record = FileRecord::decode_checked(&sha1, &v.value())?;
+                out.push(FileRow::File { sha1, record });
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        RowTable::Deleting => {
+            for row in txn
+                .open_table(DELETING)?
+                .range::<[u8; 20]>((from(start), to))?
+            {
+                let (k, v) = row?;
+                let record = DeletingRecord::decode(&v.value());
+                out.push(FileRow::Deleting {
+                    sha1: Sha1(k.value()),
+                    record,
+                });
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        RowTable::NativeRefs => {
+            for row in txn
+                .open_table(NATIVE_REFS)?
+                .range::<[u8; 20]>((from(start), to))?
+            {
+                let (k, v) = row?;
+                let n = NativeRefs::decode(&v.value());
+                out.push(FileRow::NativeRefs {
+                    sha1: Sha1(k.value()),
+                    count: n.count,
+                    magic: n.magic,
+                });
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        RowTable::RefLog => {
+            let lower = match after {
+                Some(a) if a.0 >= start => Bound::Excluded(a),
+                _ => Bound::Included((start, 0)),
+            };
+            let upper = end.map_or(Bound::Unbounded, |e| Bound::Excluded((e, 0)));
+            for row in txn
+                .open_table(REF_LOG)?
+                .range::<([u8; 20], u64)>((lower, upper))?
+            {
+                let (k, v) = row?;
+                let (sha1, ref_id) = k.value();
+                out.push(FileRow::Ref {
+                    sha1: Sha1(sha1),
+                    ref_id,
+                    state: RefState::decode(v.value())?,
+                });
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The part of `have` that `keep` leaves out: what a group gives away.
+pub fn given_away(have: &Intervals, keep: &Intervals) -> Intervals {
+    let mut out = Vec::new();
+    for &(start, end) in have {
+        let mut at = start;
+        for &(k_start, k_end) in keep {
+            // The kept interval ends at or before `at`: nothing of it here.
+            if k_end.is_some_and(|e| e <= at) {
+                continue;
+            }
+            // It starts past the end of this interval: the rest is given away.
+            if end.is_some_and(|e| k_start >= e) {
+                break;
+            }
+            if k_start > at {
+                out.push((at, Some(k_start)));
+            }
+            match k_end {
+                Some(e) => at = e,
+                None => return out,
+            }
+            if end.is_some_and(|e| at >= e) {
+                break;
+            }
+        }
+        if end.is_none_or(|e| at < e) {
+            out.push((at, end));
+        }
+    }
+    out
+}
