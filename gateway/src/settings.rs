@@ -414,6 +414,7 @@ impl Settings {
             election_timeout_ms,
             reconcile_grace_ms: meta::raft::RECONCILE_GRACE_MS_DEFAULT,
             replication_factor: self.replication_factor()?,
+            split_page_rows: meta::handoff::ROWS_MAX,
         }))
     }
 

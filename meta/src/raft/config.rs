@@ -40,6 +40,9 @@ pub struct ClusterConfig {
     pub reconcile_grace_ms: u64,
     /// See [`REPLICATION_FACTOR_DEFAULT`].
     pub replication_factor: u64,
+    /// Rows per page of a split's copy, at most [`crate::handoff::ROWS_MAX`] (the
+    /// default); tests make it small, so that a crash lands in the middle of a copy.
+    pub split_page_rows: u32,
 }
 
 impl ClusterConfig {
@@ -53,6 +56,7 @@ impl ClusterConfig {
             election_timeout_ms: ELECTION_TIMEOUT_MS_DEFAULT,
             reconcile_grace_ms: RECONCILE_GRACE_MS_DEFAULT,
             replication_factor: REPLICATION_FACTOR_DEFAULT,
+            split_page_rows: crate::handoff::ROWS_MAX,
         }
     }
 }

@@ -346,6 +346,11 @@ impl Replicas {
         self.cluster.replication_factor
     }
 
+    /// Rows per page of a split's copy (see [`ClusterConfig::split_page_rows`]).
+    pub fn split_page_rows(&self) -> u32 {
+        self.cluster.split_page_rows
+    }
+
     /// Runs `cmd` in `group` from this node: through this node's replica if it holds one
     /// (which forwards it to the leader), else at the leader among the group's replicas
     /// the map names, following redirects within [`SEND_BUDGET`].

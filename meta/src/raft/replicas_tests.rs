@@ -82,6 +82,7 @@ fn config(id: NodeId) -> ClusterConfig {
         election_timeout_ms: crate::raft::ELECTION_TIMEOUT_MS_DEFAULT,
         reconcile_grace_ms: 0,
         replication_factor: 2,
+        split_page_rows: crate::handoff::ROWS_MAX,
     }
 }
 
@@ -1133,29 +1134,23 @@ async fn filedb_calls_and_reads_go_to_the_contents_group() {
     }
 }
 
-/// A FileDB split on real Rafts while it serves: root holds records, `deleting` entries
-/// and pending references all over the sha1 space; a split at 0x80 planned from one node
-/// is driven by root's leader to its commit while another node keeps incrementing a
-/// content of the moving interval. Every increment is acknowledged (they wait out the
-/// copy), every record reads back the same from every node, the new group's replicas are
-/// identical and hold exactly the upper rows, and root dropped its copy of them.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_filedb_group_splits_while_it_serves() {
-    use crate::handoff::RowTable;
-    use crate::{DecOutcome, MetaError};
-    use placement::{Magic, Sha1};
+/// The contents [`fill_all_over`] writes: 60 sha1s spread over the whole space.
+fn spread_contents() -> Vec<u8> {
+    (0..60u8).map(|i| i * 4 + 1).collect()
+}
 
-    let (_dir, _net, nodes) = three_nodes().await;
-    let root = nodes[0].root().clone();
-    root.wait_leader(WAIT).await.unwrap();
+/// Through `node`, before any split: a record of each of [`spread_contents`], a third of
+/// them released to `deleting`, a third with a pending reference. Answers the contents.
+async fn fill_all_over(node: &Replicas) -> Vec<u8> {
+    use crate::DecOutcome;
+    use placement::{Magic, Sha1};
     let m = |n: u32| Magic::new(n).unwrap();
-    let (n1, n2, n3) = (nodes[0].clone(), nodes[1].clone(), nodes[2].clone());
-    let contents: Vec<u8> = (0..60u8).map(|i| i * 4 + 1).collect();
+    let contents = spread_contents();
     for &c in &contents {
-        retried(|| n1.insert_or_inc(Sha1([c; 20]), m(3), PairId(0))).await;
+        retried(|| node.insert_or_inc(Sha1([c; 20]), m(3), PairId(0))).await;
     }
     for &c in contents.iter().filter(|c| *c % 3 == 0) {
-        let out = retried(|| n1.dec(Sha1([c; 20]), m(3), 100)).await;
+        let out = retried(|| node.dec(Sha1([c; 20]), m(3), 100)).await;
         assert_eq!(out, DecOutcome::Deleting);
     }
     for (i, &c) in contents.iter().filter(|c| *c % 3 == 1).enumerate() {
@@ -1169,26 +1164,150 @@ async fn a_filedb_group_splits_while_it_serves() {
             deadline_ms: now_ms() + 3_600_000,
             now_ms: now_ms(),
         };
-        retried(|| n1.execute(inc.clone())).await;
+        retried(|| node.execute(inc.clone())).await;
     }
-    let before: Vec<_> = {
-        let mut v = Vec::new();
-        for &c in &contents {
-            v.push(retried(|| n3.file(Sha1([c; 20]))).await);
-        }
-        v
+    contents
+}
+
+/// Each content's record as `node` reads it now (linearizable, wherever it lives).
+async fn records(node: &Replicas, contents: &[u8]) -> Vec<Option<crate::FileRecord>> {
+    let mut out = Vec::new();
+    for &c in contents {
+        out.push(retried(|| node.file(placement::Sha1([c; 20]))).await);
+    }
+    out
+}
+
+/// The rows a split moves that `store` holds in `interval`.
+fn rows_in(store: &crate::MetaStore, interval: ([u8; 20], Option<[u8; 20]>)) -> usize {
+    crate::handoff::RowTable::ALL
+        .iter()
+        .map(|&table| store.file_rows(table, interval, None, 1024).unwrap().len())
+        .sum()
+}
+
+/// A split's copy is cut in the middle by the stop of root's leader (pages of one row, so
+/// that the stop lands mid-copy), which also holds a replica of the new group, so that
+/// group loses its quorum until the node restarts behind root's purges: the next leader
+/// starts the copy again, the restarted node catches up, and the split commits with
+/// every record as before, the new group's replicas identical and holding exactly the
+/// upper rows, and root's copy dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_split_goes_on_after_roots_leader_stops_in_the_middle_of_its_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = Arc::new(Loopback::default());
+    let slow = |id| ClusterConfig {
+        split_page_rows: 1,
+        ..config(id)
     };
-    let rows_above = {
-        let store = root.store().clone();
-        let mut n = 0;
-        for table in RowTable::ALL {
-            n += store
-                .file_rows(table, ([0x80; 20], None), None, 1024)
-                .unwrap()
-                .len();
+    let mut nodes = Vec::new();
+    for id in NODES {
+        nodes.push(start_with(dir.path(), slow(id), voters(), &net).await);
+    }
+    let leader = nodes[0].root().wait_leader(WAIT).await.unwrap();
+    let contents = fill_all_over(&nodes[0]).await;
+    let before = records(&nodes[2], &contents).await;
+    let rows_above = rows_in(nodes[0].root().store(), ([0x80; 20], None));
+    let (plan, h) = retried(|| nodes[2].plan_split(ROOT, Some([0x80; 20]))).await;
+    assert!(
+        plan.group(h).unwrap().replicas.contains(&leader),
+        "{plan:?}"
+    );
+
+    // Some rows copied, the map not committed: root's leader stops.
+    let holder = nodes[leader as usize - 1].clone();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let copied = holder
+            .get(h)
+            .map_or(0, |g| rows_in(g.store(), ([0x80; 20], None)));
+        if copied >= 3 {
+            break;
         }
-        n
-    };
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the copy never started"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        holder.shard_map().await.unwrap().version < plan.version,
+        "committed already"
+    );
+    net.unregister(&addr(leader));
+    let stopped = nodes.remove(leader as usize - 1);
+    stopped.shutdown().await;
+    drop((stopped, holder));
+    // The survivors go on writing to root (a new leader, snapshots and purges past the
+    // stopped node's log) before it comes back.
+    write(&nodes[0], ROOT, dir.path(), 1_000, 24).await;
+    let restarted = start_with(dir.path(), slow(leader), BTreeMap::new(), &net).await;
+    nodes.insert(leader as usize - 1, restarted);
+
+    for node in &nodes {
+        eventually("every node follows the committed split", || {
+            let node = node.clone();
+            async move {
+                node.refresh_map()
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|m| m.version == plan.version)
+            }
+        })
+        .await;
+        eventually("root dropped the rows it handed off", || {
+            let root = node.root().clone();
+            async move { root.read_local(|s| s.handoff()).await.unwrap().is_none() }
+        })
+        .await;
+    }
+    for node in &nodes {
+        assert_eq!(records(node, &contents).await, before);
+    }
+    let replicas: Vec<&Arc<Replicas>> = plan
+        .group(h)
+        .unwrap()
+        .replicas
+        .iter()
+        .map(|&id| &nodes[id as usize - 1])
+        .collect();
+    assert_same_digest(&replicas, h).await;
+    assert_same_digest(&members(&nodes, &NODES), ROOT).await;
+    for node in &replicas {
+        assert_eq!(
+            rows_in(node.get(h).unwrap().store(), ([0x80; 20], None)),
+            rows_above
+        );
+    }
+    for node in &nodes {
+        assert_eq!(rows_in(node.root().store(), ([0x80; 20], None)), 0);
+    }
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+/// A FileDB split on real Rafts while it serves: root holds records, `deleting` entries
+/// and pending references all over the sha1 space; a split at 0x80 planned from one node
+/// is driven by root's leader to its commit while another node keeps incrementing a
+/// content of the moving interval. Every increment is acknowledged (they wait out the
+/// copy), every record reads back the same from every node, the new group's replicas are
+/// identical and hold exactly the upper rows, and root dropped its copy of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_filedb_group_splits_while_it_serves() {
+    use crate::MetaError;
+    use crate::handoff::RowTable;
+    use placement::{Magic, Sha1};
+
+    let (_dir, _net, nodes) = three_nodes().await;
+    let root = nodes[0].root().clone();
+    root.wait_leader(WAIT).await.unwrap();
+    let m = |n: u32| Magic::new(n).unwrap();
+    let (n1, n2, n3) = (nodes[0].clone(), nodes[1].clone(), nodes[2].clone());
+    let contents = fill_all_over(&n1).await;
+    let before = records(&n3, &contents).await;
+    let rows_above = rows_in(root.store(), ([0x80; 20], None));
 
     // A content of the moving interval, incremented all along from node 2.
     let hot = Sha1([0xe9; 20]);

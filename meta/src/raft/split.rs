@@ -169,7 +169,7 @@ async fn move_rows(
                     table,
                     interval,
                     after,
-                    limit: ROWS_MAX,
+                    limit: r.split_page_rows(),
                 };
                 let rows = match r.read_in(plan, from, query).await? {
                     ReadAnswer::Rows(rows) => rows,
