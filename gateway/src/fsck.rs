@@ -10,6 +10,13 @@
 //!
 //! It reads every content file, so it is an offline tool for tests and incidents, not a
 //! monitor; Valkyrie's scrub is the online check.
+//!
+//! Where the metadata is split over groups (`docs/scaling.md`), FileDB is the records each
+//! group this node holds a replica of owns (`groups/<id>/`, each replayed like root), and
+//! the references it counts include those in flight between groups: a dec owed in root's
+//! outbox still counts, and so does a reference taken for an entry that does not exist
+//! (pending: the reconciler releases it after its deadline). Objects whose content lies
+//! in a group this node holds no replica of are counted as unchecked.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -21,7 +28,9 @@ use placement::{Disk, PairId, Sha1};
 use valkyrie::layout::FileName;
 use valkyrie::walk::{Entry, Walk};
 
+use meta::groups::{GroupId, ROOT, ShardMap};
 use meta::native_refs::NativeRefs;
+use meta::ref_log::RefState;
 use meta::versions::VersionRecord;
 use meta::{MetaError, MetaStore};
 
@@ -55,6 +64,14 @@ pub struct Report {
     /// Copies of live contents found only in quarantine, with the right bytes (the next
     /// read or scrub restores them).
     pub restorable: u64,
+    /// The metadata groups whose replicas this data folder holds (root included).
+    pub groups: u64,
+    /// References a FileDB group holds pending for an entry that does not exist.
+    pub pending_refs: u64,
+    /// Decs owed in root's outbox to a FileDB group.
+    pub owed_decs: u64,
+    /// Objects and parts whose content lies in a group this node holds no replica of.
+    pub unchecked: u64,
     pub errors: u64,
     pub problems: Vec<String>,
 }
@@ -95,6 +112,13 @@ impl fmt::Display for Report {
             self.restorable,
             self.errors
         )?;
+        if self.groups > 1 {
+            writeln!(
+                f,
+                "fsck: {} metadata groups held here, {} references pending, {} decs owed, {} objects and parts in groups not held here",
+                self.groups, self.pending_refs, self.owed_decs, self.unchecked
+            )?;
+        }
         writeln!(
             f,
             "fsck: {}",
@@ -162,6 +186,8 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
         .build()
         .map_err(|e| MetaError::Storage(e.to_string()))?;
     let mut report = Report::default();
+    let filedb = FileDb::open(data_dir, &meta)?;
+    report.groups = filedb.stores.len() as u64 + 1;
     // Every reference FileDB counts: objects, parts, and the native API's (count and
     // wrapping magic sum each).
     let mut expected: HashMap<Sha1, NativeRefs> = HashMap::new();
@@ -173,40 +199,84 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
     let mut objects = Vec::new();
     meta.for_each_object(|b, k, o| {
         add(o.sha1, 1, o.magic.get());
-        objects.push((format!("{b}/{k}"), o.sha1));
+        objects.push((format!("object {b}/{k}"), o.sha1));
     })?;
     report.objects = objects.len() as u64;
     meta.for_each_version(|b, k, v| match v {
         VersionRecord::Object { record, stamp, .. } => {
             add(record.sha1, 1, record.magic.get());
             objects.push((
-                format!("{b}/{k} version {}", stamp.id(record.magic)),
+                format!("object {b}/{k} version {}", stamp.id(record.magic)),
                 record.sha1,
             ));
             report.noncurrent_versions += 1;
         }
         VersionRecord::DeleteMarker { .. } => report.delete_markers += 1,
     })?;
-    meta.for_each_part(|_, _, p| {
+    meta.for_each_part(|upload, number, p| {
         add(p.sha1, 1, p.magic.get());
+        objects.push((format!("upload {upload} part {number}"), p.sha1));
         report.parts += 1;
     })?;
     let mut natives = Vec::new();
-    meta.for_each_native(|sha1, n| {
-        add(sha1, n.count, n.magic);
-        natives.push(sha1);
-    })?;
-    report.native_refs = natives.len() as u64;
     let mut files = HashMap::new();
-    meta.for_each_file(|sha1, rec| {
-        files.insert(sha1, rec);
-    })?;
+    for (group, store) in filedb.all(&meta) {
+        store.for_each_native(|sha1, n| {
+            if filedb.owner(&sha1) == Some(group) {
+                add(sha1, n.count, n.magic);
+                natives.push(sha1);
+            }
+        })?;
+        store.for_each_file(|sha1, rec| {
+            if filedb.owner(&sha1) == Some(group) {
+                files.insert(sha1, rec);
+            }
+        })?;
+        // References in flight between groups that the record counts.
+        for p in store.pending_refs(u64::MAX, usize::MAX)? {
+            let sha1 = Sha1(p.sha1);
+            if filedb.owner(&sha1) != Some(group) {
+                continue;
+            }
+            if let RefState::Pending {
+                magic, bucket, key, ..
+            } = &p.state
+                && !meta.holds_ref(bucket, key, p.ref_id)?
+            {
+                add(sha1, 1, *magic);
+                report.pending_refs += 1;
+            }
+        }
+    }
+    for owed in meta.outbox(usize::MAX)? {
+        let sha1 = Sha1(owed.sha1);
+        let Some(group) = filedb.owner(&sha1) else {
+            continue;
+        };
+        // Applied already (a `Released` row) when only its `OutboxDone` is missing.
+        let applied = matches!(
+            filedb
+                .store(group, &meta)
+                .ref_state(&owed.sha1, owed.ref_id)?,
+            Some(RefState::Released { .. })
+        );
+        if !applied {
+            add(sha1, 1, owed.magic.get());
+            report.owed_decs += 1;
+        }
+    }
+    report.native_refs = natives.len() as u64;
     report.files = files.len() as u64;
+    objects.retain(|(_, sha1)| {
+        let held = filedb.owner(sha1).is_some();
+        if !held {
+            report.unchecked += 1;
+        }
+        held
+    });
     for (name, sha1) in &objects {
         if !files.contains_key(sha1) {
-            report.error(format!(
-                "object {name}: content {sha1} has no FileDB record"
-            ));
+            report.error(format!("{name}: content {sha1} has no FileDB record"));
         }
     }
     for sha1 in &natives {
@@ -271,6 +341,7 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
         for disk in pair {
             let Disk::Local(d) = disk else { continue };
             rt.block_on(walk_disk(
+                &filedb,
                 &meta,
                 d.root(),
                 *id,
@@ -284,9 +355,67 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
     Ok(report)
 }
 
+/// FileDB as this data folder holds it: root's store (the caller's) and the store of each
+/// other group with a folder here, each answering for the sha1s the committed shard map
+/// gives it.
+struct FileDb {
+    map: ShardMap,
+    /// The groups other than root, by id.
+    stores: Vec<(GroupId, MetaStore)>,
+}
+
+impl FileDb {
+    fn open(data_dir: &Path, root: &MetaStore) -> Result<FileDb, FsckError> {
+        let map = match root.shard_map()? {
+            Some(map) => map,
+            None => ShardMap::single(vec![1]).map_err(|e| MetaError::Corrupt(e.to_string()))?,
+        };
+        let mut stores = Vec::new();
+        for id in meta::raft::replicas::group_folders(data_dir)? {
+            let dir = meta::raft::replicas::group_dir(data_dir, id);
+            let path = dir.join("meta.redb");
+            meta::raft::replay_offline(&dir)
+                .map_err(|e| FsckError::Open(path.display().to_string(), e))?;
+            let store = MetaStore::open(&path)
+                .map_err(|e| FsckError::Open(path.display().to_string(), e))?;
+            stores.push((id, store));
+        }
+        Ok(FileDb { map, stores })
+    }
+
+    /// The group that answers for `sha1`, if this folder holds it.
+    fn owner(&self, sha1: &Sha1) -> Option<GroupId> {
+        let group = self.map.filedb_group(&sha1.0);
+        (group == ROOT || self.stores.iter().any(|(id, _)| *id == group)).then_some(group)
+    }
+
+    fn store<'a>(&'a self, group: GroupId, root: &'a MetaStore) -> &'a MetaStore {
+        self.stores
+            .iter()
+            .find(|(id, _)| *id == group)
+            .map_or(root, |(_, s)| s)
+    }
+
+    /// Every store with its group, root first.
+    fn all<'a>(&'a self, root: &'a MetaStore) -> Vec<(GroupId, &'a MetaStore)> {
+        std::iter::once((ROOT, root))
+            .chain(self.stores.iter().map(|(id, s)| (*id, s)))
+            .collect()
+    }
+
+    /// Whether `sha1` waits in the `deleting` table of the group that answers for it.
+    fn deleting(&self, sha1: &Sha1, root: &MetaStore) -> Result<bool, MetaError> {
+        match self.owner(sha1) {
+            Some(group) => Ok(self.store(group, root).deleting(sha1)?.is_some()),
+            None => Ok(false),
+        }
+    }
+}
+
 /// Checks every file under a local disk's `<aa>/<bb>/` folders, through Valkyrie's walk
 /// (the names the scrubber sees, in the same order).
 async fn walk_disk(
+    filedb: &FileDb,
     meta: &MetaStore,
     root: &Path,
     pair: PairId,
@@ -322,7 +451,9 @@ async fn walk_disk(
         match files.get(&sha1) {
             Some(rec) if rec.pair == pair => {}
             Some(_) => report.junk += 1,
-            None if meta.deleting(&sha1)?.is_some() => report.deleting += 1,
+            None if filedb.deleting(&sha1, meta)? => report.deleting += 1,
+            // Its group is not held here: nothing to say about it.
+            None if filedb.owner(&sha1).is_none() => report.unchecked += 1,
             None => {
                 let age = std::fs::symlink_metadata(&path)
                     .and_then(|m| m.modified())

@@ -101,6 +101,7 @@ SETTINGS = [
     ("gateway.requestLogLevel", None, "request_log_level", "str"),
     ("gateway.snapshotLogs", "cluster", "snapshot_logs", "int"),
     ("gateway.electionTimeoutMs", "cluster", "election_timeout_ms", "int"),
+    ("gateway.replicationFactor", "cluster", "replication_factor", "int"),
     ("connections.headerReadTimeoutSecs", None, "header_read_timeout_secs", "int"),
     ("connections.keepaliveIdleSecs", None, "keepalive_idle_secs", "int"),
     ("connections.bodyIdleTimeoutSecs", None, "body_idle_timeout_secs", "int"),

@@ -149,13 +149,32 @@ fn a_filedb_group_splits_under_s3_traffic_and_every_object_reads_back() {
             assert_same_body(&r.body, &body(i), key);
         }
     }
-    // Root's replicas agree; the new group holds records on each of its replicas.
+    // Root's replicas agree; the new group holds records on each of its replicas (every
+    // node: the replication factor is 3).
     cluster.wait_same_digest(&cluster.ids(), Duration::from_secs(30));
     for id in cluster.ids() {
         let v = groups(&cluster, id);
         let new = &v["groups"][1];
-        if new["held"] == true {
-            assert!(new["records"].as_u64().is_some_and(|r| r > 0), "{v}");
-        }
+        assert_eq!(new["held"], true, "{v}");
+        assert!(new["records"].as_u64().is_some_and(|r| r > 0), "{v}");
+    }
+    // Each node's folder, both groups together, is consistent with the disks: every
+    // record's refs are the entries, parts and references in flight naming it.
+    let mut cluster = cluster;
+    cluster.kill_all();
+    for id in cluster.ids() {
+        let run = cluster.fsck(id);
+        assert!(
+            run.stdout.contains("fsck: clean"),
+            "fsck of node {id}:\n{run}"
+        );
+        assert!(
+            run.stdout.contains("fsck: 2 metadata groups held here"),
+            "fsck of node {id}:\n{run}"
+        );
+        println!(
+            "node {id}: {}",
+            run.stdout.lines().rev().nth(1).unwrap_or("")
+        );
     }
 }

@@ -171,6 +171,8 @@ fn cluster(t: &mut Example, d: &Settings) {
     t.example("snapshot_logs", &d.snapshot_logs);
     t.comment("Shortest Raft election timeout in ms (longest: twice; heartbeat: a fifth).");
     t.example("election_timeout_ms", &d.election_timeout_ms);
+    t.comment("Replicas of each metadata group a split creates (`admin groups split`), 1 to 7.");
+    t.example("replication_factor", &d.replication_factor);
 }
 
 /// TLS to `https://` storage nodes: none by default, so an example commented out.

@@ -217,7 +217,7 @@ pub fn group_dir(data_dir: &Path, group: GroupId) -> PathBuf {
 
 /// The groups whose folders are under `data_dir/groups/`, ascending. A name that is not a
 /// group id is left alone (and reported): it is nothing this node wrote.
-fn group_folders(data_dir: &Path) -> Result<Vec<GroupId>, MetaError> {
+pub fn group_folders(data_dir: &Path) -> Result<Vec<GroupId>, MetaError> {
     let dir = data_dir.join(GROUPS_DIR);
     let entries = match std::fs::read_dir(&dir) {
         Ok(e) => e,

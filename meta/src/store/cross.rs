@@ -45,6 +45,15 @@ impl MetaStore {
         super::files::file_in(&txn, sha1)
     }
 
+    /// Whether an entry or a part of (`bucket`, `key`) holds cross-group reference
+    /// `ref_id`, or its dec is owed in the outbox.
+    pub fn holds_ref(&self, bucket: &str, key: &str, ref_id: u64) -> Result<bool, MetaError> {
+        let txn = self.db().begin_read()?;
+        let at = (bucket, key.as_bytes(), ref_id);
+        Ok(txn.open_table(outbox::HELD)?.get(at)?.is_some()
+            || txn.open_table(OUTBOX)?.get(at)?.is_some())
+    }
+
     /// The hand-off under way, if any (see [`crate::handoff`]).
     pub fn handoff(&self) -> Result<Option<HandOff>, MetaError> {
         let txn = self.db().begin_read()?;
