@@ -220,7 +220,7 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
     })?;
     let mut natives = Vec::new();
     let mut files = HashMap::new();
-    for (group, store) in filedb.all(&meta) {
+    for (group, store) in filedb.all() {
         store.for_each_native(|sha1, n| {
             if filedb.owner(&sha1) == Some(group) {
                 add(sha1, n.count, n.magic);
@@ -255,9 +255,7 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
         };
         // Applied already (a `Released` row) when only its `OutboxDone` is missing.
         let applied = matches!(
-            filedb
-                .store(group, &meta)
-                .ref_state(&owed.sha1, owed.ref_id)?,
+            filedb.store(group).ref_state(&owed.sha1, owed.ref_id)?,
             Some(RefState::Released { .. })
         );
         if !applied {
@@ -342,7 +340,6 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
             let Disk::Local(d) = disk else { continue };
             rt.block_on(walk_disk(
                 &filedb,
-                &meta,
                 d.root(),
                 *id,
                 &files,
@@ -358,14 +355,15 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
 /// FileDB as this data folder holds it: root's store (the caller's) and the store of each
 /// other group with a folder here, each answering for the sha1s the committed shard map
 /// gives it.
-struct FileDb {
+struct FileDb<'a> {
+    root: &'a MetaStore,
     map: ShardMap,
     /// The groups other than root, by id.
     stores: Vec<(GroupId, MetaStore)>,
 }
 
-impl FileDb {
-    fn open(data_dir: &Path, root: &MetaStore) -> Result<FileDb, FsckError> {
+impl<'a> FileDb<'a> {
+    fn open(data_dir: &Path, root: &'a MetaStore) -> Result<FileDb<'a>, FsckError> {
         let map = match root.shard_map()? {
             Some(map) => map,
             None => ShardMap::single(vec![1]).map_err(|e| MetaError::Corrupt(e.to_string()))?,
@@ -380,7 +378,7 @@ impl FileDb {
                 .map_err(|e| FsckError::Open(path.display().to_string(), e))?;
             stores.push((id, store));
         }
-        Ok(FileDb { map, stores })
+        Ok(FileDb { root, map, stores })
     }
 
     /// The group that answers for `sha1`, if this folder holds it.
@@ -389,24 +387,24 @@ impl FileDb {
         (group == ROOT || self.stores.iter().any(|(id, _)| *id == group)).then_some(group)
     }
 
-    fn store<'a>(&'a self, group: GroupId, root: &'a MetaStore) -> &'a MetaStore {
+    fn store(&self, group: GroupId) -> &MetaStore {
         self.stores
             .iter()
             .find(|(id, _)| *id == group)
-            .map_or(root, |(_, s)| s)
+            .map_or(self.root, |(_, s)| s)
     }
 
     /// Every store with its group, root first.
-    fn all<'a>(&'a self, root: &'a MetaStore) -> Vec<(GroupId, &'a MetaStore)> {
-        std::iter::once((ROOT, root))
+    fn all(&self) -> Vec<(GroupId, &MetaStore)> {
+        std::iter::once((ROOT, self.root))
             .chain(self.stores.iter().map(|(id, s)| (*id, s)))
             .collect()
     }
 
     /// Whether `sha1` waits in the `deleting` table of the group that answers for it.
-    fn deleting(&self, sha1: &Sha1, root: &MetaStore) -> Result<bool, MetaError> {
+    fn deleting(&self, sha1: &Sha1) -> Result<bool, MetaError> {
         match self.owner(sha1) {
-            Some(group) => Ok(self.store(group, root).deleting(sha1)?.is_some()),
+            Some(group) => Ok(self.store(group).deleting(sha1)?.is_some()),
             None => Ok(false),
         }
     }
@@ -415,8 +413,7 @@ impl FileDb {
 /// Checks every file under a local disk's `<aa>/<bb>/` folders, through Valkyrie's walk
 /// (the names the scrubber sees, in the same order).
 async fn walk_disk(
-    filedb: &FileDb,
-    meta: &MetaStore,
+    filedb: &FileDb<'_>,
     root: &Path,
     pair: PairId,
     files: &HashMap<Sha1, meta::FileRecord>,
@@ -451,7 +448,7 @@ async fn walk_disk(
         match files.get(&sha1) {
             Some(rec) if rec.pair == pair => {}
             Some(_) => report.junk += 1,
-            None if filedb.deleting(&sha1, meta)? => report.deleting += 1,
+            None if filedb.deleting(&sha1)? => report.deleting += 1,
             // Its group is not held here: nothing to say about it.
             None if filedb.owner(&sha1).is_none() => report.unchecked += 1,
             None => {
