@@ -128,7 +128,7 @@ impl Switch {
 }
 
 /// The `[cluster]` section: the same settings as `--node-id`, `--peers`, `--snapshot-logs`,
-/// `--election-timeout-ms`, `--replication-factor`.
+/// `--election-timeout-ms`, `--replication-factor`, `--group-split-files`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
@@ -144,6 +144,8 @@ pub struct ClusterSection {
     pub election_timeout_ms: Option<u64>,
     /// As `--replication-factor`.
     pub replication_factor: Option<u64>,
+    /// As `--group-split-files`.
+    pub group_split_files: Option<u64>,
 }
 
 /// A token setting from its environment variable's value and the config file's: the

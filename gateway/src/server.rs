@@ -60,6 +60,8 @@ pub struct Config {
     pub snapshot_logs: u64,
     /// `--replication-factor`: replicas of each group a split creates.
     pub replication_factor: u64,
+    /// `--group-split-files`: FileDB records of a group before its automatic split.
+    pub group_split_files: u64,
     /// Timeouts and the bound on connections in flight.
     pub connections: ConnectionLimits,
     /// `--tls-cert`/`--tls-key`: HTTPS on the listener (and on the admin listener), the
@@ -318,6 +320,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     let cluster = config.cluster.clone().unwrap_or_else(|| ClusterConfig {
         snapshot_logs: config.snapshot_logs,
         replication_factor: config.replication_factor,
+        group_split_files: config.group_split_files,
         ..ClusterConfig::single(addr.to_string())
     });
     let peers = Arc::new(match &cluster_tls {

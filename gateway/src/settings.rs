@@ -233,6 +233,9 @@ settings! {
     /// Replicas of each metadata group a split creates (`admin groups split`), at most
     /// the cluster's nodes [default: 3]
     [cluster] replication_factor: u64 = meta::raft::REPLICATION_FACTOR_DEFAULT;
+    /// FileDB records a metadata group holds before its leader splits it in two
+    /// [default: 5000000000, a group of 256 GiB per replica]
+    [cluster] group_split_files: u64 = meta::raft::GROUP_SPLIT_FILES_DEFAULT;
     /// Level of the one log line per S3 request (request id, method, bucket, key, status,
     /// bytes in and out, duration), or off [default: info]
     #[arg(value_enum)]
@@ -337,6 +340,7 @@ impl Settings {
             cluster,
             snapshot_logs: self.snapshot_logs,
             replication_factor,
+            group_split_files: self.group_split_files,
             connections: ConnectionLimits {
                 header_read_timeout_secs: self.header_read_timeout_secs,
                 keepalive_idle_secs: self.keepalive_idle_secs,
@@ -415,6 +419,7 @@ impl Settings {
             reconcile_grace_ms: meta::raft::RECONCILE_GRACE_MS_DEFAULT,
             replication_factor: self.replication_factor()?,
             split_page_rows: meta::handoff::ROWS_MAX,
+            group_split_files: self.group_split_files,
         }))
     }
 
@@ -570,6 +575,7 @@ mod tests {
         assert_eq!(d.quarantine_secs, 7 * 86_400);
         assert_eq!((d.snapshot_logs, d.election_timeout_ms), (20_000, 500));
         assert_eq!(d.replication_factor, 3);
+        assert_eq!(d.group_split_files, 5_000_000_000);
         assert_eq!((d.job_chunk_keys, d.job_pause_ms), (200, 5));
     }
 

@@ -173,6 +173,8 @@ fn cluster(t: &mut Example, d: &Settings) {
     t.example("election_timeout_ms", &d.election_timeout_ms);
     t.comment("Replicas of each metadata group a split creates (`admin groups split`), 1 to 7.");
     t.example("replication_factor", &d.replication_factor);
+    t.comment("FileDB records a metadata group holds before its leader splits it in two.");
+    t.example("group_split_files", &d.group_split_files);
 }
 
 /// TLS to `https://` storage nodes: none by default, so an example commented out.

@@ -25,6 +25,11 @@ pub const REPLICATION_FACTOR_DEFAULT: u64 = 3;
 /// The largest replication factor: a group of more voters commits no safer and slower.
 pub const REPLICATION_FACTOR_MAX: u64 = 7;
 
+/// FileDB records a group holds before its leader plans its split (`--group-split-files`),
+/// from the arithmetic of `docs/scaling.md`: a group of S_split = 256 GiB per replica (A5)
+/// at 53.7 bytes per record on disk (S5) holds 5.1 × 10⁹ records; rounded down.
+pub const GROUP_SPLIT_FILES_DEFAULT: u64 = 5_000_000_000;
+
 /// How this node takes part in a group.
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
@@ -40,6 +45,8 @@ pub struct ClusterConfig {
     pub reconcile_grace_ms: u64,
     /// See [`REPLICATION_FACTOR_DEFAULT`].
     pub replication_factor: u64,
+    /// See [`GROUP_SPLIT_FILES_DEFAULT`].
+    pub group_split_files: u64,
     /// Rows per page of a split's copy, at most [`crate::handoff::ROWS_MAX`] (the
     /// default); tests make it small, so that a crash lands in the middle of a copy.
     pub split_page_rows: u32,
@@ -57,6 +64,7 @@ impl ClusterConfig {
             reconcile_grace_ms: RECONCILE_GRACE_MS_DEFAULT,
             replication_factor: REPLICATION_FACTOR_DEFAULT,
             split_page_rows: crate::handoff::ROWS_MAX,
+            group_split_files: GROUP_SPLIT_FILES_DEFAULT,
         }
     }
 }

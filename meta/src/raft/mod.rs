@@ -44,8 +44,9 @@ mod timeouts;
 mod types;
 
 pub use config::{
-    ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, RECONCILE_GRACE_MS_DEFAULT,
-    REPLICATION_FACTOR_DEFAULT, REPLICATION_FACTOR_MAX, SNAPSHOT_LOGS_DEFAULT,
+    ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, GROUP_SPLIT_FILES_DEFAULT,
+    RECONCILE_GRACE_MS_DEFAULT, REPLICATION_FACTOR_DEFAULT, REPLICATION_FACTOR_MAX,
+    SNAPSHOT_LOGS_DEFAULT,
 };
 pub use metadata::{
     ClusterStatus, GroupStatus, GroupsStatus, KeyInterval, MembershipOp, Metadata, PeerState,

@@ -11,8 +11,10 @@
 //!   their deadline and the grace (`ClusterConfig::reconcile_grace_ms`): the index group of
 //!   each is asked (`Fence`), then each is settled: kept if its entry exists or its dec is
 //!   owed, released if it never will exist (the fence makes sure of that).
-//! - **Splits** (`split.rs`). Root's leader drives a planned split to its commit; the
-//!   leader of a group that handed rows off drops them once the map is committed.
+//! - **Splits** (`split.rs`). A FileDB group's leader plans its split once it holds more
+//!   than `--group-split-files` records; root's leader drives a planned split to its
+//!   commit; the leader of a group that handed rows off drops them once the map is
+//!   committed.
 //! - **Expiry.** `Released` rows past a day and fences past a week, in bounded batches,
 //!   when there are any (a look at the front of their age index first, so that a group
 //!   with nothing to expire proposes nothing).
@@ -99,6 +101,7 @@ async fn group_round(
 ) -> Result<(), MetaError> {
     follow_ownership(map, id, meta).await?;
     split::drop_handed_off(map, id, meta).await?;
+    split::split_when_full(r, map, id, meta).await?;
     drain_outbox(r, map, meta).await?;
     reconcile(r, map, meta).await?;
     if expire {

@@ -346,6 +346,12 @@ impl Replicas {
         self.cluster.replication_factor
     }
 
+    /// FileDB records a group holds before its leader plans its split (see
+    /// [`ClusterConfig::group_split_files`]).
+    pub fn group_split_files(&self) -> u64 {
+        self.cluster.group_split_files
+    }
+
     /// Rows per page of a split's copy (see [`ClusterConfig::split_page_rows`]).
     pub fn split_page_rows(&self) -> u32 {
         self.cluster.split_page_rows

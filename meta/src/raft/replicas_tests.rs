@@ -83,6 +83,7 @@ fn config(id: NodeId) -> ClusterConfig {
         reconcile_grace_ms: 0,
         replication_factor: 2,
         split_page_rows: crate::handoff::ROWS_MAX,
+        group_split_files: crate::raft::GROUP_SPLIT_FILES_DEFAULT,
     }
 }
 
@@ -1282,6 +1283,64 @@ async fn a_split_goes_on_after_roots_leader_stops_in_the_middle_of_its_copy() {
     }
     for node in &nodes {
         assert_eq!(rows_in(node.root().store(), ([0x80; 20], None)), 0);
+    }
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+/// A FileDB group whose leader finds it past `--group-split-files` records splits by
+/// itself, once: root with 40 records and a bound of 30 gives the upper half of the sha1s
+/// to a new group, after which neither half is past the bound and the map stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_past_its_size_splits_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let net = Arc::new(Loopback::default());
+    let small = |id| ClusterConfig {
+        group_split_files: 1_000,
+        ..config(id)
+    };
+    let mut nodes = Vec::new();
+    for id in NODES {
+        nodes.push(start_with(dir.path(), small(id), voters(), &net).await);
+    }
+    nodes[0].root().wait_leader(WAIT).await.unwrap();
+    let contents = fill_all_over(&nodes[0]).await;
+    let before = records(&nodes[1], &contents).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(nodes[0].refresh_map().await.unwrap().unwrap().version, 1);
+    // The same nodes with a bound of 30: root (40 records) splits at its middle.
+    for (node, id) in nodes.drain(..).zip(NODES) {
+        net.unregister(&addr(id));
+        node.shutdown().await;
+    }
+    for id in NODES {
+        let bound = ClusterConfig {
+            group_split_files: 30,
+            ..config(id)
+        };
+        nodes.push(start_with(dir.path(), bound, BTreeMap::new(), &net).await);
+    }
+    for node in &nodes {
+        eventually("the split commits on every node", || {
+            let node = node.clone();
+            async move {
+                node.refresh_map()
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|m| m.version == 2)
+            }
+        })
+        .await;
+    }
+    let map = nodes[0].shard_map().await.unwrap();
+    let bounds: Vec<_> = map.filedb_intervals().map(|(s, _, g)| (s[0], g)).collect();
+    assert_eq!(bounds, [(0, ROOT), (0x80, 1)]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for node in &nodes {
+        assert_eq!(node.refresh_map().await.unwrap().unwrap().version, 2);
+        assert_eq!(records(node, &contents).await, before);
     }
     for node in &nodes {
         node.shutdown().await;

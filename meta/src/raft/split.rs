@@ -211,6 +211,36 @@ fn expect_version(response: Response, plan: &ShardMap) -> Result<(), MetaError> 
     }
 }
 
+/// The leader of a FileDB group (root included) that holds more than
+/// `--group-split-files` records plans its split at the middle of its first interval,
+/// unless a split is under way (one at a time, and this group's rows not yet dropped
+/// after its last).
+pub(super) async fn split_when_full(
+    r: &Replicas,
+    map: &ShardMap,
+    id: GroupId,
+    meta: &Metadata,
+) -> Result<(), MetaError> {
+    if map.group(id).is_none_or(|g| g.kind == GroupKind::Index) {
+        return Ok(());
+    }
+    let (files, handoff) = meta
+        .read_local(|s| Ok((s.files_count()?, s.handoff()?)))
+        .await?;
+    if files <= r.group_split_files() || handoff.is_some() {
+        return Ok(());
+    }
+    if r.root().read_local(|s| s.planned_map()).await?.is_some() {
+        return Ok(());
+    }
+    tracing::info!(group = id, files, "the group passed its size: splitting it");
+    match r.plan_split(id, None).await {
+        // Another change of the map came first: the next round looks again.
+        Ok(_) | Err(MetaError::ShardMapVersion { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// The leader of a group that handed intervals off: once root's map has committed the
 /// split, drops their rows, a bounded number of batches per round.
 pub(super) async fn drop_handed_off(

@@ -54,6 +54,13 @@ impl MetaStore {
             || txn.open_table(OUTBOX)?.get(at)?.is_some())
     }
 
+    /// The FileDB records this group holds (the table's length: no scan).
+    pub fn files_count(&self) -> Result<u64, MetaError> {
+        use redb::ReadableTableMetadata as _;
+        let txn = self.db().begin_read()?;
+        Ok(txn.open_table(crate::tables::FILES)?.len()?)
+    }
+
     /// The hand-off under way, if any (see [`crate::handoff`]).
     pub fn handoff(&self) -> Result<Option<HandOff>, MetaError> {
         let txn = self.db().begin_read()?;
