@@ -220,6 +220,8 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
     })?;
     let mut natives = Vec::new();
     let mut files = HashMap::new();
+    // The cross-group references each content's count includes, for error messages.
+    let mut in_flight: HashMap<Sha1, Vec<String>> = HashMap::new();
     for (group, store) in filedb.all() {
         store.for_each_native(|sha1, n| {
             if filedb.owner(&sha1) == Some(group) {
@@ -245,6 +247,10 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
             {
                 add(sha1, 1, *magic);
                 report.pending_refs += 1;
+                in_flight
+                    .entry(sha1)
+                    .or_default()
+                    .push(format!("pending {} for {bucket}/{key}", p.ref_id));
             }
         }
     }
@@ -261,6 +267,10 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
         if !applied {
             add(sha1, 1, owed.magic.get());
             report.owed_decs += 1;
+            in_flight.entry(sha1).or_default().push(format!(
+                "dec {} owed by {}/{}",
+                owed.ref_id, owed.bucket, owed.key
+            ));
         }
     }
     report.native_refs = natives.len() as u64;
@@ -300,8 +310,9 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
         if rec.do_not_delete() {
             report.do_not_delete += 1;
         } else if rec.refs != want.count {
+            let in_flight = filedb.in_flight(sha1, &in_flight)?;
             report.error(format!(
-                "{sha1}: refs {} but {} references",
+                "{sha1}: refs {} but {} references{in_flight}",
                 rec.refs, want.count
             ));
         } else if rec.magic != want.magic {
@@ -401,6 +412,40 @@ impl<'a> FileDb<'a> {
             .collect()
     }
 
+    /// For an error message: the references in flight counted for `sha1`, and the
+    /// `ref_log` rows of its group, when the metadata is split over groups.
+    fn in_flight(
+        &self,
+        sha1: &Sha1,
+        counted: &HashMap<Sha1, Vec<String>>,
+    ) -> Result<String, MetaError> {
+        if self.stores.is_empty() {
+            return Ok(String::new());
+        }
+        let Some(group) = self.owner(sha1) else {
+            return Ok(String::new());
+        };
+        let next = sha1_after(&sha1.0);
+        // Its rows in every group held here: the owner's, and any another group kept.
+        let mut rows = Vec::new();
+        for (id, store) in self.all() {
+            for table in meta::handoff::RowTable::ALL {
+                for r in store.file_rows(table, (sha1.0, next), None, meta::handoff::ROWS_MAX)? {
+                    rows.push(match r {
+                        meta::handoff::FileRow::Ref { ref_id, state, .. } => {
+                            format!("group {id}: ref {ref_id}: {state:?}")
+                        }
+                        other => format!("group {id}: {other:?}"),
+                    });
+                }
+            }
+        }
+        Ok(format!(
+            " (owner group {group}; counted in flight: {:?}; its rows: {rows:?})",
+            counted.get(sha1).cloned().unwrap_or_default()
+        ))
+    }
+
     /// Whether `sha1` waits in the `deleting` table of the group that answers for it.
     fn deleting(&self, sha1: &Sha1) -> Result<bool, MetaError> {
         match self.owner(sha1) {
@@ -408,6 +453,19 @@ impl<'a> FileDb<'a> {
             None => Ok(false),
         }
     }
+}
+
+/// The sha1 just after `sha1` (None after the last): an exclusive upper bound.
+fn sha1_after(sha1: &[u8; 20]) -> Option<[u8; 20]> {
+    let mut s = *sha1;
+    for b in s.iter_mut().rev() {
+        if *b < 0xff {
+            *b += 1;
+            return Some(s);
+        }
+        *b = 0;
+    }
+    None
 }
 
 /// Checks every file under a local disk's `<aa>/<bb>/` folders, through Valkyrie's walk

@@ -71,7 +71,8 @@ impl Command {
             | Command::HandOff { .. }
             | Command::EndHandOff { .. }
             | Command::DropHandedOff { .. }
-            | Command::Ingest { .. } => 7,
+            | Command::Ingest { .. }
+            | Command::Seal { .. } => 7,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

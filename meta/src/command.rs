@@ -558,10 +558,18 @@ pub enum Command {
     },
     /// Rows copied from the group that handed their sha1s to `group` (at most
     /// [`crate::handoff::ROWS_MAX`]), written as they were there; refused with `Moved`
-    /// unless `group` owns every row's sha1. Answers `Ingested`. Format 7.
+    /// unless `group` owns every row's sha1. Answers `Ingested`, or `Sealed` with nothing
+    /// written once the copy is sealed. Format 7.
     Ingest {
         group: crate::groups::GroupId,
         rows: Vec<crate::handoff::FileRow>,
+    },
+    /// Ends the copy into `group`: no `Ingest` is taken from now on (a driver that lost
+    /// root's leadership mid-copy cannot write stale rows after the commit). Answers
+    /// `MapVersion`, the version sealed under. Format 7.
+    Seal {
+        group: crate::groups::GroupId,
+        map_version: u64,
     },
 }
 
@@ -784,6 +792,8 @@ pub enum Response {
     },
     /// `Ingest`: the rows written.
     Ingested(u32),
+    /// `Ingest` into a group whose copy is sealed: nothing written.
+    Sealed,
     /// `Fence`: what the index group found.
     Fence(crate::outbox::FenceOutcome),
     /// `ExpireFences`: the fences removed.

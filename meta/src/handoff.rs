@@ -11,7 +11,10 @@
 //!    the interval (`Moved`), but keeps its rows and goes on answering reads of them: with
 //!    no write applied to them they are exactly what H receives.
 //! 3. The copy: pages of G's rows ([`RowTable`], read by any replica of G after its read
-//!    barrier) go to H in bounded `Ingest` commands.
+//!    barrier) go to H in bounded `Ingest` commands; then `Seal` in H, after which H
+//!    takes no `Ingest`: a driver that lost root's leadership in the middle of its copy
+//!    cannot write stale rows over what H has applied since the commit (every copy
+//!    before the seal is of the same frozen rows).
 //! 4. `EndHandOff` in G: reads of the interval are `Moved` too, and G may drop the rows.
 //! 5. Root commits the planned map: gateways route the interval to H.
 //! 6. G's leader drops the rows in bounded `DropHandedOff` batches; the last removes the
@@ -36,6 +39,8 @@ use crate::tables::{DELETING, DeletingRecord, FILES, FileRecord};
 
 /// The key of the hand-off row in the `ownership` table.
 const KEY: &str = "handoff";
+/// The key of the seal in the `ownership` table of a group that received a split's rows.
+const SEALED: &str = "sealed";
 
 /// Bound on the rows of one page read and of one `Ingest`, and on the rows one
 /// `DropHandedOff` removes: bounded transactions, so that foreground writes behind them
@@ -100,6 +105,25 @@ pub(crate) fn write(txn: &WriteTransaction, handoff: Option<&HandOff>) -> Result
             table.remove(KEY)?;
         }
     }
+    Ok(())
+}
+
+/// The planned map's version under which the group's copy was sealed, if it was (see
+/// `Command::Seal`).
+pub fn sealed(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Option<u64>, MetaError> {
+    table
+        .get(SEALED)?
+        .map(|v| crate::tables::decode_versioned("ownership/sealed", v.value()))
+        .transpose()
+}
+
+pub(crate) fn seal(txn: &WriteTransaction, map_version: u64) -> Result<(), MetaError> {
+    txn.open_table(OWNERSHIP)?.insert(
+        SEALED,
+        crate::tables::encode_versioned(&map_version)?.as_slice(),
+    )?;
     Ok(())
 }
 

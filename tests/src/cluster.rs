@@ -295,6 +295,67 @@ impl Cluster {
         }
     }
 
+    /// Waits (at most `timeout`) until every replica of every metadata group, on every
+    /// node, reports the same `last_applied` and no lag, twice in a row 500 ms apart: a
+    /// node's groups are replicated apart, and one node's replica of a group may lag the
+    /// write another group's entry followed. Before [`Cluster::stop_all`] and a per-node
+    /// `fsck`.
+    pub fn wait_groups_quiet(&self, timeout: Duration) {
+        let mut last = None;
+        let quiet = crate::poll_until(timeout, || {
+            let now = self
+                .groups_applied()
+                .filter(|a| a.values().all(|v| v.iter().all(|x| *x == v[0])));
+            let same = now.is_some() && now == last;
+            last = now;
+            if !same {
+                thread::sleep(Duration::from_millis(500));
+            }
+            same
+        });
+        assert!(
+            quiet,
+            "the metadata groups did not settle:\n{}",
+            self.describe()
+        );
+    }
+
+    /// Every group's `last_applied` on every node that holds it (`admin groups list`);
+    /// None if a node does not answer or a replica lags its leader.
+    fn groups_applied(&self) -> Option<std::collections::BTreeMap<u64, Vec<u64>>> {
+        let mut applied: std::collections::BTreeMap<u64, Vec<u64>> = Default::default();
+        for id in self.ids() {
+            let run = self.admin_cli(id, &["groups", "list"]);
+            let v: serde_json::Value = serde_json::from_str(&run.stdout).ok()?;
+            for g in v["groups"].as_array()? {
+                if g["held"] == true {
+                    if g["lag"].as_u64()? != 0 {
+                        return None;
+                    }
+                    applied
+                        .entry(g["id"].as_u64()?)
+                        .or_default()
+                        .push(g["last_applied"].as_u64()?);
+                }
+            }
+        }
+        Some(applied)
+    }
+
+    /// Stops every node gracefully (see [`Gateway::stop`]): each checkpoints its replicas
+    /// at what it has applied, so that an offline check of one node sees every group it
+    /// holds at the same point (after SIGKILL, each group's log replays to its own last
+    /// durable commit mark, and two groups' marks may stand at different moments).
+    pub fn stop_all(&mut self) {
+        for n in &mut self.nodes {
+            let ended = n.stop(Duration::from_secs(30));
+            assert!(
+                !ended.contains("killed"),
+                "a node did not stop on SIGTERM: {ended}"
+            );
+        }
+    }
+
     /// The cluster's temp folder.
     pub fn root(&self) -> &Path {
         self.root.as_ref().expect("kept only on drop").path()

@@ -325,6 +325,25 @@ impl Gateway {
         self.paused = false;
     }
 
+    /// Stops the process gracefully with SIGTERM (it stops serving and checkpoints every
+    /// metadata replica it holds) and reaps it; SIGKILL if it has not exited within
+    /// `limit`. Answers how it ended.
+    pub fn stop(&mut self, limit: Duration) -> String {
+        if self.child.is_none() {
+            return "not running".into();
+        }
+        if self.paused {
+            self.resume();
+        }
+        self.signal(libc::SIGTERM, "SIGTERM");
+        let ended = self
+            .child
+            .as_mut()
+            .map_or_else(String::new, |child| wait_bounded(child, limit));
+        self.child = None;
+        ended
+    }
+
     /// The process id, while the process was started and not killed.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -785,6 +804,14 @@ const ERROR_LINES_KEPT: usize = 20;
 struct KeptLog {
     tail: VecDeque<String>,
     first_errors: Vec<String>,
+}
+
+/// A number from the environment (a test's cycles or seed to replay), if set; panics on
+/// one that is not a number.
+pub fn env_number(name: &str) -> Option<u64> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} is a number")))
 }
 
 /// The last `n` lines of a process's kept output, framed, for failure messages; its first

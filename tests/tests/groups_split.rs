@@ -161,7 +161,8 @@ fn a_filedb_group_splits_under_s3_traffic_and_every_object_reads_back() {
     // Each node's folder, both groups together, is consistent with the disks: every
     // record's refs are the entries, parts and references in flight naming it.
     let mut cluster = cluster;
-    cluster.kill_all();
+    cluster.wait_groups_quiet(Duration::from_secs(60));
+    cluster.stop_all();
     for id in cluster.ids() {
         let run = cluster.fsck(id);
         assert!(

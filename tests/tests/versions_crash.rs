@@ -15,6 +15,7 @@ use std::thread;
 use std::time::Duration;
 
 use e2e::cluster::{Cluster, ELECTION_TIMEOUT, is_unavailable};
+use e2e::env_number;
 use e2e::torture::StopOnDrop;
 use e2e::{Gateway, Remote, poll_until, random_body};
 use rand::rngs::StdRng;
@@ -48,12 +49,6 @@ fn bodies() -> Vec<Vec<u8>> {
         .enumerate()
         .map(|(i, &len)| random_body(7700 + i as u64, len))
         .collect()
-}
-
-fn env_number(name: &str) -> Option<u64> {
-    std::env::var(name)
-        .ok()
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name} is a number")))
 }
 
 /// One client: its own keys, a random mix through random nodes until `stop`; what the

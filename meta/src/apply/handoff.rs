@@ -197,18 +197,21 @@ fn unindex(
 /// `Ingest`: writes rows copied from the group that handed them off, each as it was
 /// there (a row present already is replaced by the copy: the copy may run again from its
 /// start). `check_owner` refused the command unless this group owns every row's sha1.
-/// Answers the rows written.
+/// Answers the rows written; None, with nothing written, once the copy is sealed.
 pub(super) fn ingest(
     txn: &WriteTransaction,
     group: GroupId,
     rows: &[FileRow],
-) -> Result<u32, MetaError> {
+) -> Result<Option<u32>, MetaError> {
     if ownership::read_in(txn)?.is_none() {
         return Err(MetaError::InvalidCommand(format!(
             "group {group} owns no range yet: it receives rows only once it owns theirs"
         )));
     }
     check_group(txn, group)?;
+    if handoff::sealed(&txn.open_table(crate::ownership::OWNERSHIP)?)?.is_some() {
+        return Ok(None);
+    }
     if rows.len() > ROWS_MAX as usize {
         return Err(MetaError::InvalidCommand(format!(
             "{} rows in one Ingest, at most {ROWS_MAX}",
@@ -254,5 +257,20 @@ pub(super) fn ingest(
             }
         }
     }
-    Ok(rows.len() as u32)
+    Ok(Some(rows.len() as u32))
+}
+
+/// `Seal`: the group takes no `Ingest` from now on (see [`crate::handoff`]). Answers the
+/// version it was sealed under; sealing again changes nothing.
+pub(super) fn seal(
+    txn: &WriteTransaction,
+    group: GroupId,
+    map_version: u64,
+) -> Result<u64, MetaError> {
+    check_group(txn, group)?;
+    if let Some(v) = handoff::sealed(&txn.open_table(crate::ownership::OWNERSHIP)?)? {
+        return Ok(v);
+    }
+    handoff::seal(txn, map_version)?;
+    Ok(map_version)
 }

@@ -235,12 +235,25 @@ fn a_split_copies_every_row_and_hands_the_interval_over() {
             .unwrap()
             .0
     );
-    // H serves the interval as G did.
+    // The copy sealed; H serves the interval as G did, and a page of a driver that lost
+    // root's leadership mid-copy (the record as G had it) writes nothing over it.
+    let seal = Command::Seal {
+        group: h_id,
+        map_version: map.version,
+    };
+    assert_eq!(h.execute(&seal), Ok(Response::MapVersion(map.version)));
+    assert_eq!(h.execute(&seal), Ok(Response::MapVersion(map.version)));
     let r = h.execute(&inc(0x90));
     assert!(
         matches!(r, Ok(Response::File(FileRecord { refs: 3, .. }))),
         "{r:?}"
     );
+    let stale = Command::Ingest {
+        group: h_id,
+        rows: before.clone(),
+    };
+    assert_eq!(h.execute(&stale), Ok(Response::Sealed));
+    assert_eq!(h.file_if_owned(&sha(0x90)).unwrap().unwrap().refs, 3);
 
     // The end of the hand-off: reads are Moved too; then the drop, in batches of two.
     let end = Command::EndHandOff {
@@ -419,6 +432,10 @@ fn the_split_commands_and_rows_round_trip_and_travel_in_snapshots() {
             group: h_id,
             rows: rows.clone(),
         },
+        Command::Seal {
+            group: h_id,
+            map_version: 9,
+        },
     ] {
         let bytes = postcard::to_stdvec(&cmd).unwrap();
         assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
@@ -430,6 +447,7 @@ fn the_split_commands_and_rows_round_trip_and_travel_in_snapshots() {
             done: false,
         },
         Response::Ingested(u32::MAX),
+        Response::Sealed,
     ] {
         let bytes = postcard::to_stdvec(&resp).unwrap();
         assert_eq!(postcard::from_bytes::<Response>(&bytes).unwrap(), resp);

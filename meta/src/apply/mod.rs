@@ -397,8 +397,12 @@ fn dispatch(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError
             limit,
         } => handoff::drop_handed_off(txn, *group, *map_version, *limit)
             .map(|(removed, done)| Response::Dropped { removed, done }),
-        Command::Ingest { group, rows } => {
-            handoff::ingest(txn, *group, rows).map(Response::Ingested)
+        Command::Ingest { group, rows } => handoff::ingest(txn, *group, rows).map(|n| match n {
+            Some(n) => Response::Ingested(n),
+            None => Response::Sealed,
+        }),
+        Command::Seal { group, map_version } => {
+            handoff::seal(txn, *group, *map_version).map(Response::MapVersion)
         }
     }
 }

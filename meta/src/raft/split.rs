@@ -161,7 +161,7 @@ async fn move_rows(
         plan,
     )?;
     let mut copied = 0u64;
-    for &interval in &intervals {
+    'copy: for &interval in &intervals {
         for table in RowTable::ALL {
             let mut after = None;
             loop {
@@ -183,11 +183,25 @@ async fn move_rows(
                     .await?
                 {
                     Response::Ingested(_) => copied += count,
+                    // An earlier run of this step finished the copy and sealed it.
+                    Response::Sealed => break 'copy,
                     other => return Err(MetaError::Unexpected(format!("{other:?}"))),
                 }
             }
         }
     }
+    expect_version(
+        r.send_on(
+            plan,
+            new,
+            Command::Seal {
+                group: new,
+                map_version: plan.version,
+            },
+        )
+        .await?,
+        plan,
+    )?;
     expect_version(
         r.send_on(
             plan,
