@@ -136,30 +136,26 @@ async fn move_rows(
         return Ok(0);
     };
     let from = map.filedb_group(&first);
-    expect_version(
-        r.send_on(
-            plan,
-            new,
-            Command::SetOwnership {
-                group: new,
-                map: plan.clone(),
-            },
-        )
-        .await?,
+    step(
+        r,
         plan,
-    )?;
-    expect_version(
-        r.send_on(
-            plan,
-            from,
-            Command::HandOff {
-                group: from,
-                map: plan.clone(),
-            },
-        )
-        .await?,
+        new,
+        Command::SetOwnership {
+            group: new,
+            map: plan.clone(),
+        },
+    )
+    .await?;
+    step(
+        r,
         plan,
-    )?;
+        from,
+        Command::HandOff {
+            group: from,
+            map: plan.clone(),
+        },
+    )
+    .await?;
     let mut copied = 0u64;
     'copy: for &interval in &intervals {
         for table in RowTable::ALL {
@@ -190,36 +186,39 @@ async fn move_rows(
             }
         }
     }
-    expect_version(
-        r.send_on(
-            plan,
-            new,
-            Command::Seal {
-                group: new,
-                map_version: plan.version,
-            },
-        )
-        .await?,
+    step(
+        r,
         plan,
-    )?;
-    expect_version(
-        r.send_on(
-            plan,
-            from,
-            Command::EndHandOff {
-                group: from,
-                map_version: plan.version,
-            },
-        )
-        .await?,
+        new,
+        Command::Seal {
+            group: new,
+            map_version: plan.version,
+        },
+    )
+    .await?;
+    step(
+        r,
         plan,
-    )?;
+        from,
+        Command::EndHandOff {
+            group: from,
+            map_version: plan.version,
+        },
+    )
+    .await?;
     tracing::info!(from, new, rows = copied, "rows of a split copied");
     Ok(copied)
 }
 
-fn expect_version(response: Response, plan: &ShardMap) -> Result<(), MetaError> {
-    match response {
+/// One step of a split in `group`: a command whose answer is the version it holds under,
+/// which must be at least the plan's.
+async fn step(
+    r: &Replicas,
+    plan: &ShardMap,
+    group: GroupId,
+    cmd: Command,
+) -> Result<(), MetaError> {
+    match r.send_on(plan, group, cmd).await? {
         Response::MapVersion(v) if v >= plan.version => Ok(()),
         other => Err(MetaError::Unexpected(format!("{other:?}"))),
     }
