@@ -82,9 +82,7 @@ pub async fn round(r: &Replicas, expire: bool) {
         if !leads(&meta) {
             continue;
         }
-        if let Err(e) = group_round(r, &map, id, &meta, expire).await {
-            tracing::warn!(group = id, error = %e, "cross-group work of a group this node leads");
-        }
+        group_round(r, &map, id, &meta, expire).await;
     }
 }
 
@@ -92,25 +90,32 @@ fn leads(meta: &Metadata) -> bool {
     meta.raft().metrics().borrow().current_leader == Some(meta.node_id())
 }
 
+/// One round's steps on a group this node leads. Each stands alone (a FileDB group that
+/// cannot be reached fails the outbox drain, and must not hold back a split or the
+/// expiry): a failed step is logged and the next one runs.
 async fn group_round(
     r: &Replicas,
     map: &ShardMap,
     id: GroupId,
     meta: &Arc<Metadata>,
     expire: bool,
-) -> Result<(), MetaError> {
-    follow_ownership(map, id, meta).await?;
-    split::drop_handed_off(map, id, meta).await?;
-    split::split_when_full(r, map, id, meta).await?;
-    drain_outbox(r, map, meta).await?;
-    reconcile(r, map, meta).await?;
+) {
+    let logged = |step: &'static str, done: Result<(), MetaError>| {
+        if let Err(e) = done {
+            tracing::warn!(group = id, step, error = %e, "cross-group work of a group this node leads");
+        }
+    };
+    logged("ownership", follow_ownership(map, id, meta).await);
+    logged("drop", split::drop_handed_off(map, id, meta).await);
+    logged("size", split::split_when_full(r, map, id, meta).await);
+    logged("outbox", drain_outbox(r, map, meta).await);
+    logged("reconcile", reconcile(r, map, meta).await);
     if expire {
-        expire_rows(meta).await?;
+        logged("expiry", expire_rows(meta).await);
     }
     if id == ROOT {
-        split::drive(r, map, meta).await?;
+        logged("split", split::drive(r, map, meta).await.map(drop));
     }
-    Ok(())
 }
 
 /// `SetOwnership` when the map has moved past the group's row.
