@@ -146,6 +146,8 @@ pub struct ClusterSection {
     pub replication_factor: Option<u64>,
     /// As `--group-split-files`.
     pub group_split_files: Option<u64>,
+    /// As `--no-rebalance`.
+    pub no_rebalance: Option<bool>,
 }
 
 /// A token setting from its environment variable's value and the config file's: the

@@ -62,6 +62,8 @@ pub struct Config {
     pub replication_factor: u64,
     /// `--group-split-files`: FileDB records of a group before its automatic split.
     pub group_split_files: u64,
+    /// Not `--no-rebalance`: root's leader evens the groups' replicas out over the nodes.
+    pub rebalance: bool,
     /// Timeouts and the bound on connections in flight.
     pub connections: ConnectionLimits,
     /// `--tls-cert`/`--tls-key`: HTTPS on the listener (and on the admin listener), the
@@ -321,6 +323,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         snapshot_logs: config.snapshot_logs,
         replication_factor: config.replication_factor,
         group_split_files: config.group_split_files,
+        rebalance: config.rebalance,
         ..ClusterConfig::single(addr.to_string())
     });
     let peers = Arc::new(match &cluster_tls {

@@ -236,6 +236,10 @@ settings! {
     /// FileDB records a metadata group holds before its leader splits it in two
     /// [default: 5000000000, a group of 256 GiB per replica]
     [cluster] group_split_files: u64 = meta::raft::GROUP_SPLIT_FILES_DEFAULT;
+    /// Leave the metadata groups' replicas where they are: no automatic moves evening
+    /// them out over the nodes (a node added then receives none; `admin groups move`
+    /// still moves them) [default: off]
+    [cluster] no_rebalance: bool = false;
     /// Level of the one log line per S3 request (request id, method, bucket, key, status,
     /// bytes in and out, duration), or off [default: info]
     #[arg(value_enum)]
@@ -341,6 +345,7 @@ impl Settings {
             snapshot_logs: self.snapshot_logs,
             replication_factor,
             group_split_files: self.group_split_files,
+            rebalance: !self.no_rebalance,
             connections: ConnectionLimits {
                 header_read_timeout_secs: self.header_read_timeout_secs,
                 keepalive_idle_secs: self.keepalive_idle_secs,
@@ -420,6 +425,7 @@ impl Settings {
             replication_factor: self.replication_factor()?,
             split_page_rows: meta::handoff::ROWS_MAX,
             group_split_files: self.group_split_files,
+            rebalance: !self.no_rebalance,
         }))
     }
 

@@ -103,6 +103,7 @@ SETTINGS = [
     ("gateway.electionTimeoutMs", "cluster", "election_timeout_ms", "int"),
     ("gateway.replicationFactor", "cluster", "replication_factor", "int"),
     ("gateway.groupSplitFiles", "cluster", "group_split_files", "int"),
+    ("gateway.noRebalance", "cluster", "no_rebalance", "bool"),
     ("connections.headerReadTimeoutSecs", None, "header_read_timeout_secs", "int"),
     ("connections.keepaliveIdleSecs", None, "keepalive_idle_secs", "int"),
     ("connections.bodyIdleTimeoutSecs", None, "body_idle_timeout_secs", "int"),

@@ -67,7 +67,7 @@ impl Command {
             | Command::OutboxDone { .. }
             | Command::Fence { .. }
             | Command::ExpireFences { .. } => 6,
-            Command::PlanSplit { .. }
+            Command::PlanMap { .. }
             | Command::HandOff { .. }
             | Command::EndHandOff { .. }
             | Command::DropHandedOff { .. }

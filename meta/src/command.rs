@@ -527,12 +527,12 @@ pub enum Command {
         now_ms: u64,
         limit: u32,
     },
-    /// Root: `map`, the next version of the stored map, is what a split under way will
-    /// commit (`handoff.rs`); every node opens the replicas it places on it, and root's
-    /// leader drives the split until `SetShardMap` commits it. The same plan again
-    /// changes nothing; another is refused while one is under way. Answers `MapVersion`.
-    /// Format 7.
-    PlanSplit {
+    /// Root: `map`, the next version of the stored map, is what a change under way will
+    /// commit: a split (`handoff.rs`) or a group's replicas moved (`split.rs`). Every node
+    /// opens the replicas it places on it, and root's leader drives the change until
+    /// `SetShardMap` commits it. The same plan again changes nothing; another is refused
+    /// while one is under way. Answers `MapVersion`. Format 7.
+    PlanMap {
         map: crate::groups::ShardMap,
     },
     /// A split's step in the group that gives intervals away (`handoff.rs`): `group` owns

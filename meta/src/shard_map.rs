@@ -67,7 +67,7 @@ pub fn apply_set(txn: &WriteTransaction, map: &ShardMap) -> Result<u64, MetaErro
     Ok(map.version)
 }
 
-/// Applies `PlanSplit`: `map`, the next version of the stored one, is what the split under
+/// Applies `PlanMap`: `map`, the next version of the stored one, is what the split under
 /// way will commit. The same plan again changes nothing; another is refused while one is
 /// under way. Answers its version.
 pub fn apply_plan(txn: &WriteTransaction, map: &ShardMap) -> Result<u64, MetaError> {

@@ -71,6 +71,7 @@ pub fn admin_routes() -> Router<Arc<AppState>> {
         .route("/_admin/cluster/remove/{id}", post(remove))
         .route("/_admin/groups", get(groups))
         .route("/_admin/groups/split", post(split))
+        .route("/_admin/groups/move", post(move_replica))
         .route("/_admin/digest", get(digest))
         .route("/_admin/backup", get(backup))
 }
@@ -113,6 +114,7 @@ async fn promote(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiRe
 
 /// `POST /_admin/cluster/remove/{id}`: a voter or learner leaves the group.
 async fn remove(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiResult {
+    app.replicas.check_leaving(id).await.map_err(plan_error)?;
     change(&app, MembershipOp::Remove { id }).await
 }
 
@@ -144,18 +146,50 @@ async fn split(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult {
         .replicas
         .plan_split(b.group, at)
         .await
-        .map_err(|e| match e {
-            // No such group, an index group, a split under way, a bad point.
-            MetaError::InvalidCommand(_) => ApiError::bad_request(e),
-            // Another change of the map came first: plan again.
-            MetaError::ShardMapVersion { .. } => ApiError::new(StatusCode::CONFLICT, e),
-            other => other.into(),
-        })?;
+        .map_err(plan_error)?;
     Ok(json_pretty(&serde_json::json!({
         "version": map.version,
         "group": new,
         "from": b.group,
     })))
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MoveBody {
+    group: meta::groups::GroupId,
+    from: u64,
+    to: u64,
+}
+
+/// `POST /_admin/groups/move` with `{"group": N, "from": A, "to": B}`: plans moving group
+/// N's replica from node A to node B and answers at once with the planned map's
+/// `version`; root's leader has B catch up as a learner, makes it a voter, removes A and
+/// commits the map, and A then drops its replica (`GET /_admin/groups` shows it).
+async fn move_replica(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult {
+    let b = serde_json::from_slice::<MoveBody>(&body).map_err(ApiError::bad_request)?;
+    let map = app
+        .replicas
+        .plan_move(b.group, b.from, b.to)
+        .await
+        .map_err(plan_error)?;
+    Ok(json_pretty(&serde_json::json!({
+        "version": map.version,
+        "group": b.group,
+        "from": b.from,
+        "to": b.to,
+    })))
+}
+
+/// A plan of the map refused: the operator's mistake (400), or another change first (409).
+fn plan_error(e: MetaError) -> ApiError {
+    match e {
+        // No such group, a node without a replica, a change under way, a bad point.
+        MetaError::InvalidCommand(_) => ApiError::bad_request(e),
+        // Another change of the map came first: plan again.
+        MetaError::ShardMapVersion { .. } => ApiError::new(StatusCode::CONFLICT, e),
+        other => other.into(),
+    }
 }
 
 /// 40 hex digits as a sha1.

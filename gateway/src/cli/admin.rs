@@ -562,6 +562,15 @@ pub enum GroupsCommand {
         group: meta::groups::GroupId,
         at: Option<String>,
     },
+    /// Move group GROUP's replica from node FROM to node TO (a node of the cluster that
+    /// holds none): TO catches up as a learner, becomes a voter, FROM leaves the group and
+    /// drops its replica. Answers once planned; root's leader drives the move and commits
+    /// the map (see `groups list`). Root's replicas are its voters (`cluster` commands).
+    Move {
+        group: meta::groups::GroupId,
+        from: u64,
+        to: u64,
+    },
 }
 
 impl AdminClient {
@@ -572,6 +581,11 @@ impl AdminClient {
             GroupsCommand::Split { group, at } => {
                 let body = serde_json::json!({ "group": group, "at": at });
                 self.call(Method::POST, "/_admin/groups/split", Some(body.to_string()))
+                    .await?
+            }
+            GroupsCommand::Move { group, from, to } => {
+                let body = serde_json::json!({ "group": group, "from": from, "to": to });
+                self.call(Method::POST, "/_admin/groups/move", Some(body.to_string()))
                     .await?
             }
         };

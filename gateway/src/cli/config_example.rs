@@ -175,6 +175,8 @@ fn cluster(t: &mut Example, d: &Settings) {
     t.example("replication_factor", &d.replication_factor);
     t.comment("FileDB records a metadata group holds before its leader splits it in two.");
     t.example("group_split_files", &d.group_split_files);
+    t.comment("Leave the groups' replicas where they are (no automatic moves between nodes).");
+    t.example("no_rebalance", &d.no_rebalance);
 }
 
 /// TLS to `https://` storage nodes: none by default, so an example commented out.

@@ -382,7 +382,7 @@ fn dispatch(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError
         Command::ExpireFences { now_ms, limit } => {
             cross::expire_fences(txn, *now_ms, *limit).map(Response::FencesExpired)
         }
-        Command::PlanSplit { map } => {
+        Command::PlanMap { map } => {
             crate::shard_map::apply_plan(txn, map).map(Response::MapVersion)
         }
         Command::HandOff { group, map } => {

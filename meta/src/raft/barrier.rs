@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::members::{leader_gone, member_addr};
+use super::members::{leader_gone, member_addr, member_leader};
 use super::network::{Call, Rpc};
 use super::timeouts::{LEADER_WAIT, READ_TIMEOUT};
 use super::types::{MetaRaft, NodeId};
@@ -148,9 +148,9 @@ async fn one_round(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaEr
 async fn attempt(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaError> {
     let leader = {
         let mut metrics = raft.metrics();
-        let wait = metrics.wait_for(|m| m.current_leader.is_some());
+        let wait = metrics.wait_for(|m| member_leader(m).is_some());
         match tokio::time::timeout(LEADER_WAIT, wait).await {
-            Ok(Ok(m)) => m.current_leader,
+            Ok(Ok(m)) => member_leader(&m),
             _ => None,
         }
     };

@@ -50,6 +50,10 @@ pub struct ClusterConfig {
     /// Rows per page of a split's copy, at most [`crate::handoff::ROWS_MAX`] (the
     /// default); tests make it small, so that a crash lands in the middle of a copy.
     pub split_page_rows: u32,
+    /// Whether root's leader moves replicas of the groups between nodes until each node
+    /// holds about as many (a node added receives its share); `admin groups move` works
+    /// either way.
+    pub rebalance: bool,
 }
 
 impl ClusterConfig {
@@ -65,6 +69,7 @@ impl ClusterConfig {
             replication_factor: REPLICATION_FACTOR_DEFAULT,
             split_page_rows: crate::handoff::ROWS_MAX,
             group_split_files: GROUP_SPLIT_FILES_DEFAULT,
+            rebalance: true,
         }
     }
 }

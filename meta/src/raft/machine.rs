@@ -301,8 +301,7 @@ impl StateMachine {
                             return Err(MetaError::Storage(e.to_string()));
                         }
                         pairs |= touches_pairs(cmd);
-                        map |=
-                            matches!(cmd, Command::SetShardMap { .. } | Command::PlanSplit { .. });
+                        map |= matches!(cmd, Command::SetShardMap { .. } | Command::PlanMap { .. });
                         keys |= cmd.touches_keys();
                     }
                 }

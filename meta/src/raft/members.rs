@@ -21,3 +21,13 @@ pub(crate) async fn leader_gone(raft: &MetaRaft, leader: NodeId) {
     let mut metrics = raft.metrics();
     let _ = metrics.wait_for(|m| m.current_leader != Some(leader)).await;
 }
+
+/// The leader this node knows of, if it is a member of the membership this node holds: a
+/// leader a membership change removed (a group's replica moved off its node) stays named
+/// in the metrics until the next election, and is no leader to forward to.
+pub(crate) fn member_leader(
+    m: &openraft::RaftMetrics<NodeId, super::types::Node>,
+) -> Option<NodeId> {
+    m.current_leader
+        .filter(|l| m.membership_config.membership().get_node(l).is_some())
+}

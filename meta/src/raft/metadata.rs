@@ -820,15 +820,19 @@ impl Metadata {
             }
             other => unavailable(other),
         };
-        let voters: BTreeSet<NodeId> = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .collect();
+        let (voters, learners): (BTreeSet<NodeId>, BTreeSet<NodeId>) = {
+            let m = self.raft.metrics().borrow().membership_config.clone();
+            (
+                m.membership().voter_ids().collect(),
+                m.membership().learner_ids().collect(),
+            )
+        };
+        // Each change asked again once done changes nothing: a driver that lost its
+        // answer (a move's steps, see `split.rs`) asks again.
         match op {
+            MembershipOp::AddLearner { id, .. } if voters.contains(&id) => {}
+            MembershipOp::Promote { id } if voters.contains(&id) => {}
+            MembershipOp::Remove { id } if !voters.contains(&id) && !learners.contains(&id) => {}
             MembershipOp::AddLearner { id, addr } => {
                 // Blocking: answers once the learner has caught up with the log.
                 self.raft

@@ -27,7 +27,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use super::members::{leader_gone, member_addr};
+use super::members::{leader_gone, member_addr, member_leader};
 use super::network::{Call, Rpc};
 use super::timeouts::{LEADER_WAIT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, MetaRaft, NodeId};
@@ -232,7 +232,13 @@ async fn send(
         let reply = if leader == me {
             leader_write(raft, batch.clone()).await
         } else {
-            let addr = member_addr(raft, leader)?;
+            let Ok(addr) = member_addr(raft, leader) else {
+                // A redirect to a node this replica does not know as a member (it left
+                // with a membership change this replica has not applied): wait for the
+                // leader this replica knows.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            };
             // A leader that stops answering (killed, paused, cut off) would hold this batch,
             // and the forwarding permit it took, for the whole timeout while the group
             // elects another: the batch is given up as soon as this node knows of another
@@ -267,11 +273,9 @@ async fn send(
 
 async fn wait_leader(raft: &MetaRaft) -> Result<NodeId, MetaError> {
     let mut metrics = raft.metrics();
-    let wait = metrics.wait_for(|m| m.current_leader.is_some());
+    let wait = metrics.wait_for(|m| member_leader(m).is_some());
     match tokio::time::timeout(LEADER_WAIT, wait).await {
-        Ok(Ok(m)) => m
-            .current_leader
-            .ok_or_else(|| MetaError::Unavailable("no leader".into())),
+        Ok(Ok(m)) => member_leader(&m).ok_or_else(|| MetaError::Unavailable("no leader".into())),
         _ => Err(MetaError::Unavailable(format!(
             "no metadata leader within {LEADER_WAIT:?} (is a majority of the nodes up?)"
         ))),

@@ -115,6 +115,10 @@ async fn group_round(
     }
     if id == ROOT {
         logged("split", split::drive(r, map, meta).await.map(drop));
+        logged(
+            "rebalance",
+            split::rebalance_when_uneven(r, map, meta).await,
+        );
     }
 }
 

@@ -30,7 +30,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::config::ClusterConfig;
-use super::metadata::{self, GroupStatus, GroupsStatus, KeyInterval, Metadata, Sha1Interval};
+use super::metadata::{
+    self, GroupStatus, GroupsStatus, KeyInterval, MembershipOp, Metadata, Sha1Interval,
+};
 use super::network::{Call, Rpc, Transport};
 use super::proposer::WriteReply;
 use super::timeouts::{READ_TIMEOUT, WRITE_TIMEOUT};
@@ -54,6 +56,9 @@ const LEADER_ASK_TIMEOUT: Duration = Duration::from_millis(500);
 pub const SEND_BUDGET: Duration = Duration::from_secs(8);
 /// The pause between two tries of [`Replicas::send`] when no leader is named.
 const SEND_RETRY: Duration = Duration::from_millis(100);
+/// Bound on one membership change of a group (a learner's catch-up included: one longer
+/// is asked again by the next round).
+const MEMBERSHIP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why a node-to-node call was not answered. The server turns each into an HTTP status.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +132,11 @@ pub struct Replicas {
     opening: tokio::sync::Mutex<()>,
     /// The shard map as root last applied it (see [`Replicas::shard_map`]).
     map: RwLock<Option<Arc<ShardMap>>>,
+    /// Groups whose replica here must not take routed calls: the committed map or the
+    /// plan names the group and does not place it here (a move is taking it away, or
+    /// bringing it here and the replica is not a member yet). Calls go to the group's
+    /// leader from outside; a leaving replica would refuse them once removed.
+    passing: RwLock<std::collections::BTreeSet<GroupId>>,
     /// The tasks that work on the replicas: the map's follower ([`follow_map`]), the
     /// cross-group rounds (`reconciler.rs`); stopped at shutdown.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -215,6 +225,18 @@ pub fn group_dir(data_dir: &Path, group: GroupId) -> PathBuf {
     }
 }
 
+/// Where [`Replicas::drop_unplaced`] renames a replica's folder before it deletes it.
+fn dropped_dir(data_dir: &Path, group: GroupId) -> PathBuf {
+    data_dir.join(GROUPS_DIR).join(format!("{group}.dropped"))
+}
+
+/// Whether `map` or `planned` (a change under way) places a replica of `group` on `node`.
+fn placed_here(map: &ShardMap, planned: Option<&ShardMap>, group: GroupId, node: NodeId) -> bool {
+    std::iter::once(map)
+        .chain(planned)
+        .any(|m| m.group(group).is_some_and(|g| g.replicas.contains(&node)))
+}
+
 /// The groups whose folders are under `data_dir/groups/`, ascending. A name that is not a
 /// group id is left alone (and reported): it is nothing this node wrote.
 pub fn group_folders(data_dir: &Path) -> Result<Vec<GroupId>, MetaError> {
@@ -233,6 +255,15 @@ pub fn group_folders(data_dir: &Path) -> Result<Vec<GroupId>, MetaError> {
     for entry in entries {
         let entry = entry.map_err(|e| MetaError::Storage(e.to_string()))?;
         let name = entry.file_name();
+        if let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".dropped")) {
+            // A drop cut short by a crash: its replica had left its group.
+            let path = entry.path();
+            std::fs::remove_dir_all(&path).map_err(|e| {
+                MetaError::Storage(format!("cannot delete {}: {e}", path.display()))
+            })?;
+            tracing::info!(group = id, "finished deleting a dropped replica");
+            continue;
+        }
         match name.to_str().and_then(|n| n.parse::<GroupId>().ok()) {
             Some(id) if id != ROOT && name.to_str() == Some(&id.to_string()) => ids.push(id),
             _ => tracing::warn!(path = %entry.path().display(), "not a group folder: left alone"),
@@ -321,6 +352,7 @@ impl Replicas {
             groups: RwLock::new(groups),
             opening: tokio::sync::Mutex::new(()),
             map: RwLock::new(None),
+            passing: RwLock::new(Default::default()),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
         replicas.keep_task(tokio::spawn(follow_map(Arc::downgrade(&replicas))));
@@ -352,6 +384,12 @@ impl Replicas {
         self.cluster.group_split_files
     }
 
+    /// Whether root's leader evens out the groups' replicas over the nodes (see
+    /// [`ClusterConfig::rebalance`]).
+    pub fn rebalances(&self) -> bool {
+        self.cluster.rebalance
+    }
+
     /// Rows per page of a split's copy (see [`ClusterConfig::split_page_rows`]).
     pub fn split_page_rows(&self) -> u32 {
         self.cluster.split_page_rows
@@ -366,7 +404,7 @@ impl Replicas {
     /// once by their own keys (the cross-group ones: `RefInc`, `ForeignRef`, `DecBatch`,
     /// `OutboxDone`, `Fence`, `Settle`, and a split's steps).
     pub async fn send(&self, group: GroupId, cmd: Command) -> Result<Response, MetaError> {
-        if let Some(replica) = self.get(group) {
+        if let Some(replica) = self.routed(group) {
             return replica.execute(cmd).await;
         }
         let map = self.shard_map().await?;
@@ -381,7 +419,7 @@ impl Replicas {
         group: GroupId,
         cmd: Command,
     ) -> Result<Response, MetaError> {
-        if let Some(replica) = self.get(group) {
+        if let Some(replica) = self.routed(group) {
             return replica.execute(cmd).await;
         }
         let Remote {
@@ -450,6 +488,43 @@ impl Replicas {
                 map_version: map.version,
             }),
         }
+    }
+
+    /// Runs a membership change of `group` on its leader, found among the replicas
+    /// `group` lists (over [`Call::Membership`], this node's own replica included: a
+    /// replica here may be one that is not a member yet). Within [`SEND_BUDGET`] of
+    /// finding the leader; a learner's catch-up may take longer, and is asked again.
+    pub(crate) async fn change_membership_in(
+        &self,
+        group: &Group,
+        op: MembershipOp,
+    ) -> Result<(), MetaError> {
+        let nodes = self.root.status().nodes;
+        let rpc = Rpc::new(self.transport.clone(), group.id);
+        let deadline = Instant::now() + SEND_BUDGET;
+        let mut last = String::from("no replica of the group has an address");
+        for target in group.replicas.iter().cycle() {
+            if Instant::now() >= deadline {
+                break;
+            }
+            if let Some(addr) = nodes.get(target) {
+                let answer: Result<Result<(), MetaError>, _> = rpc
+                    .call(addr, Call::Membership, &op, MEMBERSHIP_TIMEOUT)
+                    .await;
+                match answer {
+                    Ok(Ok(())) => return Ok(()),
+                    // Not the leader, or no leader yet.
+                    Ok(Err(MetaError::Unavailable(e))) => last = e,
+                    Ok(Err(e)) => return Err(e),
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            tokio::time::sleep(SEND_RETRY).await;
+        }
+        Err(MetaError::Unavailable(format!(
+            "group {}: no leader took a membership change within {SEND_BUDGET:?} ({last})",
+            group.id
+        )))
     }
 
     /// `sha1`'s FileDB record as of now (linearizable), from the group the map gives it
@@ -571,7 +646,7 @@ impl Replicas {
         group: GroupId,
         query: ReadQuery,
     ) -> Result<ReadAnswer, MetaError> {
-        if let Some(replica) = self.get(group) {
+        if let Some(replica) = self.routed(group) {
             return read_query(&replica, query).await;
         }
         let Remote {
@@ -606,6 +681,17 @@ impl Replicas {
     /// The root group's replica (today: every table).
     pub fn root(&self) -> &Arc<Metadata> {
         &self.root
+    }
+
+    /// This node's replica of `group` for a routed call: none while a move takes it away
+    /// or brings it here (see `passing`).
+    fn routed(&self, group: GroupId) -> Option<Arc<Metadata>> {
+        let passing = self
+            .passing
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&group);
+        if passing { None } else { self.get(group) }
     }
 
     /// This node's replica of `group`, if it holds one.
@@ -684,6 +770,17 @@ impl Replicas {
     /// is not a member yet).
     pub async fn refresh_map(&self) -> Result<Option<Arc<ShardMap>>, MetaError> {
         let map = shard_map_of(&self.root).await?.map(Arc::new);
+        let planned = self.root.read_local(|m| m.planned_map()).await?;
+        let me = self.cluster.node_id;
+        let passing = map
+            .iter()
+            .map(|m| &**m)
+            .chain(planned.as_ref())
+            .flat_map(|m| m.groups())
+            .filter(|g| g.id != ROOT && !g.replicas.contains(&me))
+            .map(|g| g.id)
+            .collect();
+        *self.passing.write().unwrap_or_else(PoisonError::into_inner) = passing;
         self.map
             .write()
             .unwrap_or_else(PoisonError::into_inner)
@@ -719,19 +816,82 @@ impl Replicas {
                 );
                 continue;
             };
+            // A replica a planned move brings here joins its running group as a learner
+            // (the move's driver adds it): it never starts the group, whatever its probe
+            // of the voters finds.
+            let joining = map
+                .group(group.id)
+                .is_some_and(|g| !g.replicas.contains(&me));
+            let new = !joining;
             match self.get(group.id) {
                 None => {
-                    self.open_group(group.id, voters, true).await?;
+                    self.open_group(group.id, voters, new).await?;
                     tracing::info!(
                         group = group.id,
                         "opened a replica the shard map places here"
                     );
                 }
                 // Opened before a restart that came before it was initialized.
-                Some(replica) if replica.is_blank() => replica.initialize_blank(voters).await?,
+                Some(replica) if new && replica.is_blank() => {
+                    replica.initialize_blank(voters).await?
+                }
                 Some(_) => {}
             }
         }
+        let unplaced: Vec<GroupId> = self
+            .ids()
+            .into_iter()
+            .filter(|id| *id != ROOT && !placed_here(&map, planned.as_ref(), *id, me))
+            .collect();
+        for id in unplaced {
+            self.drop_unplaced(id).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops this node's replica of `group` once root's committed map and plan both place
+    /// it elsewhere (a move away from here committed): closes it, then deletes its folder.
+    ///
+    /// Decided on root's state read linearizably, twice: a node whose root lags (just
+    /// restarted) must not drop a replica a newer map still places here; and the second
+    /// read, after the replica is closed, makes sure no plan placed it here again while
+    /// it could still answer its group (a replica that may have voted is deleted only
+    /// when no membership needs it).
+    async fn drop_unplaced(&self, group: GroupId) -> Result<(), MetaError> {
+        let me = self.cluster.node_id;
+        let placed_now = || async {
+            let (map, planned) = self
+                .root
+                .read(|s| Ok((s.shard_map()?, s.planned_map()?)))
+                .await?;
+            Ok::<bool, MetaError>(map.is_none_or(|m| placed_here(&m, planned.as_ref(), group, me)))
+        };
+        if placed_now().await? {
+            return Ok(());
+        }
+        let Some(replica) = self
+            .groups
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&group)
+        else {
+            return Ok(());
+        };
+        replica.shutdown().await;
+        drop(replica);
+        if placed_now().await? {
+            // Placed here again: the map's follower opens it again, as it was.
+            tracing::info!(group, "a replica about to be dropped is placed here again");
+            return Ok(());
+        }
+        let dir = group_dir(&self.data_dir, group);
+        let doomed = dropped_dir(&self.data_dir, group);
+        // Renamed first, so that a crash in the middle of the delete leaves no half
+        // replica that a restart would open (`open` finishes the delete).
+        std::fs::rename(&dir, &doomed)
+            .and_then(|()| std::fs::remove_dir_all(&doomed))
+            .map_err(|e| MetaError::Storage(format!("cannot delete {}: {e}", dir.display())))?;
+        tracing::info!(group, "dropped the replica of a group moved off this node");
         Ok(())
     }
 

@@ -84,6 +84,8 @@ fn config(id: NodeId) -> ClusterConfig {
         replication_factor: 2,
         split_page_rows: crate::handoff::ROWS_MAX,
         group_split_files: crate::raft::GROUP_SPLIT_FILES_DEFAULT,
+        // The tests set the maps they check; `a_node_added_receives_its_share` turns it on.
+        rebalance: false,
     }
 }
 
@@ -1393,7 +1395,7 @@ async fn a_filedb_group_splits_while_it_serves() {
         .split(ROOT, crate::groups::SplitAt::Sha1([0x40; 20]), vec![1, 2])
         .unwrap()
         .0;
-    let again = execute(&root, Command::PlanSplit { map: other }).await;
+    let again = execute(&root, Command::PlanMap { map: other }).await;
     assert!(
         matches!(
             again,
@@ -1478,6 +1480,247 @@ async fn a_filedb_group_splits_while_it_serves() {
     assert_eq!(
         deleting.len(),
         contents.iter().filter(|c| **c % 3 == 0).count()
+    );
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+/// Waits until every node follows map `version`.
+async fn wait_map_version(nodes: &[Arc<Replicas>], version: u64) {
+    for node in nodes {
+        eventually("every node follows the committed map", || {
+            let node = node.clone();
+            async move {
+                node.refresh_map()
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|m| m.version == version)
+            }
+        })
+        .await;
+    }
+}
+
+/// Moves of a FileDB group's replica on real Rafts while it serves: the group (on nodes
+/// 2 and 3) moves from node 3 to node 1, which catches up behind the group's purges by a
+/// snapshot install, and then from node 2 to node 3, which dropped its replica with the
+/// first move and starts again from nothing; all the while node 2 increments a content of
+/// the group. Every increment is acknowledged, every record reads the same from every
+/// node, the replicas the map names are identical, a node the map no longer names holds
+/// no replica and no folder of the group, and a restarted new replica rejoins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_moves_between_nodes_while_it_serves() {
+    use crate::MetaError;
+    use placement::{Magic, Sha1};
+
+    let (dir, net, mut nodes) = three_nodes().await;
+    nodes[0].root().wait_leader(WAIT).await.unwrap();
+    let (split, g) = split_filedb_at_0x80(&nodes).await;
+    wait_map_version(&nodes, split.version).await;
+    let contents = fill_all_over(&nodes[0]).await;
+    let before = records(&nodes[2], &contents).await;
+    let m = |n: u32| Magic::new(n).unwrap();
+
+    let hot = Sha1([0xe9; 20]);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let (n2, stop) = (nodes[1].clone(), stop.clone());
+        async move {
+            // Acknowledged, and refused as unavailable (a client tries again: such an
+            // increment may or may not have been applied).
+            let (mut done, mut unsure) = (0u32, 0u32);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && done < 5_000 {
+                match n2.inc(hot, m(1)).await {
+                    Ok(_) => done += 1,
+                    Err(MetaError::Unavailable(why)) => {
+                        println!("increment refused: {why}");
+                        unsure += 1;
+                        assert!(unsure < 20, "{why}");
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            (done, unsure)
+        }
+    });
+
+    // Refused: root's replicas, a node without a replica, a node that holds one.
+    for (group, from, to) in [(ROOT, 1, 2), (g, 1, 2), (g, 2, 3)] {
+        let refused = nodes[1].plan_move(group, from, to).await;
+        assert!(
+            matches!(refused, Err(MetaError::InvalidCommand(_))),
+            "{refused:?}"
+        );
+    }
+    let first = retried(|| nodes[1].plan_move(g, 3, 1)).await;
+    assert_eq!(first.group(g).unwrap().replicas, [2, 1]);
+    wait_map_version(&nodes, first.version).await;
+    wait_holds(&nodes[2], &[ROOT]).await;
+    wait_holds(&nodes[0], &[ROOT, g]).await;
+    let folder = dir.path().join("3").join(GROUPS_DIR);
+    eventually("node 3 deletes the replica it dropped", || {
+        let gone = std::fs::read_dir(&folder).unwrap().next().is_none();
+        async move { gone }
+    })
+    .await;
+
+    // The new replica restarts and rejoins from its own log.
+    net.unregister(&addr(1));
+    let one = nodes.remove(0);
+    one.shutdown().await;
+    drop(one);
+    nodes.insert(
+        0,
+        start_with(dir.path(), config(1), BTreeMap::new(), &net).await,
+    );
+    wait_holds(&nodes[0], &[ROOT, g]).await;
+
+    let second = retried(|| nodes[0].plan_move(g, 2, 3)).await;
+    assert_eq!(second.group(g).unwrap().replicas, [3, 1]);
+    wait_map_version(&nodes, second.version).await;
+    wait_holds(&nodes[1], &[ROOT]).await;
+    wait_holds(&nodes[2], &[ROOT, g]).await;
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (done, unsure) = writer.await.unwrap();
+    println!("{done} increments during two moves, {unsure} refused");
+    assert!(done > 0);
+    for (i, &c) in contents.iter().enumerate() {
+        for node in &nodes {
+            let mut want = before[i];
+            let got = node.file(Sha1([c; 20])).await.unwrap();
+            if c == hot.0[0]
+                && let (Some(w), Some(got)) = (want.as_mut(), got)
+            {
+                // Every acknowledged increment, and perhaps some refused ones.
+                let extra = got.refs.wrapping_sub(w.refs + done);
+                assert!(extra <= unsure, "{got:?} after {done} + {unsure}");
+                w.refs += done + extra;
+                w.magic = w.magic.wrapping_add(done + extra);
+            }
+            assert_eq!(got, want, "{c:#x}");
+        }
+    }
+    assert_same_digest(&members(&nodes, &[3, 1]), g).await;
+    let voters = nodes[2]
+        .get(g)
+        .unwrap()
+        .replica_status()
+        .await
+        .unwrap()
+        .voters;
+    assert_eq!(voters, [1, 3]);
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+/// The groups other than root each node holds, by node id, as `nodes` hold them now.
+fn held(nodes: &[Arc<Replicas>]) -> BTreeMap<NodeId, Vec<GroupId>> {
+    nodes
+        .iter()
+        .map(|n| {
+            let ids = n.ids().into_iter().filter(|g| *g != ROOT).collect();
+            (n.root().node_id(), ids)
+        })
+        .collect()
+}
+
+/// The rebalancer on real Rafts: two FileDB groups both placed on nodes 2 and 3 are
+/// evened out over the three nodes (one replica moved to node 1); a fourth node added to
+/// root as a learner then receives its share (one more move), while every record reads
+/// back the same from every node. Removing a node that holds a replica is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_added_receives_its_share_of_the_replicas() {
+    use crate::groups::SplitAt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let net = Arc::new(Loopback::default());
+    let even = |id| ClusterConfig {
+        rebalance: true,
+        ..config(id)
+    };
+    let mut nodes = Vec::new();
+    for id in NODES {
+        nodes.push(start_with(dir.path(), even(id), voters(), &net).await);
+    }
+    let root = nodes[0].root().clone();
+    root.wait_leader(WAIT).await.unwrap();
+    let (one, g1) = split_filedb_at_0x80(&nodes).await;
+    let (two, g2) = one
+        .split(g1, SplitAt::Sha1([0xc0; 20]), vec![2, 3])
+        .unwrap();
+    execute(&root, Command::SetShardMap { map: two.clone() })
+        .await
+        .unwrap();
+    let contents = fill_all_over(&nodes[0]).await;
+    let before = records(&nodes[1], &contents).await;
+
+    let spread = |want: usize| {
+        move |nodes: &[Arc<Replicas>]| {
+            let held = held(nodes);
+            held.values().all(|g| g.len() == want) || {
+                println!("held: {held:?}");
+                false
+            }
+        }
+    };
+    wait_map_version(&nodes, two.version + 1).await;
+    eventually("the two groups spread over three nodes", || {
+        let counts: Vec<usize> = held(&nodes).values().map(Vec::len).collect();
+        let ok = counts.iter().max() == Some(&2) && counts.iter().min() == Some(&1);
+        async move { ok }
+    })
+    .await;
+    let three = nodes[0].refresh_map().await.unwrap().unwrap();
+    assert_eq!(
+        three.version,
+        two.version + 1,
+        "one move evens three nodes out"
+    );
+
+    let fourth = start_with(dir.path(), even(4), BTreeMap::new(), &net).await;
+    root.change_membership(MembershipOp::AddLearner {
+        id: 4,
+        addr: addr(4),
+    })
+    .await
+    .unwrap();
+    nodes.push(fourth);
+    wait_map_version(&nodes, three.version + 1).await;
+    let one_each = spread(1);
+    eventually("every node holds one replica", || {
+        let ok = one_each(&nodes);
+        async move { ok }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        nodes[0].refresh_map().await.unwrap().unwrap().version,
+        three.version + 1,
+        "one more move evens four nodes out"
+    );
+    for node in &nodes {
+        assert_eq!(records(node, &contents).await, before);
+    }
+    for g in [g1, g2] {
+        let replicas = nodes[0]
+            .shard_map()
+            .await
+            .unwrap()
+            .group(g)
+            .unwrap()
+            .replicas
+            .clone();
+        assert_same_digest(&members(&nodes, &replicas), g).await;
+    }
+    let refused = nodes[0].check_leaving(4).await;
+    assert!(
+        matches!(refused, Err(crate::MetaError::InvalidCommand(_))),
+        "{refused:?}"
     );
     for node in &nodes {
         node.shutdown().await;

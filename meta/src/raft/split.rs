@@ -1,18 +1,29 @@
-//! Splitting a FileDB group while it serves (`docs/scaling.md`, section 4): the plan in
-//! root, and the steps root's leader drives from its round (see [`crate::handoff`] for
-//! the order and why each step may run again after any crash).
+//! Changing the shard map while the groups serve (`docs/scaling.md`, section 4): a
+//! FileDB group split in two, or a group's replica moved to another node. The plan is
+//! stored in root; root's leader drives it from its round (see [`crate::handoff`] for a
+//! split's order and why each step may run again after any crash).
 //!
-//! [`Replicas::plan_split`] stores the planned map in root (`PlanSplit`); every node's
-//! map follower opens the replicas it places there. Root's leader then, each round until
-//! the plan is committed: has the new group own its interval, has the old group hand it
-//! off, copies the rows in pages, ends the hand-off and commits the map. The old group's
-//! own leader drops the rows afterwards ([`drop_handed_off`]).
+//! [`Replicas::plan_split`] and [`Replicas::plan_move`] store the planned map in root
+//! (`PlanMap`); every node's map follower opens the replicas it places there. Root's
+//! leader then, each round until the plan is committed:
+//! - for a split: has the new group own its interval, has the old group hand it off,
+//!   copies the rows in pages, ends the hand-off; the old group's own leader drops the
+//!   rows once the map is committed ([`drop_handed_off`]);
+//! - for a move: has the group's leader add the new node as a learner (answered once it
+//!   has caught up), make it a voter, and remove the old node, each a membership change in
+//!   the group's own log (openraft's joint consensus); the old node drops its replica once
+//!   the map is committed (`Replicas::drop_unplaced`);
+//!
+//! and commits the map.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::metadata::Metadata;
+use super::metadata::{MembershipOp, Metadata};
 use super::replicas::{ReadAnswer, ReadQuery, Replicas};
-use crate::groups::{Group, GroupId, GroupKind, ShardMap, SplitAt, sha1_midpoint};
+use crate::groups::{
+    Group, GroupId, GroupKind, NodeId, ROOT, ShardMap, SplitAt, rebalance, sha1_midpoint,
+};
 use crate::handoff::{ROWS_MAX, RowTable};
 use crate::{Command, MetaError, Response};
 
@@ -54,7 +65,7 @@ impl Replicas {
             .split(group, SplitAt::Sha1(at), replicas)
             .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
         self.root()
-            .execute(Command::PlanSplit {
+            .execute(Command::PlanMap {
                 map: planned.clone(),
             })
             .await?;
@@ -66,6 +77,80 @@ impl Replicas {
             "planned a split"
         );
         Ok((planned, new))
+    }
+
+    /// Plans moving `group`'s replica on node `from` to node `to` (a member of root
+    /// without one), in the same place of its replica list (a preferred leader moved stays
+    /// the preferred leader). Root's replicas are its voters: `gateway admin cluster`
+    /// changes them. Answers the planned map.
+    pub async fn plan_move(
+        &self,
+        group: GroupId,
+        from: NodeId,
+        to: NodeId,
+    ) -> Result<ShardMap, MetaError> {
+        let map = self.refresh_map().await?.ok_or_else(|| {
+            MetaError::Unavailable("this node is not a member of the cluster yet".into())
+        })?;
+        let replicas = map
+            .group(group)
+            .map(|g| g.replicas.clone())
+            .ok_or_else(|| MetaError::InvalidCommand(format!("no group {group}")))?;
+        if group == ROOT {
+            return Err(MetaError::InvalidCommand(
+                "root's replicas are its voters: `gateway admin cluster` adds and removes them"
+                    .into(),
+            ));
+        }
+        if !replicas.contains(&from) {
+            return Err(MetaError::InvalidCommand(format!(
+                "node {from} holds no replica of group {group}"
+            )));
+        }
+        if replicas.contains(&to) {
+            return Err(MetaError::InvalidCommand(format!(
+                "node {to} already holds a replica of group {group}"
+            )));
+        }
+        if !self.root().status().nodes.contains_key(&to) {
+            return Err(MetaError::InvalidCommand(format!(
+                "node {to} is not a member of the cluster"
+            )));
+        }
+        let moved = replicas
+            .iter()
+            .map(|&n| if n == from { to } else { n })
+            .collect();
+        let planned = map
+            .with_replicas(group, moved)
+            .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
+        self.root()
+            .execute(Command::PlanMap {
+                map: planned.clone(),
+            })
+            .await?;
+        tracing::info!(group, from, to, version = planned.version, "planned a move");
+        Ok(planned)
+    }
+
+    /// Refuses the removal of node `node` from the cluster while the map places a replica
+    /// of a group other than root on it: its replicas are moved off first
+    /// (`groups move`).
+    pub async fn check_leaving(&self, node: NodeId) -> Result<(), MetaError> {
+        let map = self.shard_map().await?;
+        let held: Vec<String> = map
+            .groups()
+            .filter(|g| g.id != ROOT && g.replicas.contains(&node))
+            .map(|g| g.id.to_string())
+            .collect();
+        if held.is_empty() {
+            return Ok(());
+        }
+        Err(MetaError::InvalidCommand(format!(
+            "node {node} holds replicas of groups {}: move them off first \
+             (`gateway admin groups move GROUP {node} TO`)",
+            held.join(", ")
+        )))
     }
 
     /// `--replication-factor` nodes of root's members (all of them, if fewer), those
@@ -111,15 +196,67 @@ pub(super) async fn drive(
     for group in new {
         copied += move_rows(r, map, &plan, group.id).await?;
     }
+    for (before, after) in map
+        .groups()
+        .filter_map(|g| Some((g, plan.group(g.id)?)))
+        .filter(|(g, p)| g.replicas != p.replicas)
+    {
+        move_replicas(r, before, after).await?;
+    }
     root.execute(Command::SetShardMap { map: plan.clone() })
         .await?;
     tracing::info!(
         version = plan.version,
         rows = copied,
         ms = started.elapsed().as_millis() as u64,
-        "split committed: writes of the moved intervals waited this long at most"
+        "a change of the map committed: writes of the intervals a split moved waited this long at most"
     );
     Ok(Some(copied))
+}
+
+/// Brings `before`'s replicas to `after`'s through membership changes in the group's own
+/// log: each new node a learner (answered once it has caught up), then a voter; then each
+/// node that leaves removed. The group keeps at least its size of voters all along, and
+/// every change asked again once done changes nothing.
+async fn move_replicas(r: &Replicas, before: &Group, after: &Group) -> Result<(), MetaError> {
+    let nodes = r.root().status().nodes;
+    let id = before.id;
+    for &to in after
+        .replicas
+        .iter()
+        .filter(|n| !before.replicas.contains(n))
+    {
+        let addr = nodes.get(&to).cloned().ok_or_else(|| {
+            MetaError::Unavailable(format!("node {to} has no address in root yet"))
+        })?;
+        r.change_membership_in(before, MembershipOp::AddLearner { id: to, addr })
+            .await?;
+        r.change_membership_in(before, MembershipOp::Promote { id: to })
+            .await?;
+        tracing::info!(group = id, node = to, "a moved replica caught up and votes");
+    }
+    for &from in before
+        .replicas
+        .iter()
+        .filter(|n| !after.replicas.contains(n))
+    {
+        // Asked of the replicas both before and after: `from` may have led the group.
+        let all = Group {
+            replicas: before
+                .replicas
+                .iter()
+                .chain(&after.replicas)
+                .copied()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            ..before.clone()
+        };
+        r.change_membership_in(&all, MembershipOp::Remove { id: from })
+            .await?;
+        tracing::info!(group = id, node = from, "a moved replica left its group");
+    }
+    Ok(())
 }
 
 /// Moves to `new` the rows of the intervals `plan` gives it: ownership in `new`, the
@@ -251,6 +388,46 @@ pub(super) async fn split_when_full(
     }
     tracing::info!(group = id, files, "the group passed its size: splitting it");
     match r.plan_split(id, None).await {
+        // Another change of the map came first: the next round looks again.
+        Ok(_) | Err(MetaError::ShardMapVersion { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Root's leader, with `--no-rebalance` off and no change of the map under way: when the
+/// groups' replicas (root's aside: its voters follow `admin cluster`) are spread unevenly
+/// over the members of root, plans the first move of [`rebalance`]: replicas on a node
+/// that left root first, then from the most loaded node to the least loaded one, one move
+/// at a time, each committed before the next is planned.
+pub(super) async fn rebalance_when_uneven(
+    r: &Replicas,
+    map: &ShardMap,
+    root: &Metadata,
+) -> Result<(), MetaError> {
+    if !r.rebalances() {
+        return Ok(());
+    }
+    let current: BTreeMap<GroupId, Vec<NodeId>> = map
+        .groups()
+        .filter(|g| g.id != ROOT)
+        .map(|g| (g.id, g.replicas.clone()))
+        .collect();
+    if current.is_empty() || root.read_local(|s| s.planned_map()).await?.is_some() {
+        return Ok(());
+    }
+    let nodes: Vec<NodeId> = root.status().nodes.keys().copied().collect();
+    let moves = rebalance(&current, &nodes).map_err(|e| MetaError::Unavailable(e.to_string()))?;
+    let Some(m) = moves.first() else {
+        return Ok(());
+    };
+    tracing::info!(
+        group = m.group,
+        from = m.from,
+        to = m.to,
+        moves = moves.len(),
+        "the groups' replicas are spread unevenly: moving one"
+    );
+    match r.plan_move(m.group, m.from, m.to).await {
         // Another change of the map came first: the next round looks again.
         Ok(_) | Err(MetaError::ShardMapVersion { .. }) => Ok(()),
         Err(e) => Err(e),
