@@ -448,7 +448,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         });
     }
     tokio::spawn(state.telemetry.stats.clone().run(
-        state.store.meta_store().clone(),
+        state.store.replicas().clone(),
         state.store.pair_table().clone(),
         config.stats,
     ));

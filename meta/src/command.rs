@@ -626,6 +626,27 @@ impl Command {
         }
     }
 
+    /// Whether applying the command twice leaves what applying it once does: the commands
+    /// across groups, each applied once by its own keys (a `RefInc` by `(sha1, ref_id)`,
+    /// a split's steps by the map version). Only these may be sent again when their
+    /// outcome is unknown (a leader replaced while it held them).
+    pub fn applies_once(&self) -> bool {
+        matches!(
+            self,
+            Command::RefInc { .. }
+                | Command::Settle { .. }
+                | Command::DecBatch { .. }
+                | Command::ForeignRef { .. }
+                | Command::OutboxDone { .. }
+                | Command::Fence { .. }
+                | Command::SetOwnership { .. }
+                | Command::HandOff { .. }
+                | Command::EndHandOff { .. }
+                | Command::Ingest { .. }
+                | Command::Seal { .. }
+        )
+    }
+
     /// The one content a FileDB command acts on, which routes it to the content's group
     /// (`Inc`, `InsertOrInc`, `Dec`, `RemoveDeleting`, `Relocate`, `RefInc`). None for
     /// any other command, the batches of several contents (`Settle`, `DecBatch`) among them.
@@ -798,4 +819,50 @@ pub enum Response {
     Fence(crate::outbox::FenceOutcome),
     /// `ExpireFences`: the fences removed.
     FencesExpired(u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command sent again after an unknown outcome must be one applied once by its keys:
+    /// an inc or dec by content alone counts twice, a RefInc by its ref_id does not.
+    #[test]
+    fn only_the_commands_applied_once_by_their_keys_may_be_sent_again() {
+        let sha1 = Sha1([7; 20]);
+        let magic = Magic::new(3).unwrap();
+        let once = Command::RefInc {
+            sha1,
+            magic,
+            ref_id: 9,
+            pair: None,
+            bucket: "b".into(),
+            key: "k".into(),
+            deadline_ms: 1,
+            now_ms: 0,
+        };
+        assert!(once.applies_once());
+        assert!(
+            Command::Seal {
+                group: 1,
+                map_version: 2
+            }
+            .applies_once()
+        );
+        for twice in [
+            Command::Inc { sha1, magic },
+            Command::Dec {
+                sha1,
+                magic,
+                now_secs: 0,
+            },
+            Command::InsertOrInc {
+                sha1,
+                magic,
+                pair: PairId(0),
+            },
+        ] {
+            assert!(!twice.applies_once(), "{twice:?}");
+        }
+    }
 }

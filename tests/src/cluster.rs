@@ -23,7 +23,8 @@ use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -33,6 +34,27 @@ use serde_json::Value;
 use crate::{
     Gateway, GatewayOptions, Placement, RawResponse, Remote, encode_key, gateway_bin, random_token,
 };
+
+/// The client threads of [`Cluster::put_get_clients`].
+pub struct Clients {
+    threads: Vec<thread::JoinHandle<(Duration, Vec<String>)>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Clients {
+    /// Stops the threads and waits for them; panics listing the failed requests if any
+    /// failed. Answers the slowest round.
+    pub fn finish(self) -> Duration {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut slowest = Duration::ZERO;
+        for t in self.threads {
+            let (s, failures) = t.join().expect("client thread");
+            assert!(failures.is_empty(), "{failures:#?}");
+            slowest = slowest.max(s);
+        }
+        slowest
+    }
+}
 
 /// Bound on an election (a leader every live node agrees on), generous for a slow,
 /// noisy machine running debug builds.
@@ -490,6 +512,84 @@ impl Cluster {
                 describe_answers(&answers)
             );
             thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Client threads, one per node, each writing and reading through its node until
+    /// `stop` (at most 5 000 rounds): a round PUTs `during/<i>` (`i` = 1 000 × node + round)
+    /// with `body(i)`, noting it in `acked` once acknowledged, then GETs `before/<round %
+    /// before>` and checks it is `body(round % before)`. Each thread answers its slowest
+    /// round and its failed requests.
+    pub fn put_get_clients(
+        &self,
+        bucket: &str,
+        before: u64,
+        body: fn(u64) -> Vec<u8>,
+        acked: &Arc<Mutex<BTreeMap<String, u64>>>,
+        stop: &Arc<AtomicBool>,
+    ) -> Clients {
+        let threads = self
+            .ids()
+            .into_iter()
+            .map(|id| {
+                let (remote, stop, acked) = (self.remote(id), stop.clone(), acked.clone());
+                let bucket = bucket.to_string();
+                thread::spawn(move || {
+                    let mut slowest = Duration::ZERO;
+                    let mut failures = Vec::new();
+                    for n in 0..5_000u64 {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let i = 1_000 * id as u64 + n;
+                        let key = format!("during/{i}");
+                        let t = Instant::now();
+                        match remote.put(&bucket, &key, &body(i)) {
+                            Ok(r) if r.status == 200 => {
+                                acked
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .insert(key, i);
+                            }
+                            Ok(r) => failures.push(format!("PUT {key}: {} {}", r.status, r.text())),
+                            Err(e) => failures.push(format!("PUT {key}: {e}")),
+                        }
+                        let read = format!("before/{}", n % before);
+                        match remote.get(&bucket, &read) {
+                            Ok(r) if r.status == 200 => {
+                                crate::assert_same_body(&r.body, &body(n % before), &read);
+                            }
+                            Ok(r) => {
+                                failures.push(format!("GET {read}: {} {}", r.status, r.text()))
+                            }
+                            Err(e) => failures.push(format!("GET {read}: {e}")),
+                        }
+                        slowest = slowest.max(t.elapsed());
+                    }
+                    (slowest, failures)
+                })
+            })
+            .collect();
+        Clients {
+            threads,
+            stop: stop.clone(),
+        }
+    }
+
+    /// Checks that every key of `acked` reads back through every node as `body` of its
+    /// number.
+    pub fn assert_all_read_back(
+        &self,
+        bucket: &str,
+        acked: &BTreeMap<String, u64>,
+        body: fn(u64) -> Vec<u8>,
+    ) {
+        for (key, &i) in acked {
+            for id in self.ids() {
+                let r = self.remote(id).get(bucket, key).expect("GET");
+                assert_eq!(r.status, 200, "GET {key} through node {id}: {}", r.text());
+                crate::assert_same_body(&r.body, &body(i), key);
+            }
         }
     }
 

@@ -795,8 +795,9 @@ fn strip_ansi(line: &str) -> String {
     out
 }
 
-/// How many of a process's first `ERROR` and panic lines are kept apart from the tail: the first
-/// error is often the cause, and a failing node may print thousands of lines after it.
+/// How many of a process's first `ERROR` and panic lines (and the reasons of its 503s) are
+/// kept apart from the tail: the first error is often the cause, and a failing node may
+/// print thousands of lines after it.
 const ERROR_LINES_KEPT: usize = 20;
 
 /// A process's output as kept for failure messages: its last lines and its first errors.
@@ -839,7 +840,10 @@ fn log_tail_of(log: &Mutex<KeptLog>, label: &str, n: usize) -> String {
 fn push_line(log: &Mutex<KeptLog>, line: String) {
     let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
     if log.first_errors.len() < ERROR_LINES_KEPT
-        && (line.contains(" ERROR ") || line.contains("panicked at"))
+        && (line.contains(" ERROR ")
+            || line.contains("panicked at")
+            // Why a request was answered 503.
+            || line.contains("metadata unavailable"))
     {
         log.first_errors.push(line.clone());
     }

@@ -7,10 +7,10 @@
 //! identical.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use e2e::cluster::{Cluster, ELECTION_TIMEOUT};
 use e2e::{assert_same_body, poll_until, random_body};
@@ -48,40 +48,7 @@ fn a_filedb_group_splits_under_s3_traffic_and_every_object_reads_back() {
 
     // Writers and readers through every node while the split runs.
     let stop = Arc::new(AtomicBool::new(false));
-    let clients: Vec<_> = (1..=3usize)
-        .map(|id| {
-            let (remote, stop, acked) = (cluster.remote(id), stop.clone(), acked.clone());
-            thread::spawn(move || {
-                let mut slowest = Duration::ZERO;
-                let mut failures = Vec::new();
-                for n in 0..5_000u64 {
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let i = 1_000 * id as u64 + n;
-                    let key = format!("during/{i}");
-                    let t = Instant::now();
-                    match remote.put(BUCKET, &key, &body(i)) {
-                        Ok(r) if r.status == 200 => {
-                            acked.lock().unwrap().insert(key, i);
-                        }
-                        Ok(r) => failures.push(format!("PUT {key}: {} {}", r.status, r.text())),
-                        Err(e) => failures.push(format!("PUT {key}: {e}")),
-                    }
-                    let read = format!("before/{}", n % 90);
-                    match remote.get(BUCKET, &read) {
-                        Ok(r) if r.status == 200 => {
-                            assert_same_body(&r.body, &body(n % 90), &read);
-                        }
-                        Ok(r) => failures.push(format!("GET {read}: {} {}", r.status, r.text())),
-                        Err(e) => failures.push(format!("GET {read}: {e}")),
-                    }
-                    slowest = slowest.max(t.elapsed());
-                }
-                (slowest, failures)
-            })
-        })
-        .collect();
+    let clients = cluster.put_get_clients(BUCKET, 90, body, &acked, &stop);
     thread::sleep(Duration::from_millis(500));
 
     let run = cluster.admin_cli(2, &["groups", "split", "0"]);
@@ -105,13 +72,7 @@ fn a_filedb_group_splits_under_s3_traffic_and_every_object_reads_back() {
         cluster.describe()
     );
     thread::sleep(Duration::from_millis(500));
-    stop.store(true, Ordering::Relaxed);
-    let mut slowest = Duration::ZERO;
-    for c in clients {
-        let (s, failures) = c.join().expect("client thread");
-        assert!(failures.is_empty(), "{failures:#?}");
-        slowest = slowest.max(s);
-    }
+    let slowest = clients.finish();
     let acked = acked.lock().unwrap().clone();
     println!(
         "{} objects acknowledged; the slowest PUT+GET round during the split took {slowest:?}",
@@ -120,13 +81,7 @@ fn a_filedb_group_splits_under_s3_traffic_and_every_object_reads_back() {
 
     // Every acknowledged object reads back from every node; then half are deleted and
     // stay deleted, the rest still read back.
-    for (key, &i) in &acked {
-        for id in cluster.ids() {
-            let r = cluster.remote(id).get(BUCKET, key).expect("GET");
-            assert_eq!(r.status, 200, "GET {key} through node {id}: {}", r.text());
-            assert_same_body(&r.body, &body(i), key);
-        }
-    }
+    cluster.assert_all_read_back(BUCKET, &acked, body);
     let (gone, kept): (Vec<_>, Vec<_>) = acked.iter().partition(|(_, i)| *i % 2 == 0);
     for (n, (key, _)) in gone.iter().enumerate() {
         let r = cluster

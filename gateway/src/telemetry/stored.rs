@@ -16,6 +16,11 @@
 //! one core however large the metadata grows. Content referenced only through the native
 //! API (no object or part carries its size) has its size read from its disk, at most
 //! [`SIZE_LOOKUPS_MAX`] per scan; any left over is counted in `unsized_contents`.
+//!
+//! The objects and parts are root's (this node's root replica holds every index entry);
+//! FileDB and `deleting` are read across the FileDB groups, each for the sha1s the shard
+//! map gives it ([`Replicas::each_filedb_row`]), from this node's replicas or over the
+//! network, in linearizable pages of [`SCAN_BATCH`].
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -27,8 +32,10 @@ use placement::Sha1;
 use placement::pairdb::PairTable;
 use redb::ReadableDatabase;
 
-use meta::tables::{self, DELETING, FILES, OBJECTS, ObjectRecord, PARTS, PartRecord};
-use meta::{FileRecord, MetaError, MetaStore};
+use meta::handoff::{FileRow, RowTable};
+use meta::raft::Replicas;
+use meta::tables::{self, OBJECTS, ObjectRecord, PARTS, PartRecord};
+use meta::{MetaError, MetaStore};
 
 /// Records read per read transaction.
 pub const SCAN_BATCH: usize = 4096;
@@ -112,10 +119,10 @@ impl StatsCache {
     }
 
     /// Scans forever (until the runtime stops), as [`Settings`] says.
-    pub async fn run(self: Arc<Self>, meta: Arc<MetaStore>, pairs: Arc<PairTable>, s: Settings) {
+    pub async fn run(self: Arc<Self>, replicas: Arc<Replicas>, pairs: Arc<PairTable>, s: Settings) {
         loop {
             let started = Instant::now();
-            match scan(meta.clone(), &pairs).await {
+            match scan(&replicas, &pairs).await {
                 Ok(stats) => self.put(stats),
                 Err(e) => tracing::warn!(error = %e, "stored-bytes scan failed"),
             }
@@ -127,19 +134,21 @@ impl StatsCache {
 }
 
 /// One full scan: the metadata in batches on a blocking thread, then the disk look-ups.
-pub async fn scan(meta: Arc<MetaStore>, pairs: &PairTable) -> Result<StoredStats, MetaError> {
-    scan_in_batches(meta, pairs, SCAN_BATCH).await
+pub async fn scan(replicas: &Replicas, pairs: &PairTable) -> Result<StoredStats, MetaError> {
+    scan_in_batches(replicas, pairs, SCAN_BATCH).await
 }
 
 async fn scan_in_batches(
-    meta: Arc<MetaStore>,
+    replicas: &Replicas,
     pairs: &PairTable,
     batch: usize,
 ) -> Result<StoredStats, MetaError> {
     let started = Instant::now();
-    let (mut stats, unsized_list) = tokio::task::spawn_blocking(move || scan_meta(&meta, batch))
+    let root = replicas.root().store().clone();
+    let (mut stats, sizes) = tokio::task::spawn_blocking(move || scan_index(&root, batch))
         .await
         .map_err(|e| MetaError::Unavailable(format!("stats scan: {e}")))??;
+    let unsized_list = scan_filedb(replicas, &mut stats, &sizes, batch).await?;
     let mut found: HashMap<Sha1, u64> = HashMap::new();
     for (sha1, pair) in unsized_list {
         let Some(entry) = pairs.get(pair) else {
@@ -166,7 +175,12 @@ async fn scan_in_batches(
 
 type Unsized = Vec<(Sha1, placement::PairId)>;
 
-fn scan_meta(meta: &MetaStore, batch: usize) -> Result<(StoredStats, Unsized), MetaError> {
+/// The objects and parts of root's store: their counts, logical bytes, and the size of each
+/// content they reference.
+fn scan_index(
+    meta: &MetaStore,
+    batch: usize,
+) -> Result<(StoredStats, HashMap<Sha1, u64>), MetaError> {
     let db = meta.db();
     let mut stats = StoredStats::default();
     let mut sizes: HashMap<Sha1, u64> = HashMap::new();
@@ -225,22 +239,26 @@ fn scan_meta(meta: &MetaStore, batch: usize) -> Result<(StoredStats, Unsized), M
         }
     }
 
-    // FileDB: distinct contents, references, flags, and the physical bytes.
+    Ok((stats, sizes))
+}
+
+/// FileDB across its groups: distinct contents, references, flags, the physical bytes of
+/// the contents whose size `sizes` knows, and the `deleting` entries. Answers the contents
+/// of unknown size (at most [`SIZE_LOOKUPS_MAX`]) with their pairs.
+async fn scan_filedb(
+    replicas: &Replicas,
+    stats: &mut StoredStats,
+    sizes: &HashMap<Sha1, u64>,
+    batch: usize,
+) -> Result<Unsized, MetaError> {
+    let page = u32::try_from(batch).unwrap_or(u32::MAX);
     let mut top: BinaryHeap<Reverse<(u32, [u8; 20])>> = BinaryHeap::new();
     let mut unsized_list = Vec::new();
-    let mut after: Option<[u8; 20]> = None;
-    loop {
-        let txn = db.begin_read()?;
-        let table = txn.open_table(FILES)?;
-        let range = match &after {
-            Some(k) => table.range::<[u8; 20]>((Bound::Excluded(*k), Bound::Unbounded))?,
-            None => table.range::<[u8; 20]>(..)?,
-        };
-        let mut n = 0;
-        for entry in range.take(batch) {
-            let (k, v) = entry?;
-            let sha1 = Sha1(k.value());
-            let f = FileRecord::decode_checked(&sha1, &v.value())?;
+    replicas
+        .each_filedb_row(RowTable::Files, page, |row| {
+            let FileRow::File { sha1, record: f } = row else {
+                return;
+            };
             stats.contents += 1;
             stats.references += u64::from(f.refs);
             if f.flags & tables::FLAG_DO_NOT_DELETE != 0 {
@@ -259,13 +277,8 @@ fn scan_meta(meta: &MetaStore, batch: usize) -> Result<(StoredStats, Unsized), M
             if top.len() > TOP_CONTENTS {
                 top.pop();
             }
-            after = Some(sha1.0);
-            n += 1;
-        }
-        if n < batch {
-            break;
-        }
-    }
+        })
+        .await?;
     let mut top: Vec<_> = top.into_iter().map(|Reverse(t)| t).collect();
     top.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     stats.top = top
@@ -277,26 +290,10 @@ fn scan_meta(meta: &MetaStore, batch: usize) -> Result<(StoredStats, Unsized), M
         })
         .collect();
 
-    let mut after: Option<[u8; 20]> = None;
-    loop {
-        let txn = db.begin_read()?;
-        let table = txn.open_table(DELETING)?;
-        let range = match &after {
-            Some(k) => table.range::<[u8; 20]>((Bound::Excluded(*k), Bound::Unbounded))?,
-            None => table.range::<[u8; 20]>(..)?,
-        };
-        let mut n = 0;
-        for entry in range.take(batch) {
-            let (k, _) = entry?;
-            stats.deleting += 1;
-            after = Some(k.value());
-            n += 1;
-        }
-        if n < batch {
-            break;
-        }
-    }
-    Ok((stats, unsized_list))
+    replicas
+        .each_filedb_row(RowTable::Deleting, page, |_| stats.deleting += 1)
+        .await?;
+    Ok(unsized_list)
 }
 
 #[cfg(test)]
@@ -308,7 +305,7 @@ mod tests {
     #[tokio::test]
     async fn a_scan_counts_logical_per_key_and_physical_per_content() {
         let dir = tempfile::tempdir().unwrap();
-        let meta = Arc::new(MetaStore::open(&dir.path().join("meta.redb")).unwrap());
+        let meta = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
         let m = |v| Magic::new(v).unwrap();
         meta.execute(&Command::CreateBucket {
             bucket: "b".into(),
@@ -341,9 +338,20 @@ mod tests {
             pair: PairId(0),
         })
         .unwrap();
-        let s = scan_in_batches(meta, &PairTable::new(), batch)
+        // The node's replicas on that folder: a single node, root holding everything.
+        drop(meta);
+        let cluster = meta::raft::ClusterConfig::single("127.0.0.1:1".into());
+        let network = Arc::new(meta::raft::network::NoPeers);
+        let replicas = Replicas::open(dir.path(), cluster, network).await.unwrap();
+        replicas
+            .root()
+            .wait_leader(Duration::from_secs(10))
             .await
             .unwrap();
+        let s = scan_in_batches(&replicas, &PairTable::new(), batch)
+            .await
+            .unwrap();
+        replicas.shutdown().await;
         assert_eq!(s.objects, u64::from(keys) + 1);
         assert_eq!(s.logical_bytes, u64::from(keys) * 100 + 7);
         assert_eq!(s.physical_bytes, (100 + 7) * COPIES);

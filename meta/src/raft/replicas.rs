@@ -30,6 +30,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::config::ClusterConfig;
+use super::members::member_leader;
 use super::metadata::{
     self, GroupStatus, GroupsStatus, KeyInterval, MembershipOp, Metadata, Sha1Interval,
 };
@@ -39,7 +40,7 @@ use super::timeouts::{READ_TIMEOUT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, NodeId};
 use crate::cluster_version::FORMAT_VERSION;
 use crate::groups::{Group, GroupId, ROOT, ShardMap};
-use crate::handoff::{FileRow, RowCursor, RowTable};
+use crate::handoff::{FileRow, ROWS_MAX, RowCursor, RowTable};
 use crate::tables::DeletingRecord;
 use crate::{Command, FileRecord, MetaError, Response};
 
@@ -427,6 +428,7 @@ impl Replicas {
             nodes,
             rpc,
         } = self.remote(map, group)?;
+        let applies_once = cmd.applies_once();
         let batch = Batch(vec![cmd]);
         let deadline = Instant::now() + SEND_BUDGET;
         let mut next = 0usize;
@@ -462,7 +464,12 @@ impl Replicas {
                     hint = leader.filter(|l| *l != target);
                     last = format!("node {target} does not lead group {group}");
                 }
-                Ok(WriteReply::Unavailable(e)) => return Err(MetaError::Unavailable(e)),
+                // Its outcome unknown (a leader replaced while it held it, a replica that
+                // left the group): sent again only if applying it twice changes nothing.
+                Ok(WriteReply::Unavailable(e)) if !applies_once => {
+                    return Err(MetaError::Unavailable(e));
+                }
+                Ok(WriteReply::Unavailable(e)) => last = e,
                 Err(e) => last = e.to_string(),
             }
             if hint.is_none() {
@@ -636,6 +643,43 @@ impl Replicas {
             }
         }
         Ok(out)
+    }
+
+    /// Visits every row of `table` across the FileDB groups, in sha1 order, each group
+    /// read for the intervals the map gives it only (rows a group still holds of an
+    /// interval it handed off are not seen twice), in linearizable pages of `page` rows
+    /// (at most [`ROWS_MAX`]). Bounded by the rows there are; a split committed meanwhile
+    /// may hide the rows it moved from this walk.
+    pub async fn each_filedb_row(
+        &self,
+        table: RowTable,
+        page: u32,
+        mut visit: impl FnMut(FileRow),
+    ) -> Result<(), MetaError> {
+        let map = self.shard_map().await?;
+        let page = page.clamp(1, ROWS_MAX);
+        for (start, end, group) in map.filedb_intervals() {
+            let mut after = None;
+            loop {
+                let query = ReadQuery::Rows {
+                    table,
+                    interval: (start, end),
+                    after,
+                    limit: page,
+                };
+                let rows = match self.read_in(&map, group, query).await? {
+                    ReadAnswer::Rows(rows) => rows,
+                    other => return Err(MetaError::Unexpected(format!("{other:?}"))),
+                };
+                let full = rows.len() >= page as usize;
+                after = rows.last().map(FileRow::cursor);
+                rows.into_iter().for_each(&mut visit);
+                if !full {
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Answers `query` in `group`: here if this node holds a replica, else from the first
@@ -1031,7 +1075,8 @@ impl Replicas {
             Call::PreVote => encode(&meta.pre_vote(decode(body)?).await),
             Call::Write => {
                 let batch = decode(body)?;
-                let leader = meta.raft().metrics().borrow().current_leader;
+                // A replica a move removed may still name itself: it leads no more.
+                let leader = member_leader(&meta.raft().metrics().borrow());
                 if leader != Some(meta.node_id()) {
                     return encode(&WriteReply::NotLeader(leader));
                 }

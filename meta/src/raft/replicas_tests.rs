@@ -211,11 +211,18 @@ async fn write(via: &Replicas, group: GroupId, dir: &Path, first: u64, count: u6
 
 /// Starts the three voters of root ([`NODES`]) on folders under a new temp folder.
 async fn three_nodes() -> (tempfile::TempDir, Arc<Loopback>, Vec<Arc<Replicas>>) {
+    three_nodes_with(config).await
+}
+
+/// [`three_nodes`], each node with `config(id)`.
+async fn three_nodes_with(
+    config: impl Fn(NodeId) -> ClusterConfig,
+) -> (tempfile::TempDir, Arc<Loopback>, Vec<Arc<Replicas>>) {
     let dir = tempfile::tempdir().unwrap();
     let net = Arc::new(Loopback::default());
     let mut nodes = Vec::new();
     for id in NODES {
-        nodes.push(start(dir.path(), id, &net).await);
+        nodes.push(start_with(dir.path(), config(id), voters(), &net).await);
     }
     (dir, net, nodes)
 }
@@ -548,6 +555,23 @@ where
     while !check().await {
         assert!(tokio::time::Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until every node follows map `version`.
+async fn wait_map_version(nodes: &[Arc<Replicas>], version: u64) {
+    for node in nodes {
+        eventually("every node follows the committed map", || {
+            let node = node.clone();
+            async move {
+                node.refresh_map()
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|m| m.version == version)
+            }
+        })
+        .await;
     }
 }
 
@@ -1197,16 +1221,11 @@ fn rows_in(store: &crate::MetaStore, interval: ([u8; 20], Option<[u8; 20]>)) -> 
 /// upper rows, and root's copy dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_split_goes_on_after_roots_leader_stops_in_the_middle_of_its_copy() {
-    let dir = tempfile::tempdir().unwrap();
-    let net = Arc::new(Loopback::default());
     let slow = |id| ClusterConfig {
         split_page_rows: 1,
         ..config(id)
     };
-    let mut nodes = Vec::new();
-    for id in NODES {
-        nodes.push(start_with(dir.path(), slow(id), voters(), &net).await);
-    }
+    let (dir, net, mut nodes) = three_nodes_with(slow).await;
     let leader = nodes[0].root().wait_leader(WAIT).await.unwrap();
     let contents = fill_all_over(&nodes[0]).await;
     let before = records(&nodes[2], &contents).await;
@@ -1247,18 +1266,8 @@ async fn a_split_goes_on_after_roots_leader_stops_in_the_middle_of_its_copy() {
     let restarted = start_with(dir.path(), slow(leader), BTreeMap::new(), &net).await;
     nodes.insert(leader as usize - 1, restarted);
 
+    wait_map_version(&nodes, plan.version).await;
     for node in &nodes {
-        eventually("every node follows the committed split", || {
-            let node = node.clone();
-            async move {
-                node.refresh_map()
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_some_and(|m| m.version == plan.version)
-            }
-        })
-        .await;
         eventually("root dropped the rows it handed off", || {
             let root = node.root().clone();
             async move { root.read_local(|s| s.handoff()).await.unwrap().is_none() }
@@ -1296,16 +1305,11 @@ async fn a_split_goes_on_after_roots_leader_stops_in_the_middle_of_its_copy() {
 /// to a new group, after which neither half is past the bound and the map stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_group_past_its_size_splits_by_itself() {
-    let dir = tempfile::tempdir().unwrap();
-    let net = Arc::new(Loopback::default());
     let small = |id| ClusterConfig {
         group_split_files: 1_000,
         ..config(id)
     };
-    let mut nodes = Vec::new();
-    for id in NODES {
-        nodes.push(start_with(dir.path(), small(id), voters(), &net).await);
-    }
+    let (dir, net, mut nodes) = three_nodes_with(small).await;
     nodes[0].root().wait_leader(WAIT).await.unwrap();
     let contents = fill_all_over(&nodes[0]).await;
     let before = records(&nodes[1], &contents).await;
@@ -1323,19 +1327,7 @@ async fn a_group_past_its_size_splits_by_itself() {
         };
         nodes.push(start_with(dir.path(), bound, BTreeMap::new(), &net).await);
     }
-    for node in &nodes {
-        eventually("the split commits on every node", || {
-            let node = node.clone();
-            async move {
-                node.refresh_map()
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_some_and(|m| m.version == 2)
-            }
-        })
-        .await;
-    }
+    wait_map_version(&nodes, 2).await;
     let map = nodes[0].shard_map().await.unwrap();
     let bounds: Vec<_> = map.filedb_intervals().map(|(s, _, g)| (s[0], g)).collect();
     assert_eq!(bounds, [(0, ROOT), (0x80, 1)]);
@@ -1403,13 +1395,7 @@ async fn a_filedb_group_splits_while_it_serves() {
         ),
         "{again:?}"
     );
-    for node in &nodes {
-        eventually("every node follows the committed split", || {
-            let node = node.clone();
-            async move { node.shard_map().await.unwrap().version == plan.version }
-        })
-        .await;
-    }
+    wait_map_version(&nodes, plan.version).await;
     eventually("root dropped the rows it handed off", || {
         let root = root.clone();
         async move { root.read_local(|s| s.handoff()).await.unwrap().is_none() }
@@ -1483,23 +1469,6 @@ async fn a_filedb_group_splits_while_it_serves() {
     );
     for node in &nodes {
         node.shutdown().await;
-    }
-}
-
-/// Waits until every node follows map `version`.
-async fn wait_map_version(nodes: &[Arc<Replicas>], version: u64) {
-    for node in nodes {
-        eventually("every node follows the committed map", || {
-            let node = node.clone();
-            async move {
-                node.refresh_map()
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_some_and(|m| m.version == version)
-            }
-        })
-        .await;
     }
 }
 
@@ -1637,16 +1606,11 @@ fn held(nodes: &[Arc<Replicas>]) -> BTreeMap<NodeId, Vec<GroupId>> {
 async fn a_node_added_receives_its_share_of_the_replicas() {
     use crate::groups::SplitAt;
 
-    let dir = tempfile::tempdir().unwrap();
-    let net = Arc::new(Loopback::default());
     let even = |id| ClusterConfig {
         rebalance: true,
         ..config(id)
     };
-    let mut nodes = Vec::new();
-    for id in NODES {
-        nodes.push(start_with(dir.path(), even(id), voters(), &net).await);
-    }
+    let (dir, net, mut nodes) = three_nodes_with(even).await;
     let root = nodes[0].root().clone();
     root.wait_leader(WAIT).await.unwrap();
     let (one, g1) = split_filedb_at_0x80(&nodes).await;

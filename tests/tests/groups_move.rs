@@ -1,0 +1,196 @@
+//! Moving a metadata group's replica between nodes while a cluster serves S3, with real
+//! processes on loopback (issue #28): three nodes at `--replication-factor 2`, so the
+//! FileDB group a split creates lives on two of them. `gateway admin groups move` then
+//! sends it to the third node and back while client threads keep writing and reading
+//! through every node. Each move commits on every node, the node it left deletes its
+//! replica, every acknowledged object reads back byte-exact from every node, every node's
+//! `gateway_stored_*` counts the contents of both groups, and `gateway fsck` of every node
+//! is clean.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use e2e::cluster::{Cluster, ELECTION_TIMEOUT};
+use e2e::{poll_until, random_body};
+
+const BUCKET: &str = "mail";
+/// Distinct bodies: every object shares its content with many others.
+const BODIES: u64 = 24;
+/// How long a committed change of the map may take to show on every node.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn body(i: u64) -> Vec<u8> {
+    random_body(3_000 + i % BODIES, 900 + (i % BODIES) as usize * 41)
+}
+
+/// `gateway admin groups list` through node `id`, as JSON.
+fn groups(cluster: &Cluster, id: usize) -> serde_json::Value {
+    let run = cluster.admin_cli(id, &["groups", "list"]);
+    assert_eq!(run.code, Some(0), "groups list through node {id}: {run}");
+    serde_json::from_str(&run.stdout).expect("groups list prints JSON")
+}
+
+/// `/_metrics` of node `id`, parsed.
+fn scrape(cluster: &Cluster, id: usize) -> e2e::prom::Exposition {
+    let r = cluster
+        .node(id)
+        .raw("GET", "/_metrics", &[], b"")
+        .unwrap_or_else(|e| panic!("GET /_metrics: {e}"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    e2e::prom::parse(&r.text()).unwrap_or_else(|e| panic!("not a valid exposition: {e}"))
+}
+
+/// Waits until every node shows map `version`, group 1 with a leader on `replicas`.
+fn wait_map(cluster: &Cluster, version: u64, replicas: &[u64]) {
+    let shown = poll_until(CHANGE_TIMEOUT, || {
+        cluster.ids().iter().all(|&id| {
+            let v = groups(cluster, id);
+            let g = &v["groups"][1];
+            v["version"] == version
+                && !g["leader"].is_null()
+                && g["replicas"].as_array().is_some_and(|r| {
+                    r.iter()
+                        .filter_map(|n| n.as_u64())
+                        .eq(replicas.iter().copied())
+                })
+        })
+    });
+    assert!(
+        shown,
+        "map version {version} with group 1 on {replicas:?} never showed on every node:\n{}",
+        cluster.describe()
+    );
+}
+
+/// Waits until node `id`'s data folder holds no replica of group 1.
+fn wait_dropped(cluster: &Cluster, id: usize) {
+    let folder = cluster.node(id).data_dir().join("groups").join("1");
+    assert!(
+        poll_until(CHANGE_TIMEOUT, || !folder.exists()),
+        "node {id} kept {} after its replica moved off",
+        folder.display()
+    );
+}
+
+/// `gateway admin groups move 1 FROM TO` through node `via`: answers the planned version.
+fn move_group(cluster: &Cluster, via: usize, from: u64, to: u64) -> u64 {
+    let run = cluster.admin_cli(
+        via,
+        &["groups", "move", "1", &from.to_string(), &to.to_string()],
+    );
+    assert_eq!(run.code, Some(0), "groups move 1 {from} {to}: {run}");
+    let planned: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON");
+    assert_eq!(planned["group"], 1, "{planned}");
+    planned["version"].as_u64().expect("a version")
+}
+
+#[test]
+fn a_group_moves_between_nodes_under_s3_traffic_and_every_object_reads_back() {
+    let cluster = Cluster::start(
+        3,
+        &[
+            "--snapshot-logs",
+            "16",
+            "--replication-factor",
+            "2",
+            "--metrics-open",
+            "--stats-scan-secs",
+            "1",
+        ],
+    );
+    cluster.create_bucket(1, BUCKET);
+    let acked: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    for i in 0..60u64 {
+        let key = format!("before/{i}");
+        cluster
+            .put_until_ok(
+                (i % 3) as usize + 1,
+                BUCKET,
+                &key,
+                &body(i),
+                ELECTION_TIMEOUT,
+            )
+            .unwrap_or_else(|e| panic!("PUT {key}: {e}"));
+        acked.lock().unwrap().insert(key, i);
+    }
+    let run = cluster.admin_cli(1, &["groups", "split", "0"]);
+    assert_eq!(run.code, Some(0), "groups split 0: {run}");
+    // The new group goes to the two nodes holding the fewest replicas: nodes 1 and 2.
+    wait_map(&cluster, 2, &[1, 2]);
+
+    // Refused: moving root, from a node without a replica, to a node with one.
+    for args in [["0", "1", "3"], ["1", "3", "2"], ["1", "1", "2"]] {
+        let run = cluster.admin_cli(2, &["groups", "move", args[0], args[1], args[2]]);
+        assert_ne!(
+            run.code,
+            Some(0),
+            "groups move {args:?} was accepted: {run}"
+        );
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = cluster.put_get_clients(BUCKET, 60, body, &acked, &stop);
+    thread::sleep(Duration::from_millis(300));
+
+    // Node 2's replica to node 3 (through node 1), then node 1's to node 2 (through node
+    // 3): node 2 drops its replica with the first move and starts again from nothing.
+    let first = move_group(&cluster, 1, 2, 3);
+    assert_eq!(first, 3);
+    wait_map(&cluster, first, &[1, 3]);
+    wait_dropped(&cluster, 2);
+    let second = move_group(&cluster, 3, 1, 2);
+    wait_map(&cluster, second, &[2, 3]);
+    wait_dropped(&cluster, 1);
+
+    thread::sleep(Duration::from_millis(300));
+    let slowest = clients.finish();
+    let acked = acked.lock().unwrap().clone();
+    println!(
+        "{} objects acknowledged; the slowest PUT+GET round during two moves took {slowest:?}",
+        acked.len()
+    );
+    cluster.assert_all_read_back(BUCKET, &acked, body);
+    // The group's replicas hold its records; the node it left holds none.
+    let v = groups(&cluster, 2);
+    assert_eq!(v["groups"][1]["held"], true, "{v}");
+    assert!(
+        v["groups"][1]["records"].as_u64().is_some_and(|r| r > 0),
+        "{v}"
+    );
+    assert_eq!(groups(&cluster, 1)["groups"][1]["held"], false);
+    cluster.wait_same_digest(&cluster.ids(), Duration::from_secs(30));
+
+    // Every node counts the contents of both groups, held here or not: each of the
+    // BODIES bodies once, stored twice.
+    let physical: u64 = (0..BODIES).map(|b| body(b).len() as u64 * 2).sum();
+    for id in cluster.ids() {
+        let mut last = String::new();
+        let counted = poll_until(CHANGE_TIMEOUT, || {
+            let e = scrape(&cluster, id);
+            let got = (
+                e.value("gateway_stored_contents", &[]),
+                e.value("gateway_stored_physical_bytes", &[]),
+            );
+            last = format!("{got:?}");
+            got == (Some(BODIES as f64), Some(physical as f64))
+        });
+        assert!(
+            counted,
+            "node {id} never counted {BODIES} contents of {physical} bytes across the groups: {last}"
+        );
+    }
+
+    let mut cluster = cluster;
+    cluster.wait_groups_quiet(Duration::from_secs(60));
+    cluster.stop_all();
+    for id in cluster.ids() {
+        let run = cluster.fsck(id);
+        assert!(
+            run.stdout.contains("fsck: clean"),
+            "fsck of node {id}:\n{run}"
+        );
+    }
+}
