@@ -425,7 +425,7 @@ impl<'a> FileDb<'a> {
         let Some(group) = self.owner(sha1) else {
             return Ok(String::new());
         };
-        let next = sha1_after(&sha1.0);
+        let next = meta::groups::sha1_after(&sha1.0);
         // Its rows in every group held here: the owner's, and any another group kept.
         let mut rows = Vec::new();
         for (id, store) in self.all() {
@@ -453,19 +453,6 @@ impl<'a> FileDb<'a> {
             None => Ok(false),
         }
     }
-}
-
-/// The sha1 just after `sha1` (None after the last): an exclusive upper bound.
-fn sha1_after(sha1: &[u8; 20]) -> Option<[u8; 20]> {
-    let mut s = *sha1;
-    for b in s.iter_mut().rev() {
-        if *b < 0xff {
-            *b += 1;
-            return Some(s);
-        }
-        *b = 0;
-    }
-    None
 }
 
 /// Checks every file under a local disk's `<aa>/<bb>/` folders, through Valkyrie's walk

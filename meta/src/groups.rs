@@ -372,6 +372,33 @@ pub fn sha1_midpoint(start: &[u8; 20], end: Option<&[u8; 20]>) -> [u8; 20] {
     mid
 }
 
+/// The sha1 just before `sha1` (None before the lowest): an exclusive lower bound that
+/// lets `sha1` itself through, as where a walk of an interval starts.
+pub fn sha1_before(sha1: &[u8; 20]) -> Option<[u8; 20]> {
+    let mut s = *sha1;
+    for b in s.iter_mut().rev() {
+        if *b > 0 {
+            *b -= 1;
+            return Some(s);
+        }
+        *b = 0xff;
+    }
+    None
+}
+
+/// The sha1 just after `sha1` (None after the highest): where a walk goes on from.
+pub fn sha1_after(sha1: &[u8; 20]) -> Option<[u8; 20]> {
+    let mut s = *sha1;
+    for b in s.iter_mut().rev() {
+        if *b < 0xff {
+            *b += 1;
+            return Some(s);
+        }
+        *b = 0;
+    }
+    None
+}
+
 /// Replicas of each of `groups` on `nodes`: `rf` each (fewer when there are fewer nodes),
 /// never two on one node, the counts per node differing by at most one, and the first
 /// replica of each group (its preferred leader) spread the same way. Deterministic.
@@ -597,6 +624,25 @@ fn replace(assign: &mut BTreeMap<GroupId, Vec<NodeId>>, group: GroupId, from: No
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sha1s_just_before_and_after_are_the_neighbours() {
+        let mut x = [0u8; 20];
+        x[19] = 0x10;
+        x[18] = 0x01;
+        let mut before = x;
+        before[19] = 0x0f;
+        assert_eq!(sha1_before(&x), Some(before));
+        assert_eq!(sha1_after(&before), Some(x));
+        let mut carry = [0u8; 20];
+        carry[18] = 1;
+        let mut low = [0u8; 20];
+        low[19] = 0xff;
+        assert_eq!(sha1_before(&carry), Some(low));
+        assert_eq!(sha1_after(&low), Some(carry));
+        assert_eq!(sha1_before(&SHA1_MIN), None);
+        assert_eq!(sha1_after(&[0xff; 20]), None);
+    }
     use rand::rngs::StdRng;
     use rand::{RngExt, SeedableRng};
 

@@ -205,56 +205,26 @@ pub fn rows(
         Some((a, _)) if a >= key => Bound::Excluded(a),
         _ => Bound::Included(key),
     };
-    let to = end.map_or(Bound::Unbounded, Bound::Excluded);
+    let range = (from(start), end.map_or(Bound::Unbounded, Bound::Excluded));
     let mut out = Vec::new();
     match table {
-        RowTable::Files => {
-            for row in txn
-                .open_table(FILES)?
-                .range::<[u8; 20]>((from(start), to))?
-            {
-                let (k, v) = row?;
-                let sha1 = Sha1(k.value());
-                let record = FileRecord::decode_checked(&sha1, &v.value())?;
-                out.push(FileRow::File { sha1, record });
-                if out.len() >= limit {
-                    break;
-                }
-            }
-        }
-        RowTable::Deleting => {
-            for row in txn
-                .open_table(DELETING)?
-                .range::<[u8; 20]>((from(start), to))?
-            {
-                let (k, v) = row?;
-                let record = DeletingRecord::decode(&v.value());
-                out.push(FileRow::Deleting {
-                    sha1: Sha1(k.value()),
-                    record,
-                });
-                if out.len() >= limit {
-                    break;
-                }
-            }
-        }
-        RowTable::NativeRefs => {
-            for row in txn
-                .open_table(NATIVE_REFS)?
-                .range::<[u8; 20]>((from(start), to))?
-            {
-                let (k, v) = row?;
-                let n = NativeRefs::decode(&v.value());
-                out.push(FileRow::NativeRefs {
-                    sha1: Sha1(k.value()),
-                    count: n.count,
-                    magic: n.magic,
-                });
-                if out.len() >= limit {
-                    break;
-                }
-            }
-        }
+        RowTable::Files => page(txn, FILES, range, limit, &mut out, |sha1, v| {
+            let record = FileRecord::decode_checked(&sha1, &v)?;
+            Ok(FileRow::File { sha1, record })
+        })?,
+        RowTable::Deleting => page(txn, DELETING, range, limit, &mut out, |sha1, v| {
+            let record = DeletingRecord::decode(&v);
+            Ok(FileRow::Deleting { sha1, record })
+        })?,
+        RowTable::NativeRefs => page(txn, NATIVE_REFS, range, limit, &mut out, |sha1, v| {
+            let n = NativeRefs::decode(&v);
+            Ok(FileRow::NativeRefs {
+                sha1,
+                count: n.count,
+                magic: n.magic,
+            })
+        })?,
+        // Its key is (sha1, ref_id): a page may end inside one sha1's references.
         RowTable::RefLog => {
             let lower = match after {
                 Some(a) if a.0 >= start => Bound::Excluded(a),
@@ -279,6 +249,26 @@ pub fn rows(
         }
     }
     Ok(out)
+}
+
+/// Appends to `out` the rows of a table keyed by sha1 in `range`, each made by `row` from
+/// its sha1 and value, until `out` holds `limit`.
+fn page<const N: usize>(
+    txn: &ReadTransaction,
+    table: redb::TableDefinition<[u8; 20], [u8; N]>,
+    range: (std::ops::Bound<[u8; 20]>, std::ops::Bound<[u8; 20]>),
+    limit: usize,
+    out: &mut Vec<FileRow>,
+    row: impl Fn(Sha1, [u8; N]) -> Result<FileRow, MetaError>,
+) -> Result<(), MetaError> {
+    for entry in txn.open_table(table)?.range::<[u8; 20]>(range)? {
+        if out.len() >= limit {
+            break;
+        }
+        let (k, v) = entry?;
+        out.push(row(Sha1(k.value()), v.value())?);
+    }
+    Ok(())
 }
 
 /// The part of `have` that `keep` leaves out: what a group gives away.

@@ -39,7 +39,7 @@ use super::proposer::WriteReply;
 use super::timeouts::{READ_TIMEOUT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, NodeId};
 use crate::cluster_version::FORMAT_VERSION;
-use crate::groups::{Group, GroupId, ROOT, ShardMap};
+use crate::groups::{Group, GroupId, ROOT, ShardMap, sha1_before};
 use crate::handoff::{FileRow, ROWS_MAX, RowCursor, RowTable};
 use crate::tables::DeletingRecord;
 use crate::{Command, FileRecord, MetaError, Response};
@@ -291,20 +291,6 @@ async fn shard_map_of(root: &Metadata) -> Result<Option<ShardMap>, MetaError> {
         .map_err(|e| MetaError::Storage(e.to_string()))
 }
 
-/// The sha1 just before `start` (None before the first): an exclusive lower bound that
-/// lets `start` itself through.
-fn sha1_before(start: [u8; 20]) -> Option<[u8; 20]> {
-    let mut s = start;
-    for b in s.iter_mut().rev() {
-        if *b > 0 {
-            *b -= 1;
-            return Some(s);
-        }
-        *b = 0xff;
-    }
-    None
-}
-
 fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ServeError> {
     postcard::from_bytes(body).map_err(|e| ServeError::BadBody(e.to_string()))
 }
@@ -405,11 +391,7 @@ impl Replicas {
     /// once by their own keys (the cross-group ones: `RefInc`, `ForeignRef`, `DecBatch`,
     /// `OutboxDone`, `Fence`, `Settle`, and a split's steps).
     pub async fn send(&self, group: GroupId, cmd: Command) -> Result<Response, MetaError> {
-        if let Some(replica) = self.routed(group) {
-            return replica.execute(cmd).await;
-        }
-        let map = self.shard_map().await?;
-        self.send_on(&map, group, cmd).await
+        self.send_on(&*self.shard_map().await?, group, cmd).await
     }
 
     /// [`Replicas::send`] to a group `map` places (a split's planned map names a group
@@ -625,7 +607,7 @@ impl Replicas {
             // The interval's first sha1 is its own: read from just before it.
             let from = match after {
                 Some(a) if a.0 >= start => Some(a),
-                _ => sha1_before(start).map(Sha1),
+                _ => sha1_before(&start).map(Sha1),
             };
             let query = ReadQuery::Deleting {
                 pair,

@@ -13,7 +13,7 @@ use rand::RngExt as _;
 use super::replicas::Replicas;
 use super::timeouts::now_ms;
 use crate::command::ContentRef;
-use crate::groups::GroupId;
+use crate::groups::{GroupId, ShardMap};
 use crate::outbox::FenceOutcome;
 use crate::ref_log::Settle;
 use crate::{Command, MetaError, Response};
@@ -45,9 +45,9 @@ pub async fn referencing_write(
             let index = map.index_group(bucket, key);
             let filedb = map.filedb_group(&content.sha1.0);
             if index == filedb {
-                replicas.send(index, cmd.clone()).await
+                replicas.send_on(&map, index, cmd.clone()).await
             } else {
-                across(replicas, (index, filedb), (bucket, key), cmd, content).await
+                across(replicas, &map, (index, filedb), (bucket, key), cmd, content).await
             }
         })
         .await
@@ -69,9 +69,10 @@ impl Replicas {
             return self.root().execute(cmd).await;
         };
         let cmd = &cmd;
-        self.on_the_map(
-            |map| async move { self.send(map.filedb_group(&sha1.0), cmd.clone()).await },
-        )
+        self.on_the_map(|map| async move {
+            self.send_on(&map, map.filedb_group(&sha1.0), cmd.clone())
+                .await
+        })
         .await
     }
 
@@ -95,6 +96,7 @@ impl Replicas {
 /// The write across two groups: the reference in `filedb`, then the entry in `index`.
 async fn across(
     replicas: &Replicas,
+    map: &ShardMap,
     (index, filedb): (GroupId, GroupId),
     (bucket, key): (&str, &str),
     cmd: &Command,
@@ -114,7 +116,7 @@ async fn across(
         deadline_ms: now + REF_DEADLINE_MS,
         now_ms: now,
     };
-    match replicas.send(filedb, inc).await {
+    match replicas.send_on(map, filedb, inc).await {
         Ok(Response::RefTaken(_)) => {}
         // Content that had to exist has gone: as in one group.
         Err(MetaError::NotFound) if content.stored.is_none() => {
@@ -130,7 +132,7 @@ async fn across(
         ref_id,
         command: Box::new(cmd.clone()),
     };
-    match replicas.send(index, write).await {
+    match replicas.send_on(map, index, write).await {
         Ok(response) => Ok(response),
         // The outcome is unknown: the entry may exist. The reconciler decides.
         Err(e @ MetaError::Unavailable(_)) => Err(e),
