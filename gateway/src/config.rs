@@ -148,6 +148,10 @@ pub struct ClusterSection {
     pub group_split_files: Option<u64>,
     /// As `--no-rebalance`.
     pub no_rebalance: Option<bool>,
+    /// As `--ref-deadline-ms`.
+    pub ref_deadline_ms: Option<u64>,
+    /// As `--reconcile-grace-ms`.
+    pub reconcile_grace_ms: Option<u64>,
 }
 
 /// A token setting from its environment variable's value and the config file's: the

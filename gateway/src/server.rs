@@ -64,6 +64,12 @@ pub struct Config {
     pub group_split_files: u64,
     /// Not `--no-rebalance`: root's leader evens the groups' replicas out over the nodes.
     pub rebalance: bool,
+    /// `--ref-deadline-ms`: how long a cross-group write's reference may stay pending.
+    pub ref_deadline_ms: u64,
+    /// `--reconcile-grace-ms`: how long past its deadline before the reconciler settles it.
+    pub reconcile_grace_ms: u64,
+    /// `GATEWAY_CRASH_POINT` (tests only): where this gateway aborts.
+    pub crash_point: Option<meta::raft::CrashPoint>,
     /// Timeouts and the bound on connections in flight.
     pub connections: ConnectionLimits,
     /// `--tls-cert`/`--tls-key`: HTTPS on the listener (and on the admin listener), the
@@ -324,6 +330,9 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         replication_factor: config.replication_factor,
         group_split_files: config.group_split_files,
         rebalance: config.rebalance,
+        ref_deadline_ms: config.ref_deadline_ms,
+        reconcile_grace_ms: config.reconcile_grace_ms,
+        crash_point: config.crash_point,
         ..ClusterConfig::single(addr.to_string())
     });
     let peers = Arc::new(match &cluster_tls {

@@ -33,7 +33,7 @@ use crate::server::tls::cluster::ClusterTlsFiles;
 use crate::server::{Config, ConnectionLimits};
 use crate::state::{PRESIGNED_V2_EXPIRES_MAX_SECS_DEFAULT, RequestLogLevel, SignaturePolicy};
 use crate::store::Limits;
-use meta::raft::{ClusterConfig, ELECTION_TIMEOUT_MS_DEFAULT, SNAPSHOT_LOGS_DEFAULT};
+use meta::raft::{ClusterConfig, CrashPoint, ELECTION_TIMEOUT_MS_DEFAULT, SNAPSHOT_LOGS_DEFAULT};
 use placement::disk::{StorageTls, WebDavConfig};
 
 /// The data folder when none is given (also `gateway fsck` and `gateway restore`'s).
@@ -240,6 +240,14 @@ settings! {
     /// them out over the nodes (a node added then receives none; `admin groups move`
     /// still moves them) [default: off]
     [cluster] no_rebalance: bool = false;
+    /// How long a cross-group write's reference may stay pending, in milliseconds: a later
+    /// entry is refused, and the reconciler releases a reference with no entry once this
+    /// and --reconcile-grace-ms have passed; at least 1000, and in production well beyond
+    /// the longest write (20 s) [default: 300000]
+    [cluster] ref_deadline_ms: u64 = meta::raft::REF_DEADLINE_MS_DEFAULT;
+    /// How long past its deadline a pending reference waits before the reconciler settles
+    /// it, in milliseconds (the leaders' clocks may disagree by this much) [default: 60000]
+    [cluster] reconcile_grace_ms: u64 = meta::raft::RECONCILE_GRACE_MS_DEFAULT;
     /// Level of the one log line per S3 request (request id, method, bucket, key, status,
     /// bytes in and out, duration), or off [default: info]
     #[arg(value_enum)]
@@ -288,6 +296,20 @@ pub fn serve_config(
     Ok(config)
 }
 
+/// The shortest `--ref-deadline-ms`: a reference must outlive the round trip of its write.
+const REF_DEADLINE_MS_MIN: u64 = 1000;
+
+/// The environment variable naming a test's crash point (see [`CrashPoint`]).
+pub const CRASH_POINT_ENV: &str = "GATEWAY_CRASH_POINT";
+
+/// The crash point `GATEWAY_CRASH_POINT` names, if set (tests only).
+fn crash_point(env: &dyn Fn(&str) -> Option<String>) -> Result<Option<CrashPoint>, String> {
+    env(CRASH_POINT_ENV)
+        .filter(|v| !v.is_empty())
+        .map(|v| CrashPoint::parse(&v).map_err(|e| format!("{CRASH_POINT_ENV}: {e}")))
+        .transpose()
+}
+
 impl Settings {
     /// The server's configuration: these settings, the file's disk pairs and `[valkyrie]`
     /// keys without a flag, and the secrets from `env`, then the file. An error names the
@@ -300,6 +322,8 @@ impl Settings {
     ) -> Result<Config, String> {
         let cluster = self.cluster(file, env)?;
         let replication_factor = self.replication_factor()?;
+        let ref_deadline_ms = self.ref_deadline_ms()?;
+        let crash_point = crash_point(env)?;
         let tls = self.tls()?;
         let cluster_tls = self.cluster_tls()?;
         let job_pace = self.job_pace()?;
@@ -346,6 +370,9 @@ impl Settings {
             replication_factor,
             group_split_files: self.group_split_files,
             rebalance: !self.no_rebalance,
+            ref_deadline_ms,
+            reconcile_grace_ms: self.reconcile_grace_ms,
+            crash_point,
             connections: ConnectionLimits {
                 header_read_timeout_secs: self.header_read_timeout_secs,
                 keepalive_idle_secs: self.keepalive_idle_secs,
@@ -363,6 +390,17 @@ impl Settings {
             job_pace,
             sha1_collision_detection: self.sha1_collision_detection.is_on(),
         })
+    }
+
+    /// `--ref-deadline-ms`, at least [`REF_DEADLINE_MS_MIN`].
+    fn ref_deadline_ms(&self) -> Result<u64, String> {
+        let ms = self.ref_deadline_ms;
+        if ms < REF_DEADLINE_MS_MIN {
+            return Err(format!(
+                "--ref-deadline-ms must be at least {REF_DEADLINE_MS_MIN} (got {ms})"
+            ));
+        }
+        Ok(ms)
     }
 
     /// `--replication-factor`, within 1..=[`meta::raft::REPLICATION_FACTOR_MAX`].
@@ -421,7 +459,9 @@ impl Settings {
             secret,
             snapshot_logs: self.snapshot_logs,
             election_timeout_ms,
-            reconcile_grace_ms: meta::raft::RECONCILE_GRACE_MS_DEFAULT,
+            reconcile_grace_ms: self.reconcile_grace_ms,
+            ref_deadline_ms: self.ref_deadline_ms()?,
+            crash_point: crash_point(env)?,
             replication_factor: self.replication_factor()?,
             split_page_rows: meta::handoff::ROWS_MAX,
             group_split_files: self.group_split_files,
@@ -645,7 +685,9 @@ mod tests {
              cluster_key = \"tls.key\"",
         );
         let config = Settings::resolve(&flags(&["--cluster-key", "other.key"]), &f)
-            .server_config(&f, &|_| Some("secret".to_owned()))
+            .server_config(&f, &|name: &str| {
+                (name != CRASH_POINT_ENV).then(|| "secret".to_owned())
+            })
             .unwrap();
         let want = ClusterTlsFiles {
             ca: "ca.crt".into(),
@@ -657,13 +699,55 @@ mod tests {
     }
 
     #[test]
+    fn the_reference_deadline_and_a_crash_point_reach_the_cluster_config() {
+        let f = file(
+            "[cluster]\npeers = \"1=a:1\"\nnode_id = 1\nref_deadline_ms = 4000\n\
+             reconcile_grace_ms = 500",
+        );
+        let env = |point: &'static str| {
+            move |name: &str| match name {
+                crate::api::cluster::CLUSTER_SECRET_ENV => Some("s".to_owned()),
+                CRASH_POINT_ENV => Some(point.to_owned()),
+                _ => None,
+            }
+        };
+        let c = Settings::resolve(&Flags::default(), &f)
+            .server_config(&f, &env("after-ref-inc"))
+            .unwrap();
+        let cluster = c.cluster.unwrap();
+        assert_eq!(
+            (cluster.ref_deadline_ms, cluster.reconcile_grace_ms),
+            (4000, 500)
+        );
+        assert_eq!(cluster.crash_point, Some(CrashPoint::AfterRefInc));
+        let d = Settings::resolve(&Flags::default(), &file("")).server_config(&file(""), &no_env);
+        let d = d.unwrap();
+        assert_eq!(
+            (d.ref_deadline_ms, d.reconcile_grace_ms, d.crash_point),
+            (300_000, 60_000, None)
+        );
+        let bad = Settings::resolve(&Flags::default(), &f).server_config(&f, &env("later"));
+        assert!(
+            bad.unwrap_err()
+                .starts_with("GATEWAY_CRASH_POINT: unknown crash point")
+        );
+    }
+
+    #[test]
     fn bad_values_are_refused_with_the_flag_named() {
         let error = |args: &[&str], text: &str| {
             let f = file(text);
+            let secret = |name: &str| {
+                (name == crate::api::cluster::CLUSTER_SECRET_ENV).then(|| "secret".to_owned())
+            };
             Settings::resolve(&flags(args), &f)
-                .server_config(&f, &|_| Some("secret".to_owned()))
+                .server_config(&f, &secret)
                 .unwrap_err()
         };
+        assert_eq!(
+            error(&["--ref-deadline-ms", "999"], ""),
+            "--ref-deadline-ms must be at least 1000 (got 999)"
+        );
         assert_eq!(
             error(&["--node-id", "1"], ""),
             "--node-id needs --peers (the voters of the group)"

@@ -104,6 +104,8 @@ SETTINGS = [
     ("gateway.replicationFactor", "cluster", "replication_factor", "int"),
     ("gateway.groupSplitFiles", "cluster", "group_split_files", "int"),
     ("gateway.noRebalance", "cluster", "no_rebalance", "bool"),
+    ("gateway.refDeadlineMs", "cluster", "ref_deadline_ms", "int"),
+    ("gateway.reconcileGraceMs", "cluster", "reconcile_grace_ms", "int"),
     ("connections.headerReadTimeoutSecs", None, "header_read_timeout_secs", "int"),
     ("connections.keepaliveIdleSecs", None, "keepalive_idle_secs", "int"),
     ("connections.bodyIdleTimeoutSecs", None, "body_idle_timeout_secs", "int"),

@@ -437,6 +437,18 @@ impl Gateway {
         self.respawn();
     }
 
+    /// Restarts the process with the environment variable `name` set to `value` (None:
+    /// removed) from now on, on the same data folder, port and flags: SIGKILL first if it
+    /// still runs.
+    pub fn restart_with_env(&mut self, name: &str, value: Option<&str>) {
+        self.kill9();
+        self.extra_env.retain(|(k, _)| k != name);
+        if let Some(v) = value {
+            self.extra_env.push((name.to_string(), v.to_string()));
+        }
+        self.respawn();
+    }
+
     /// Restarts the process with another binary on the same data folder, port and flags
     /// (an upgrade or a downgrade): SIGKILL first if it still runs.
     pub fn restart_with_bin(&mut self, bin: PathBuf) {

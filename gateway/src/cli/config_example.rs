@@ -177,6 +177,10 @@ fn cluster(t: &mut Example, d: &Settings) {
     t.example("group_split_files", &d.group_split_files);
     t.comment("Leave the groups' replicas where they are (no automatic moves between nodes).");
     t.example("no_rebalance", &d.no_rebalance);
+    t.comment("How long a cross-group write's reference may stay pending (ms, at least 1000),");
+    t.comment("and how long past that the reconciler waits before it settles one.");
+    t.example("ref_deadline_ms", &d.ref_deadline_ms);
+    t.example("reconcile_grace_ms", &d.reconcile_grace_ms);
 }
 
 /// TLS to `https://` storage nodes: none by default, so an example commented out.

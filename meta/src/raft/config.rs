@@ -19,6 +19,33 @@ pub const ELECTION_TIMEOUT_MS_DEFAULT: u64 = 500;
 /// its write by the deadline, and this covers the clocks of the two leaders disagreeing.
 pub const RECONCILE_GRACE_MS_DEFAULT: u64 = 60_000;
 
+/// How long a reference taken for a cross-group write may stay pending, in milliseconds
+/// (`--ref-deadline-ms`): past it, a late entry is refused and the reconciler may release
+/// it (after [`RECONCILE_GRACE_MS_DEFAULT`] more). Far beyond any write's own bounds (the
+/// append deadline is 20 s).
+pub const REF_DEADLINE_MS_DEFAULT: u64 = 5 * 60 * 1000;
+
+/// A point where a gateway kills itself, for the tests of what a crash there leaves
+/// behind (`GATEWAY_CRASH_POINT`; never set in production).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// A cross-group write's reference taken in its content's group, its entry not yet
+    /// written (`after-ref-inc`).
+    AfterRefInc,
+}
+
+impl CrashPoint {
+    /// The point named `name` (`after-ref-inc`).
+    pub fn parse(name: &str) -> Result<CrashPoint, String> {
+        match name {
+            "after-ref-inc" => Ok(CrashPoint::AfterRefInc),
+            other => Err(format!(
+                "unknown crash point {other:?} (known: after-ref-inc)"
+            )),
+        }
+    }
+}
+
 /// Replicas of each group a split creates (`--replication-factor`), when the cluster has
 /// as many nodes: a group survives the loss of one replica with a majority left.
 pub const REPLICATION_FACTOR_DEFAULT: u64 = 3;
@@ -43,6 +70,10 @@ pub struct ClusterConfig {
     pub election_timeout_ms: u64,
     /// See [`RECONCILE_GRACE_MS_DEFAULT`].
     pub reconcile_grace_ms: u64,
+    /// See [`REF_DEADLINE_MS_DEFAULT`].
+    pub ref_deadline_ms: u64,
+    /// Tests only: where this gateway aborts (see [`CrashPoint`]).
+    pub crash_point: Option<CrashPoint>,
     /// See [`REPLICATION_FACTOR_DEFAULT`].
     pub replication_factor: u64,
     /// See [`GROUP_SPLIT_FILES_DEFAULT`].
@@ -66,6 +97,8 @@ impl ClusterConfig {
             snapshot_logs: SNAPSHOT_LOGS_DEFAULT,
             election_timeout_ms: ELECTION_TIMEOUT_MS_DEFAULT,
             reconcile_grace_ms: RECONCILE_GRACE_MS_DEFAULT,
+            ref_deadline_ms: REF_DEADLINE_MS_DEFAULT,
+            crash_point: None,
             replication_factor: REPLICATION_FACTOR_DEFAULT,
             split_page_rows: crate::handoff::ROWS_MAX,
             group_split_files: GROUP_SPLIT_FILES_DEFAULT,

@@ -360,6 +360,21 @@ impl Replicas {
         self.cluster.reconcile_grace_ms
     }
 
+    /// How long a cross-group write's reference may stay pending (see
+    /// [`ClusterConfig::ref_deadline_ms`]).
+    pub fn ref_deadline_ms(&self) -> u64 {
+        self.cluster.ref_deadline_ms
+    }
+
+    /// Aborts the process at `point` if it is this gateway's crash point (tests of what a
+    /// crash there leaves behind; see [`super::config::CrashPoint`]).
+    pub(crate) fn crash_at(&self, point: super::config::CrashPoint) {
+        if self.cluster.crash_point == Some(point) {
+            tracing::error!(?point, "GATEWAY_CRASH_POINT reached: aborting");
+            std::process::abort();
+        }
+    }
+
     /// Replicas of each group a split creates (see [`ClusterConfig::replication_factor`]).
     pub fn replication_factor(&self) -> u64 {
         self.cluster.replication_factor

@@ -81,6 +81,8 @@ fn config(id: NodeId) -> ClusterConfig {
         snapshot_logs: SNAPSHOT_LOGS,
         election_timeout_ms: crate::raft::ELECTION_TIMEOUT_MS_DEFAULT,
         reconcile_grace_ms: 0,
+        ref_deadline_ms: crate::raft::REF_DEADLINE_MS_DEFAULT,
+        crash_point: None,
         replication_factor: 2,
         split_page_rows: crate::handoff::ROWS_MAX,
         group_split_files: crate::raft::GROUP_SPLIT_FILES_DEFAULT,

@@ -10,6 +10,7 @@
 
 use rand::RngExt as _;
 
+use super::config::CrashPoint;
 use super::replicas::Replicas;
 use super::timeouts::now_ms;
 use crate::command::ContentRef;
@@ -17,11 +18,6 @@ use crate::groups::{GroupId, ShardMap};
 use crate::outbox::FenceOutcome;
 use crate::ref_log::Settle;
 use crate::{Command, MetaError, Response};
-
-/// How long a reference taken for a write may stay pending: past it, a late entry is
-/// refused and the reconciler may release it. Far beyond any write's own bounds (the
-/// append deadline is 20 s).
-pub const REF_DEADLINE_MS: u64 = 5 * 60 * 1000;
 
 /// Runs `cmd`, a write of (`bucket`, `key`) that references content (see
 /// [`Command::content_reference`]), in the group that owns the key. When the content's
@@ -113,11 +109,11 @@ async fn across(
         pair: content.stored,
         bucket: bucket.to_string(),
         key: key.to_string(),
-        deadline_ms: now + REF_DEADLINE_MS,
+        deadline_ms: now + replicas.ref_deadline_ms(),
         now_ms: now,
     };
     match replicas.send_on(map, filedb, inc).await {
-        Ok(Response::RefTaken(_)) => {}
+        Ok(Response::RefTaken(_)) => replicas.crash_at(CrashPoint::AfterRefInc),
         // Content that had to exist has gone: as in one group.
         Err(MetaError::NotFound) if content.stored.is_none() => {
             return Ok(Response::ContentGone);
