@@ -16,6 +16,13 @@
 //! no acknowledged write, within 60 s of a heal; a node that does not restart or exits)
 //! fails the test.
 //!
+//! A second test runs the same schedule (90 s by default) on nodes started with
+//! `--group-split-files 8`: every PUT writes a new content, and a content released by an
+//! overwrite keeps its FileDB record until Valkyrie deletes its files, so root's FileDB
+//! splits into new groups again and again while the faults run (about 25 groups at the
+//! end of a run), PUTs take their references in another group than their entries, and the
+//! history is checked the same way (issue #28, failure behaviour 4 for the FileDB half).
+//!
 //! The history: each client thread owns its keys and sends PUT (a unique small body per
 //! write), DELETE and GET through a random node, one operation at a time; every operation is
 //! recorded with its invocation and completion times and its outcome: acknowledged (PUT 200,
@@ -841,10 +848,27 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 
 #[test]
 fn partitions_lose_no_acknowledged_write_and_serve_no_stale_read() {
+    run_partitions(&[], 120);
+}
+
+/// The same across metadata groups: FileDB groups split by themselves all through the
+/// schedule (`--group-split-files 8`), so PUTs take their references in other groups than
+/// their entries, and splits run, while nodes are cut off, paused and killed.
+#[test]
+fn partitions_across_metadata_groups_lose_no_acknowledged_write() {
+    let groups = run_partitions(&["--group-split-files", "8"], 90);
+    println!("{groups} metadata groups at the end");
+    assert!(groups > 2, "the FileDB groups never split: {groups} groups");
+}
+
+/// Runs the fault schedule on three nodes started with `extra_args` for `PARTITION_SECS`
+/// or `default_secs`, checks the history, and answers how many metadata groups the map
+/// has at the end.
+fn run_partitions(extra_args: &[&str], default_secs: u64) -> usize {
     let _alone = one_at_a_time();
     let seed = env_u64("PARTITION_SEED").unwrap_or_else(|| rand::rng().random());
     let _seed_on_panic = SeedOnPanic(seed);
-    let run_for = Duration::from_secs(env_u64("PARTITION_SECS").unwrap_or(120));
+    let run_for = Duration::from_secs(env_u64("PARTITION_SECS").unwrap_or(default_secs));
     let logs = env_u64("PARTITION_LOGS").is_some_and(|v| v != 0);
     println!("partition seed: {seed} (replay: PARTITION_SEED={seed}), schedule {run_for:?}");
     let started = Instant::now();
@@ -852,7 +876,11 @@ fn partitions_lose_no_acknowledged_write_and_serve_no_stale_read() {
     // The lab outlives the cluster: the processes die before their namespaces go.
     let lab = NetLab::new(3);
     let snapshot_logs = SNAPSHOT_LOGS.to_string();
-    let mut cluster = Cluster::start_in(&lab.placements(), &["--snapshot-logs", &snapshot_logs]);
+    let args: Vec<&str> = ["--snapshot-logs", snapshot_logs.as_str()]
+        .into_iter()
+        .chain(extra_args.iter().copied())
+        .collect();
+    let mut cluster = Cluster::start_in(&lab.placements(), &args);
     println!(
         "lab {}: subnet {}, namespaces {:?}",
         lab.tag(),
@@ -1289,6 +1317,10 @@ fn partitions_lose_no_acknowledged_write_and_serve_no_stale_read() {
         run_for < Duration::from_secs(60) || kinds_seen.len() == FaultKind::ALL.len(),
         "seed {seed}: only {kinds_seen:?} ran in {run_for:?}"
     );
+    let run = cluster.admin_cli(leader, &["groups", "list"]);
+    let groups: serde_json::Value =
+        serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("groups list: {e}: {run}"));
+    groups["groups"].as_array().map_or(0, Vec::len)
 }
 
 /// Prints the figures of a run.

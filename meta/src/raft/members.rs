@@ -1,6 +1,7 @@
 //! The group's members as this node's Raft metrics show them: a member's address, and
 //! the moment a leader stops being one.
 
+use super::timeouts::LEADER_WAIT;
 use super::types::{MetaRaft, NodeId};
 use crate::MetaError;
 
@@ -30,4 +31,27 @@ pub(crate) fn member_leader(
 ) -> Option<NodeId> {
     m.current_leader
         .filter(|l| m.membership_config.membership().get_node(l).is_some())
+}
+
+/// Waits for a leader that is a member ([`member_leader`]): within [`LEADER_WAIT`], or
+/// three times it when the leader this replica names was removed by a membership change
+/// (a group's replica moved off its node: the others elect a leader once its lease runs
+/// out, a planned change that a slow machine may stretch past one wait). None when none
+/// came.
+pub(crate) async fn wait_member_leader(raft: &MetaRaft) -> Option<NodeId> {
+    let mut metrics = raft.metrics();
+    let removed = {
+        let m = metrics.borrow();
+        m.current_leader.is_some() && member_leader(&m).is_none()
+    };
+    let limit = if removed {
+        LEADER_WAIT * 3
+    } else {
+        LEADER_WAIT
+    };
+    let wait = metrics.wait_for(|m| member_leader(m).is_some());
+    match tokio::time::timeout(limit, wait).await {
+        Ok(Ok(m)) => member_leader(&m),
+        _ => None,
+    }
 }

@@ -27,7 +27,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use super::members::{leader_gone, member_addr, member_leader};
+use super::members::{leader_gone, member_addr, wait_member_leader};
 use super::network::{Call, Rpc};
 use super::timeouts::{LEADER_WAIT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, MetaRaft, NodeId};
@@ -272,14 +272,11 @@ async fn send(
 }
 
 async fn wait_leader(raft: &MetaRaft) -> Result<NodeId, MetaError> {
-    let mut metrics = raft.metrics();
-    let wait = metrics.wait_for(|m| member_leader(m).is_some());
-    match tokio::time::timeout(LEADER_WAIT, wait).await {
-        Ok(Ok(m)) => member_leader(&m).ok_or_else(|| MetaError::Unavailable("no leader".into())),
-        _ => Err(MetaError::Unavailable(format!(
+    wait_member_leader(raft).await.ok_or_else(|| {
+        MetaError::Unavailable(format!(
             "no metadata leader within {LEADER_WAIT:?} (is a majority of the nodes up?)"
-        ))),
-    }
+        ))
+    })
 }
 
 /// Appends a batch on this node, which must lead; waits until it is applied here, or
