@@ -76,13 +76,26 @@ fn wait_dropped(cluster: &Cluster, id: usize) {
 }
 
 /// `gateway admin groups move 1 FROM TO` through node `via`: answers the planned version.
+/// Tried again while the group has no leader (refused: an election after a node died).
 fn move_group(cluster: &Cluster, via: usize, from: u64, to: u64) -> u64 {
-    let run = cluster.admin_cli(
-        via,
-        &["groups", "move", "1", &from.to_string(), &to.to_string()],
-    );
-    assert_eq!(run.code, Some(0), "groups move 1 {from} {to}: {run}");
-    let planned: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON");
+    let args = ["groups", "move", "1", &from.to_string(), &to.to_string()];
+    let mut last = String::new();
+    let mut planned = None;
+    let done = poll_until(CHANGE_TIMEOUT, || {
+        let run = cluster.admin_cli(via, &args);
+        if run.code == Some(0) {
+            planned = serde_json::from_str::<serde_json::Value>(&run.stdout).ok();
+            return true;
+        }
+        assert!(
+            run.stderr.contains("has no leader now"),
+            "groups move 1 {from} {to}: {run}"
+        );
+        last = run.to_string();
+        false
+    });
+    assert!(done, "groups move 1 {from} {to} never planned: {last}");
+    let planned = planned.expect("JSON");
     assert_eq!(planned["group"], 1, "{planned}");
     planned["version"].as_u64().expect("a version")
 }

@@ -1584,6 +1584,19 @@ async fn a_group_moves_between_nodes_while_it_serves() {
         .unwrap()
         .voters;
     assert_eq!(voters, [1, 3]);
+
+    // With node 3 down, the group (on 3 and 1) has no majority: a move is refused, not
+    // planned to stay under way for good; root (three voters) goes on.
+    net.unregister(&addr(3));
+    let three = nodes.remove(2);
+    three.shutdown().await;
+    let refused = nodes[1].plan_move(g, 3, 2).await;
+    assert!(
+        matches!(refused, Err(MetaError::Unavailable(_))),
+        "{refused:?}"
+    );
+    let planned = nodes[1].root().read_local(|s| s.planned_map()).await;
+    assert_eq!(planned.unwrap(), None);
     for node in &nodes {
         node.shutdown().await;
     }

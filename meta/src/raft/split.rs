@@ -117,6 +117,20 @@ impl Replicas {
                 "node {to} is not a member of the cluster"
             )));
         }
+        // A group without a quorum cannot change its membership: the plan would stay
+        // under way, and hold back every later change of the map, until a majority of its
+        // replicas is back (a group of two replicas, one of them down, never moves). A
+        // linearizable read in the group is answered only by a leader a quorum confirms.
+        if let Some((start, _, _)) = map.filedb_intervals().find(|(_, _, g)| *g == group) {
+            let read = self
+                .read_in(&map, group, ReadQuery::File(placement::Sha1(start)))
+                .await;
+            if let Err(e) = read {
+                return Err(MetaError::Unavailable(format!(
+                    "group {group} has no leader now: a move needs a majority of its replicas up ({e})"
+                )));
+            }
+        }
         let moved = replicas
             .iter()
             .map(|&n| if n == from { to } else { n })
