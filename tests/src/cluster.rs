@@ -667,6 +667,27 @@ impl Cluster {
         run_gateway(&["fsck", "--data", path_str(node.data_dir())], &[])
     }
 
+    /// Waits until every group's replicas have caught up (see
+    /// [`Cluster::wait_groups_quiet`]), stops every node gracefully and checks that `gateway
+    /// fsck` finds each data folder, all its groups together, clean. Answers each node's
+    /// run, for further checks of its report.
+    pub fn stop_quiet_and_fsck(&mut self) -> Vec<(usize, Run)> {
+        self.wait_groups_quiet(Duration::from_secs(60));
+        self.stop_all();
+        self.ids()
+            .into_iter()
+            .map(|id| {
+                let run = self.fsck(id);
+                assert!(
+                    run.stdout.contains("fsck: clean"),
+                    "fsck of node {id}:\n{run}\n{}",
+                    self.node(id).log_tail(60)
+                );
+                (id, run)
+            })
+            .collect()
+    }
+
     /// Stops every node and checks that `gateway fsck` finds each data folder clean.
     pub fn kill_all_and_fsck(&mut self) {
         self.kill_all();

@@ -171,15 +171,7 @@ fn a_dead_nodes_replica_moves_off_and_a_move_outlives_roots_leader() {
     }
     cluster.assert_all_read_back(BUCKET, &acked, body);
     cluster.wait_same_digest(&cluster.ids(), Duration::from_secs(30));
-    cluster.wait_groups_quiet(Duration::from_secs(60));
-    cluster.stop_all();
-    for id in cluster.ids() {
-        let run = cluster.fsck(id);
-        assert!(
-            run.stdout.contains("fsck: clean"),
-            "fsck of node {id}:\n{run}"
-        );
-    }
+    cluster.stop_quiet_and_fsck();
 }
 
 #[test]
@@ -250,13 +242,5 @@ fn a_group_moves_between_nodes_under_s3_traffic_and_every_object_reads_back() {
     }
 
     let mut cluster = cluster;
-    cluster.wait_groups_quiet(Duration::from_secs(60));
-    cluster.stop_all();
-    for id in cluster.ids() {
-        let run = cluster.fsck(id);
-        assert!(
-            run.stdout.contains("fsck: clean"),
-            "fsck of node {id}:\n{run}"
-        );
-    }
+    cluster.stop_quiet_and_fsck();
 }

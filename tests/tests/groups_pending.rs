@@ -140,14 +140,7 @@ fn pending_references_of_killed_writes_settle_and_no_named_content_is_freed() {
             e2e::assert_same_body(&r.body, body, key);
         }
     }
-    cluster.wait_groups_quiet(Duration::from_secs(60));
-    cluster.stop_all();
-    for id in cluster.ids() {
-        let run = cluster.fsck(id);
-        assert!(
-            run.stdout.contains("fsck: clean"),
-            "fsck of node {id}:\n{run}"
-        );
+    for (id, run) in cluster.stop_quiet_and_fsck() {
         assert!(
             run.stdout.contains(", 0 references pending,"),
             "node {id} still holds pending references past their deadline:\n{run}"

@@ -116,14 +116,7 @@ fn a_filedb_group_splits_under_s3_traffic_and_every_object_reads_back() {
     // Each node's folder, both groups together, is consistent with the disks: every
     // record's refs are the entries, parts and references in flight naming it.
     let mut cluster = cluster;
-    cluster.wait_groups_quiet(Duration::from_secs(60));
-    cluster.stop_all();
-    for id in cluster.ids() {
-        let run = cluster.fsck(id);
-        assert!(
-            run.stdout.contains("fsck: clean"),
-            "fsck of node {id}:\n{run}"
-        );
+    for (id, run) in cluster.stop_quiet_and_fsck() {
         assert!(
             run.stdout.contains("fsck: 2 metadata groups held here"),
             "fsck of node {id}:\n{run}"

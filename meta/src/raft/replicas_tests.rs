@@ -347,6 +347,24 @@ async fn groups_elect_replicate_compact_and_survive_a_restart_behind_a_purge() {
 }
 
 /// The nodes among `nodes` whose ids are in `ids`, in `nodes`' order.
+/// Starts node 4 with `config` (no voter of root) and adds it to root as a learner, so
+/// that it learns the map.
+async fn add_fourth(
+    dir: &Path,
+    net: &Arc<Loopback>,
+    root: &Metadata,
+    config: ClusterConfig,
+) -> Arc<Replicas> {
+    let fourth = start_with(dir, config, BTreeMap::new(), net).await;
+    root.change_membership(MembershipOp::AddLearner {
+        id: 4,
+        addr: addr(4),
+    })
+    .await
+    .unwrap();
+    fourth
+}
+
 fn members<'a>(nodes: &'a [Arc<Replicas>], ids: &[NodeId]) -> Vec<&'a Arc<Replicas>> {
     nodes
         .iter()
@@ -375,16 +393,9 @@ async fn nodes_open_the_replicas_the_shard_map_places_on_them() {
 
     let (dir, net, mut nodes) = three_nodes().await;
     // Node 4 is no voter of root: it joins as a learner, and so learns the map.
-    let fourth = start_with(dir.path(), config(4), BTreeMap::new(), &net).await;
     let root = nodes[0].root().clone();
     root.wait_leader(WAIT).await.unwrap();
-    root.change_membership(MembershipOp::AddLearner {
-        id: 4,
-        addr: addr(4),
-    })
-    .await
-    .unwrap();
-    nodes.push(fourth);
+    nodes.push(add_fourth(dir.path(), &net, &root, config(4)).await);
 
     // Node 4 opened group 3 (its only replica) before the map placed it there, and was
     // stopped before it initialized it: a blank replica, which the follower must start.
@@ -1661,14 +1672,7 @@ async fn a_node_added_receives_its_share_of_the_replicas() {
         "one move evens three nodes out"
     );
 
-    let fourth = start_with(dir.path(), even(4), BTreeMap::new(), &net).await;
-    root.change_membership(MembershipOp::AddLearner {
-        id: 4,
-        addr: addr(4),
-    })
-    .await
-    .unwrap();
-    nodes.push(fourth);
+    nodes.push(add_fourth(dir.path(), &net, &root, even(4)).await);
     wait_map_version(&nodes, three.version + 1).await;
     let one_each = spread(1);
     eventually("every node holds one replica", || {
