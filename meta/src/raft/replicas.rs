@@ -291,6 +291,39 @@ async fn shard_map_of(root: &Metadata) -> Result<Option<ShardMap>, MetaError> {
         .map_err(|e| MetaError::Storage(e.to_string()))
 }
 
+/// Asks `call` with `body` of `replicas` in turn (at their addresses in `nodes`), each
+/// within `timeout(time left)`, until one gives an answer other than `Unavailable` (not
+/// the leader, no leader yet, no quorum), within [`SEND_BUDGET`]. The answer, or why the
+/// last one failed.
+async fn ask_in_turn<B: Serialize, T: DeserializeOwned>(
+    rpc: &Rpc,
+    replicas: &[NodeId],
+    nodes: &BTreeMap<NodeId, String>,
+    call: Call,
+    body: &B,
+    timeout: impl Fn(Duration) -> Duration,
+) -> Result<Result<T, MetaError>, String> {
+    let deadline = Instant::now() + SEND_BUDGET;
+    let mut last = String::from("no replica of the group has an address");
+    for target in replicas.iter().cycle() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        if let Some(addr) = nodes.get(target) {
+            let answer: Result<Result<T, MetaError>, _> =
+                rpc.call(addr, call, body, timeout(left)).await;
+            match answer {
+                Ok(Err(MetaError::Unavailable(e))) => last = e,
+                Ok(answer) => return Ok(answer),
+                Err(e) => last = e.to_string(),
+            }
+        }
+        tokio::time::sleep(SEND_RETRY).await;
+    }
+    Err(last)
+}
+
 fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ServeError> {
     postcard::from_bytes(body).map_err(|e| ServeError::BadBody(e.to_string()))
 }
@@ -494,41 +527,27 @@ impl Replicas {
         }
     }
 
-    /// Runs a membership change of `group` on its leader, found among the replicas
-    /// `group` lists (over [`Call::Membership`], this node's own replica included: a
-    /// replica here may be one that is not a member yet). Within [`SEND_BUDGET`] of
-    /// finding the leader; a learner's catch-up may take longer, and is asked again.
+    /// Runs a membership change of `group` on its leader, found among `replicas` (over
+    /// [`Call::Membership`], this node's own replica included: a replica here may be one
+    /// that is not a member yet). Within [`SEND_BUDGET`] of finding the leader; a
+    /// learner's catch-up may take longer, and is asked again.
     pub(crate) async fn change_membership_in(
         &self,
-        group: &Group,
+        group: GroupId,
+        replicas: &[NodeId],
         op: MembershipOp,
     ) -> Result<(), MetaError> {
+        let rpc = Rpc::new(self.transport.clone(), group);
         let nodes = self.root.status().nodes;
-        let rpc = Rpc::new(self.transport.clone(), group.id);
-        let deadline = Instant::now() + SEND_BUDGET;
-        let mut last = String::from("no replica of the group has an address");
-        for target in group.replicas.iter().cycle() {
-            if Instant::now() >= deadline {
-                break;
-            }
-            if let Some(addr) = nodes.get(target) {
-                let answer: Result<Result<(), MetaError>, _> = rpc
-                    .call(addr, Call::Membership, &op, MEMBERSHIP_TIMEOUT)
-                    .await;
-                match answer {
-                    Ok(Ok(())) => return Ok(()),
-                    // Not the leader, or no leader yet.
-                    Ok(Err(MetaError::Unavailable(e))) => last = e,
-                    Ok(Err(e)) => return Err(e),
-                    Err(e) => last = e.to_string(),
-                }
-            }
-            tokio::time::sleep(SEND_RETRY).await;
-        }
-        Err(MetaError::Unavailable(format!(
-            "group {}: no leader took a membership change within {SEND_BUDGET:?} ({last})",
-            group.id
-        )))
+        ask_in_turn(&rpc, replicas, &nodes, Call::Membership, &op, |_| {
+            MEMBERSHIP_TIMEOUT
+        })
+        .await
+        .map_err(|last| {
+            MetaError::Unavailable(format!(
+                "group {group}: no leader took a membership change within {SEND_BUDGET:?} ({last})"
+            ))
+        })?
     }
 
     /// `sha1`'s FileDB record as of now (linearizable), from the group the map gives it
@@ -695,28 +714,15 @@ impl Replicas {
             nodes,
             rpc,
         } = self.remote(map, group)?;
-        let deadline = Instant::now() + SEND_BUDGET;
-        let mut last = String::from("no replica of the group has an address");
-        for target in replicas.iter().cycle() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            if let Some(addr) = nodes.get(target) {
-                let answer: Result<Result<ReadAnswer, MetaError>, _> = rpc
-                    .call(addr, Call::Read, &query, left.min(READ_TIMEOUT))
-                    .await;
-                match answer {
-                    Ok(Err(MetaError::Unavailable(e))) => last = e,
-                    Ok(answer) => return answer,
-                    Err(e) => last = e.to_string(),
-                }
-            }
-            tokio::time::sleep(SEND_RETRY).await;
-        }
-        Err(MetaError::Unavailable(format!(
-            "group {group}: no replica answered a read within {SEND_BUDGET:?} ({last})"
-        )))
+        ask_in_turn(&rpc, &replicas, &nodes, Call::Read, &query, |left| {
+            left.min(READ_TIMEOUT)
+        })
+        .await
+        .map_err(|last| {
+            MetaError::Unavailable(format!(
+                "group {group}: no replica answered a read within {SEND_BUDGET:?} ({last})"
+            ))
+        })?
     }
 
     /// The root group's replica (today: every table).
@@ -810,6 +816,11 @@ impl Replicas {
     /// Reads the map root has applied into memory again, and answers it (None: this node
     /// is not a member yet).
     pub async fn refresh_map(&self) -> Result<Option<Arc<ShardMap>>, MetaError> {
+        Ok(self.refresh_maps().await?.0)
+    }
+
+    /// [`Replicas::refresh_map`], answering the map a change under way will commit too.
+    async fn refresh_maps(&self) -> Result<(Option<Arc<ShardMap>>, Option<ShardMap>), MetaError> {
         let map = shard_map_of(&self.root).await?.map(Arc::new);
         let planned = self.root.read_local(|m| m.planned_map()).await?;
         let me = self.cluster.node_id;
@@ -826,7 +837,7 @@ impl Replicas {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .clone_from(&map);
-        Ok(map)
+        Ok((map, planned))
     }
 
     /// Opens every replica the shard map places on this node and does not hold yet, and
@@ -834,12 +845,11 @@ impl Replicas {
     /// the map or of root's membership, and every second.
     pub async fn adopt(&self) -> Result<(), MetaError> {
         let me = self.cluster.node_id;
-        let Some(map) = self.refresh_map().await? else {
+        // A change under way (`planned`): the new group's replicas open before the map
+        // names it, so that it can receive its rows, and a moved replica before its move.
+        let (Some(map), planned) = self.refresh_maps().await? else {
             return Ok(());
         };
-        // A split under way: the new group's replicas open before the map names it, so
-        // that it can receive its rows.
-        let planned = self.root.read_local(|m| m.planned_map()).await?;
         let nodes = self.root.status().nodes;
         let placed: BTreeMap<GroupId, &Group> = map
             .groups()

@@ -243,30 +243,31 @@ async fn move_replicas(r: &Replicas, before: &Group, after: &Group) -> Result<()
         let addr = nodes.get(&to).cloned().ok_or_else(|| {
             MetaError::Unavailable(format!("node {to} has no address in root yet"))
         })?;
-        r.change_membership_in(before, MembershipOp::AddLearner { id: to, addr })
-            .await?;
-        r.change_membership_in(before, MembershipOp::Promote { id: to })
+        r.change_membership_in(
+            id,
+            &before.replicas,
+            MembershipOp::AddLearner { id: to, addr },
+        )
+        .await?;
+        r.change_membership_in(id, &before.replicas, MembershipOp::Promote { id: to })
             .await?;
         tracing::info!(group = id, node = to, "a moved replica caught up and votes");
     }
+    // Asked of the replicas both before and after: a node that leaves may have led.
+    let all: Vec<NodeId> = before
+        .replicas
+        .iter()
+        .chain(&after.replicas)
+        .copied()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     for &from in before
         .replicas
         .iter()
         .filter(|n| !after.replicas.contains(n))
     {
-        // Asked of the replicas both before and after: `from` may have led the group.
-        let all = Group {
-            replicas: before
-                .replicas
-                .iter()
-                .chain(&after.replicas)
-                .copied()
-                .collect::<std::collections::BTreeSet<_>>()
-                .into_iter()
-                .collect(),
-            ..before.clone()
-        };
-        r.change_membership_in(&all, MembershipOp::Remove { id: from })
+        r.change_membership_in(id, &all, MembershipOp::Remove { id: from })
             .await?;
         tracing::info!(group = id, node = from, "a moved replica left its group");
     }
