@@ -205,12 +205,12 @@ fn a_group_moves_between_nodes_under_s3_traffic_and_every_object_reads_back() {
 
     thread::sleep(Duration::from_millis(300));
     // A move that takes a group's leader away costs one election in the group (1-1.5 s,
-    // longer on a loaded machine): a PUT waiting longer than LEADER_WAIT for it gets a 503,
-    // at most one per client thread and move.
-    let (slowest, unavailable) = clients.finish(6);
+    // longer on a loaded machine): a PUT waits it out (up to the send budget, 8 s), and
+    // none is answered 503.
+    let slowest = clients.finish();
     let acked = acked.lock().unwrap().clone();
     println!(
-        "{} objects acknowledged, {unavailable} PUTs answered 503; the slowest PUT+GET round during two moves took {slowest:?}",
+        "{} objects acknowledged; the slowest PUT+GET round during two moves took {slowest:?}",
         acked.len()
     );
     cluster.assert_all_read_back(BUCKET, &acked, body);

@@ -72,7 +72,7 @@ fn a_filedb_group_splits_under_s3_traffic_and_every_object_reads_back() {
         cluster.describe()
     );
     thread::sleep(Duration::from_millis(500));
-    let (slowest, _) = clients.finish(0);
+    let slowest = clients.finish();
     let acked = acked.lock().unwrap().clone();
     println!(
         "{} objects acknowledged; the slowest PUT+GET round during the split took {slowest:?}",

@@ -1,6 +1,8 @@
 //! The group's members as this node's Raft metrics show them: a member's address, and
 //! the moment a leader stops being one.
 
+use std::time::Duration;
+
 use super::timeouts::LEADER_WAIT;
 use super::types::{MetaRaft, NodeId};
 use crate::MetaError;
@@ -39,9 +41,9 @@ pub(crate) fn member_leader(
 /// out, a planned change that a slow machine may stretch past one wait). None when none
 /// came.
 pub(crate) async fn wait_member_leader(raft: &MetaRaft) -> Option<NodeId> {
-    let mut metrics = raft.metrics();
     let removed = {
-        let m = metrics.borrow();
+        let m = raft.metrics();
+        let m = m.borrow();
         m.current_leader.is_some() && member_leader(&m).is_none()
     };
     let limit = if removed {
@@ -49,6 +51,12 @@ pub(crate) async fn wait_member_leader(raft: &MetaRaft) -> Option<NodeId> {
     } else {
         LEADER_WAIT
     };
+    wait_member_leader_for(raft, limit).await
+}
+
+/// Waits up to `limit` for a leader that is a member; None when none came.
+pub(crate) async fn wait_member_leader_for(raft: &MetaRaft, limit: Duration) -> Option<NodeId> {
+    let mut metrics = raft.metrics();
     let wait = metrics.wait_for(|m| member_leader(m).is_some());
     match tokio::time::timeout(limit, wait).await {
         Ok(Ok(m)) => member_leader(&m),

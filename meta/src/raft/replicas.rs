@@ -30,7 +30,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::config::ClusterConfig;
-use super::members::member_leader;
+use super::members::{member_leader, wait_member_leader_for};
 use super::metadata::{
     self, GroupStatus, GroupsStatus, KeyInterval, MembershipOp, Metadata, Sha1Interval,
 };
@@ -450,7 +450,7 @@ impl Replicas {
         group: GroupId,
         cmd: Command,
     ) -> Result<Response, MetaError> {
-        if let Some(replica) = self.routed(group) {
+        if let Some(replica) = self.routed_led(group).await? {
             return replica.execute(cmd).await;
         }
         let Remote {
@@ -706,7 +706,7 @@ impl Replicas {
         group: GroupId,
         query: ReadQuery,
     ) -> Result<ReadAnswer, MetaError> {
-        if let Some(replica) = self.routed(group) {
+        if let Some(replica) = self.routed_led(group).await? {
             return read_query(&replica, query).await;
         }
         let Remote {
@@ -739,6 +739,23 @@ impl Replicas {
             .unwrap_or_else(PoisonError::into_inner)
             .contains(&group);
         if passing { None } else { self.get(group) }
+    }
+
+    /// [`Replicas::routed`], once the replica knows a leader that is a member: waiting
+    /// as long as the remote paths do for theirs ([`SEND_BUDGET`]). A group whose leader
+    /// a move took away elects the next in one to three seconds, longer on a loaded
+    /// machine; a call not yet sent anywhere loses nothing by waiting, where the replica's
+    /// own proposer and read barrier would give up after [`super::LEADER_WAIT`].
+    async fn routed_led(&self, group: GroupId) -> Result<Option<Arc<Metadata>>, MetaError> {
+        let Some(replica) = self.routed(group) else {
+            return Ok(None);
+        };
+        match wait_member_leader_for(replica.raft(), SEND_BUDGET).await {
+            Some(_) => Ok(Some(replica)),
+            None => Err(MetaError::Unavailable(format!(
+                "group {group}: no leader within {SEND_BUDGET:?}"
+            ))),
+        }
     }
 
     /// This node's replica of `group`, if it holds one.
