@@ -20,7 +20,9 @@
 //! CompleteMultipartUpload, CopyObject and the deletes (`Conditional`,
 //! `DeleteObjectsMatching`, `If-Match: *`). Version 4 adds versions, object lock, tags
 //! and ACLs; 5 the shard map and the FileDB group's `ref_log`; 6 what a group owns and the
-//! index group's side of cross-group references (`ownership.rs`, `outbox.rs`).
+//! index group's side of cross-group references (`ownership.rs`, `outbox.rs`); 7 a change
+//! of the map planned and carried out while serving (splits, moves); 8 the nodes leaving
+//! the cluster (`SetLeaving`).
 
 use redb::WriteTransaction;
 
@@ -29,7 +31,7 @@ use super::command::{Command, WritePrecondition};
 use super::tables::RAFT_STATE;
 
 /// The newest format this binary reads and writes.
-pub const FORMAT_VERSION: u32 = 7;
+pub const FORMAT_VERSION: u32 = 8;
 /// The format of a group that never recorded one (every release before the raise).
 pub const FORMAT_VERSION_INITIAL: u32 = 1;
 /// Key of the group's version in `raft_state` (postcard `u32`).
@@ -73,6 +75,7 @@ impl Command {
             | Command::DropHandedOff { .. }
             | Command::Ingest { .. }
             | Command::Seal { .. } => 7,
+            Command::SetLeaving { .. } => 8,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

@@ -571,6 +571,14 @@ pub enum Command {
         group: crate::groups::GroupId,
         map_version: u64,
     },
+    /// Root: node `node` is leaving the cluster (`leaving`), or no longer is. While it
+    /// leaves, root's leader moves its replicas off (the rebalance's first moves), places
+    /// nothing new on it, and removes it from root once it holds none
+    /// (`gateway admin cluster remove`). Answers `Done`. Format 8.
+    SetLeaving {
+        node: crate::groups::NodeId,
+        leaving: bool,
+    },
 }
 
 /// A change to a version's object lock; None fields are left as they are.

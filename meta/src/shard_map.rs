@@ -2,20 +2,27 @@
 //! [`SHARD_MAP`], the map encoded by [`ShardMap::encode`], changed only by
 //! [`Command::SetShardMap`](crate::Command::SetShardMap).
 //!
+//! A third row, `"leaving"`, holds the nodes leaving the cluster ([`read_leaving`]).
+//!
 //! A group with no row runs the map of before any split: [`ShardMap::single`] at version 1,
 //! root owning everything on the group's voters. Each change must carry the next version,
 //! so that two changes planned from the same map cannot both apply: the second is refused
 //! and planned again from the first's result.
 
+use std::collections::BTreeSet;
+
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 
 use crate::MetaError;
-use crate::groups::ShardMap;
+use crate::groups::{NodeId, ShardMap};
 
 /// `"map"` -> the encoded map; `"planned"` -> the map a split under way will commit.
 pub const SHARD_MAP: TableDefinition<&str, &[u8]> = TableDefinition::new("shard_map");
 const KEY: &str = "map";
 const PLANNED: &str = "planned";
+const LEAVING: &str = "leaving";
+/// Format byte of the `"leaving"` row (postcard of the ascending node ids after it).
+const LEAVING_V1: u8 = 1;
 
 /// The version of the map a group with no row runs.
 pub const IMPLICIT_VERSION: u64 = 1;
@@ -32,6 +39,46 @@ pub fn read_planned(
     table: &impl ReadableTable<&'static str, &'static [u8]>,
 ) -> Result<Option<ShardMap>, MetaError> {
     read_key(table, PLANNED)
+}
+
+/// The nodes leaving the cluster (`SetLeaving`), ascending; none when no row.
+pub fn read_leaving(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<BTreeSet<NodeId>, MetaError> {
+    let Some(v) = table.get(LEAVING)? else {
+        return Ok(BTreeSet::new());
+    };
+    match v.value().split_first() {
+        Some((&LEAVING_V1, rest)) => postcard::from_bytes(rest)
+            .map_err(|e| MetaError::Corrupt(format!("leaving nodes: {e}"))),
+        _ => Err(MetaError::Corrupt(
+            "leaving nodes: unknown record format".into(),
+        )),
+    }
+}
+
+/// Applies `SetLeaving`: adds `node` to the nodes leaving, or takes it off. Either again
+/// changes nothing; the row goes when the set is empty, so a cluster that never had a
+/// node leave keeps the table (and its digest) as before.
+pub fn apply_leaving(txn: &WriteTransaction, node: NodeId, leaving: bool) -> Result<(), MetaError> {
+    let mut table = txn.open_table(SHARD_MAP)?;
+    let mut nodes = read_leaving(&table)?;
+    let changed = if leaving {
+        nodes.insert(node)
+    } else {
+        nodes.remove(&node)
+    };
+    if !changed {
+        return Ok(());
+    }
+    if nodes.is_empty() {
+        table.remove(LEAVING)?;
+        return Ok(());
+    }
+    let mut row = vec![LEAVING_V1];
+    row.extend(postcard::to_stdvec(&nodes).map_err(|e| MetaError::InvalidCommand(e.to_string()))?);
+    table.insert(LEAVING, row.as_slice())?;
+    Ok(())
 }
 
 fn read_key(
@@ -177,6 +224,44 @@ mod tests {
         let bad: ShardMap = serde_json::from_value(bad).unwrap();
         assert!(matches!(set(&bad), Err(MetaError::InvalidCommand(_))));
         assert_eq!(store.shard_map().unwrap(), Some(one));
+    }
+
+    #[test]
+    fn the_nodes_leaving_are_kept_by_their_command_and_travel_in_snapshots() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let digest = store.digest().unwrap();
+        let set = |node, leaving| store.execute(&Command::SetLeaving { node, leaving });
+        assert_eq!(set(4, false).unwrap(), Response::Done);
+        assert_eq!(
+            store.digest().unwrap().tables,
+            digest.tables,
+            "nothing to take off: no row"
+        );
+        for node in [4, u64::MAX, 2, 4] {
+            assert_eq!(set(node, true).unwrap(), Response::Done);
+        }
+        let want = BTreeSet::from([2, 4, u64::MAX]);
+        assert_eq!(store.leaving().unwrap(), want);
+        let copy = store.through_snapshot(dir.path());
+        assert_eq!(copy.leaving().unwrap(), want);
+        for node in [2, 4, u64::MAX] {
+            set(node, false).unwrap();
+        }
+        assert!(store.leaving().unwrap().is_empty());
+        assert_eq!(
+            store.digest().unwrap().tables,
+            digest.tables,
+            "the row goes with the last node"
+        );
+
+        let cmd = Command::SetLeaving {
+            node: u64::MAX,
+            leaving: true,
+        };
+        let bytes = postcard::to_stdvec(&cmd).unwrap();
+        assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
+        assert_eq!(cmd.format_version(), 8);
     }
 
     #[test]

@@ -140,8 +140,9 @@ fn put(cluster: &Cluster, id: usize, key: &str, i: u64) {
 /// off it to the fourth node while it is down (the group keeps a majority of both the old
 /// and the new replicas through the joint configuration); restarted, the node deletes the
 /// replica it no longer holds. Then root's leader is killed right after a move is planned
-/// and restarted: the next leader drives the move to its commit. Every acknowledged object
-/// reads back from every node and `fsck` of every node is clean.
+/// and restarted: the next leader drives the move to its commit. Last, node 4 leaves the
+/// cluster with `cluster remove`: its replica moves off first, then root removes it.
+/// Every acknowledged object reads back from every node and `fsck` of every node is clean.
 #[test]
 fn a_dead_nodes_replica_moves_off_and_a_move_outlives_roots_leader() {
     let (mut cluster, mut acked) = split_cluster(4, 3, 45, &[]);
@@ -169,8 +170,40 @@ fn a_dead_nodes_replica_moves_off_and_a_move_outlives_roots_leader() {
         put(&cluster, (i % 4) as usize + 1, &key, i);
         acked.insert(key, i);
     }
+
+    // Node 4 leaves the cluster: `cluster remove` marks it leaving (202), root's leader
+    // moves its replica of group 1 to node 1 (the one without a replica), node 4 drops
+    // it, and only then is node 4 removed from root.
+    let run = cluster.admin_cli(2, &["cluster", "remove", "4"]);
+    assert_eq!(run.code, Some(0), "cluster remove 4: {run}");
+    let answer: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON");
+    assert_eq!(answer["leaving"], true, "{answer}");
+    assert_eq!(answer["groups"], serde_json::json!([1]), "{answer}");
+    let mut last = String::new();
+    let removed = poll_until(CHANGE_TIMEOUT, || {
+        let run = cluster.admin_cli(1, &["cluster", "status"]);
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&run.stdout) else {
+            return false;
+        };
+        last = v.to_string();
+        v["nodes"].get("4").is_none() && v["leaving"] == serde_json::json!([])
+    });
+    assert!(removed, "node 4 never left root: {last}");
+    let folder = cluster.node(4).data_dir().join("groups").join("1");
+    assert!(
+        !folder.exists(),
+        "node 4 was removed before dropping its replica"
+    );
+    cluster.kill9(4);
+    wait_map(&cluster, second + 1, &[2, 1, 3]);
+    for i in 300..320u64 {
+        let key = format!("after-4-left/{i}");
+        put(&cluster, (i % 3) as usize + 1, &key, i);
+        acked.insert(key, i);
+    }
+
     cluster.assert_all_read_back(BUCKET, &acked, body);
-    cluster.wait_same_digest(&cluster.ids(), Duration::from_secs(30));
+    cluster.wait_same_digest(&[1, 2, 3], Duration::from_secs(30));
     cluster.stop_quiet_and_fsck();
 }
 

@@ -9,7 +9,8 @@
 //!   before its body is read, by [`Access::Cluster`](crate::api::Access) over
 //!   [`rpc_routes`].
 //! - Operator endpoints under `/_admin/` (admin token): `GET /_admin/cluster` (status),
-//!   `POST /_admin/cluster/learners`, `POST /_admin/cluster/{promote,remove}/{id}`,
+//!   `POST /_admin/cluster/learners`, `POST /_admin/cluster/{promote,remove}/{id}` (a node
+//!   holding replicas of groups leaves once root's leader has moved them off),
 //!   `GET /_admin/groups` (the metadata groups, their ranges and this node's replicas),
 //!   `GET /_admin/digest` (a digest of every table, to compare replicas) and
 //!   `GET /_admin/backup` (a consistent snapshot, streamed).
@@ -27,6 +28,7 @@ use crate::api::{ApiError, ApiResult, json_pretty};
 use crate::state::AppState;
 use meta::MetaError;
 use meta::raft::network::Call;
+use meta::raft::split::Leaving;
 use meta::raft::{MembershipOp, ServeError};
 
 /// The env variable holding the cluster secret (also `cluster_secret` in the config file).
@@ -112,10 +114,25 @@ async fn promote(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiRe
     change(&app, MembershipOp::Promote { id }).await
 }
 
-/// `POST /_admin/cluster/remove/{id}`: a voter or learner leaves the group.
+/// `POST /_admin/cluster/remove/{id}`: a voter or learner leaves the cluster. One that
+/// holds no replica of a group other than root leaves at once (the answer is the
+/// cluster's status after it); one that holds some is marked leaving and answered
+/// `202 Accepted` with `{"node", "leaving": true, "groups"}`: root's leader moves those
+/// replicas to the other nodes, then removes it (`GET /_admin/cluster` lists it under
+/// `leaving` until then).
 async fn remove(State(app): State<Arc<AppState>>, Path(id): Path<u64>) -> ApiResult {
-    app.replicas.check_leaving(id).await.map_err(plan_error)?;
-    change(&app, MembershipOp::Remove { id }).await
+    match app.replicas.leave(id).await.map_err(plan_error)? {
+        Leaving::Now => change(&app, MembershipOp::Remove { id }).await,
+        Leaving::Draining(groups) => {
+            let mut answer = json_pretty(&serde_json::json!({
+                "node": id,
+                "leaving": true,
+                "groups": groups,
+            }));
+            *answer.status_mut() = StatusCode::ACCEPTED;
+            Ok(answer)
+        }
+    }
 }
 
 /// `GET /_admin/groups`: the metadata groups (id, kind, leader, replicas, records, ...).

@@ -608,7 +608,9 @@ pub enum ClusterCommand {
     },
     /// Make a learner a voter.
     Promote { id: u64 },
-    /// Remove a voter or learner from the group.
+    /// Remove a voter or learner from the cluster. A node holding replicas of metadata
+    /// groups is answered `202` with `"leaving": true`: root's leader moves them to the
+    /// other nodes, then removes it (`cluster status` lists it under `leaving` until then).
     Remove { id: u64 },
 }
 

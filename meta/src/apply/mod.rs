@@ -385,6 +385,9 @@ fn dispatch(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError
         Command::PlanMap { map } => {
             crate::shard_map::apply_plan(txn, map).map(Response::MapVersion)
         }
+        Command::SetLeaving { node, leaving } => {
+            crate::shard_map::apply_leaving(txn, *node, *leaving).map(|()| Response::Done)
+        }
         Command::HandOff { group, map } => {
             handoff::hand_off(txn, *group, map).map(Response::MapVersion)
         }

@@ -54,6 +54,10 @@ pub struct ClusterStatus {
     pub cluster_version: Option<u32>,
     /// The newest format this node's binary knows.
     pub format_version: u32,
+    /// The nodes leaving the cluster (`gateway admin cluster remove` of a node holding
+    /// replicas of groups: moved off, then removed), as this node has applied root.
+    #[serde(default)]
+    pub leaving: Vec<NodeId>,
 }
 
 /// The metadata groups as this node sees them (`GET /_admin/groups`; the field names are a
@@ -770,6 +774,11 @@ impl Metadata {
             state: format!("{:?}", m.state),
             cluster_version: self.store.cluster_version().ok(),
             format_version: cluster_version::FORMAT_VERSION,
+            leaving: self
+                .store
+                .leaving()
+                .map(|l| l.into_iter().collect())
+                .unwrap_or_default(),
         }
     }
 

@@ -726,6 +726,11 @@ impl Replicas {
     }
 
     /// The root group's replica (today: every table).
+    /// How this node reaches its peers (a group's calls take a [`Rpc`] over it).
+    pub(super) fn transport(&self) -> Arc<dyn Transport> {
+        self.transport.clone()
+    }
+
     pub fn root(&self) -> &Arc<Metadata> {
         &self.root
     }

@@ -1627,7 +1627,8 @@ fn held(nodes: &[Arc<Replicas>]) -> BTreeMap<NodeId, Vec<GroupId>> {
 /// The rebalancer on real Rafts: two FileDB groups both placed on nodes 2 and 3 are
 /// evened out over the three nodes (one replica moved to node 1); a fourth node added to
 /// root as a learner then receives its share (one more move), while every record reads
-/// back the same from every node. Removing a node that holds a replica is refused.
+/// back the same from every node. Node 4 then leaves: its replica moves off before root
+/// removes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_added_receives_its_share_of_the_replicas() {
     use crate::groups::SplitAt;
@@ -1700,10 +1701,50 @@ async fn a_node_added_receives_its_share_of_the_replicas() {
             .clone();
         assert_same_digest(&members(&nodes, &replicas), g).await;
     }
-    let refused = nodes[0].check_leaving(4).await;
+
+    // Node 4 leaves: its replica moves to one of the three others first, then root
+    // removes it; four replicas over three nodes stay within one of each other.
+    let map = nodes[0].refresh_map().await.unwrap().unwrap();
+    let left = nodes[0].leave(4).await.unwrap();
+    let crate::raft::split::Leaving::Draining(groups) = left else {
+        panic!("node 4 holds a replica: {left:?}");
+    };
+    assert_eq!(groups.len(), 1);
+    assert_eq!(
+        nodes[0].root().status().leaving,
+        vec![4],
+        "listed as leaving"
+    );
+    let refused = nodes[0].plan_move(groups[0], 4, 4).await;
     assert!(
-        matches!(refused, Err(crate::MetaError::InvalidCommand(_))),
+        matches!(refused, Err(MetaError::InvalidCommand(_))),
         "{refused:?}"
+    );
+    eventually(
+        "node 4 drained, its replica dropped, and removed from root",
+        || {
+            let status = nodes[0].root().status();
+            let held = held(&nodes);
+            let ok = !status.nodes.contains_key(&4)
+                && status.leaving.is_empty()
+                && held[&4].is_empty()
+                && held.values().map(Vec::len).sum::<usize>() == 4
+                && held.values().take(3).all(|g| (1..=2).contains(&g.len()));
+            async move { ok }
+        },
+    )
+    .await;
+    let after = nodes[0].refresh_map().await.unwrap().unwrap();
+    assert_eq!(after.version, map.version + 1, "one move drains node 4");
+    for node in &nodes[..3] {
+        assert_eq!(records(node, &contents).await, before);
+    }
+    // A node that is no member is refused.
+    assert_eq!(
+        nodes[0].leave(4).await,
+        Err(MetaError::InvalidCommand(
+            "node 4 is not a member of the cluster".into()
+        ))
     );
     for node in &nodes {
         node.shutdown().await;

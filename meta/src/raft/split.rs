@@ -16,16 +16,30 @@
 //!
 //! and commits the map.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 use super::metadata::{MembershipOp, Metadata};
+use super::network::{Call, Rpc, RpcError};
 use super::replicas::{ReadAnswer, ReadQuery, Replicas};
 use crate::groups::{
     Group, GroupId, GroupKind, NodeId, ROOT, ShardMap, SplitAt, rebalance, sha1_midpoint,
 };
 use crate::handoff::{ROWS_MAX, RowTable};
 use crate::{Command, MetaError, Response};
+
+/// What [`Replicas::leave`] decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Leaving {
+    /// The node holds no replica of another group: remove it from root now.
+    Now,
+    /// The node holds replicas of these groups: marked leaving, root's leader moves them
+    /// off and then removes it.
+    Draining(Vec<GroupId>),
+}
+
+/// Bound on asking a leaving node whether it still holds a group's replica.
+const HOLDS_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Bound on the batches one round drops (each of [`ROWS_MAX`] rows).
 const DROP_BATCHES_PER_ROUND: usize = 16;
@@ -60,7 +74,8 @@ impl Replicas {
                 MetaError::InvalidCommand(format!("group {group} owns no sha1 interval"))
             })?;
         let at = at.unwrap_or_else(|| sha1_midpoint(&first.0, first.1.as_ref()));
-        let replicas = self.least_loaded(&map);
+        let leaving = self.root().read_local(|s| s.leaving()).await?;
+        let replicas = self.least_loaded(&map, &leaving);
         let (planned, new) = map
             .split(group, SplitAt::Sha1(at), replicas)
             .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
@@ -117,6 +132,11 @@ impl Replicas {
                 "node {to} is not a member of the cluster"
             )));
         }
+        if self.root().read_local(|s| s.leaving()).await?.contains(&to) {
+            return Err(MetaError::InvalidCommand(format!(
+                "node {to} is leaving the cluster"
+            )));
+        }
         // A group without a quorum cannot change its membership: the plan would stay
         // under way, and hold back every later change of the map, until a majority of its
         // replicas is back (a group of two replicas, one of them down, never moves). A
@@ -147,33 +167,93 @@ impl Replicas {
         Ok(planned)
     }
 
-    /// Refuses the removal of node `node` from the cluster while the map places a replica
-    /// of a group other than root on it: its replicas are moved off first
-    /// (`groups move`).
-    pub async fn check_leaving(&self, node: NodeId) -> Result<(), MetaError> {
-        let map = self.shard_map().await?;
-        let held: Vec<String> = map
-            .groups()
-            .filter(|g| g.id != ROOT && g.replicas.contains(&node))
-            .map(|g| g.id.to_string())
-            .collect();
-        if held.is_empty() {
-            return Ok(());
+    /// The first step of node `node`'s removal from the cluster (`gateway admin cluster
+    /// remove`). A node that holds no replica of a group other than root (in the map or a
+    /// change under way) leaves root at once: [`Leaving::Now`], the caller removes it. One
+    /// that holds some is marked leaving in root (`SetLeaving`): root's leader moves its
+    /// replicas to the other nodes one move at a time, then removes it from root
+    /// ([`rebalance_when_uneven`]). Refused if the nodes left could not hold every group
+    /// at its size. Decided on root's state read linearizably: a lagging copy of the map
+    /// could remove a node that still holds replicas.
+    pub async fn leave(&self, node: NodeId) -> Result<Leaving, MetaError> {
+        let (map, planned, leaving) = self
+            .root()
+            .read(|s| Ok((s.shard_map()?, s.planned_map()?, s.leaving()?)))
+            .await?;
+        let members = self.root().status().nodes;
+        if !members.contains_key(&node) {
+            return Err(MetaError::InvalidCommand(format!(
+                "node {node} is not a member of the cluster"
+            )));
         }
-        Err(MetaError::InvalidCommand(format!(
-            "node {node} holds replicas of groups {}: move them off first \
-             (`gateway admin groups move GROUP {node} TO`)",
-            held.join(", ")
-        )))
+        let Some(map) = map else {
+            return Ok(Leaving::Now);
+        };
+        let mut held: Vec<GroupId> = map
+            .groups()
+            .chain(planned.iter().flat_map(|p| p.groups()))
+            .filter(|g| g.id != ROOT && g.replicas.contains(&node))
+            .map(|g| g.id)
+            .collect();
+        held.sort_unstable();
+        held.dedup();
+        if held.is_empty() {
+            return Ok(Leaving::Now);
+        }
+        let staying: Vec<NodeId> = members
+            .keys()
+            .copied()
+            .filter(|n| *n != node && !leaving.contains(n))
+            .collect();
+        rebalance(&replica_lists(&map), &staying).map_err(|e| {
+            MetaError::InvalidCommand(format!(
+                "node {node} cannot leave: the other nodes cannot hold its replicas ({e})"
+            ))
+        })?;
+        self.root()
+            .execute(Command::SetLeaving {
+                node,
+                leaving: true,
+            })
+            .await?;
+        tracing::info!(node, groups = ?held, "a node is leaving: moving its replicas off");
+        Ok(Leaving::Draining(held))
     }
 
-    /// `--replication-factor` nodes of root's members (all of them, if fewer), those
-    /// holding the fewest replicas in `map` first (by id among equals): the first is the
-    /// new group's preferred leader.
-    fn least_loaded(&self, map: &ShardMap) -> Vec<u64> {
+    /// Whether node `node`, reachable, still holds a replica of a group of `map` other
+    /// than root: its replica drops once it reads a map that places the group elsewhere,
+    /// which takes root's reads, so it must stay a member of root until then (removed
+    /// earlier, it would keep the folder for good). A node that cannot be reached counts
+    /// as holding none: a dead node must be removable.
+    async fn still_holds(&self, node: NodeId, map: &ShardMap) -> bool {
+        let Some(addr) = self.root().status().nodes.get(&node).cloned() else {
+            return false;
+        };
+        for g in map.groups().filter(|g| g.id != ROOT) {
+            let rpc = Rpc::new(self.transport(), g.id);
+            match rpc
+                .call::<(), Option<NodeId>>(&addr, Call::Leader, &(), HOLDS_TIMEOUT)
+                .await
+            {
+                Err(RpcError::Status(_, 404, _)) => {}
+                Err(RpcError::Unreachable(..) | RpcError::Timeout(..)) => return false,
+                Ok(_) | Err(_) => return true,
+            }
+        }
+        false
+    }
+
+    /// `--replication-factor` nodes of root's members that are not leaving (all of them,
+    /// if fewer), those holding the fewest replicas in `map` first (by id among equals):
+    /// the first is the new group's preferred leader.
+    fn least_loaded(&self, map: &ShardMap, leaving: &BTreeSet<NodeId>) -> Vec<u64> {
         let nodes = self.root().status().nodes;
         let load = |id: u64| map.groups().filter(|g| g.replicas.contains(&id)).count();
-        let mut ids: Vec<u64> = nodes.keys().copied().collect();
+        let mut ids: Vec<u64> = nodes
+            .keys()
+            .copied()
+            .filter(|n| !leaving.contains(n))
+            .collect();
         ids.sort_by_key(|&id| (load(id), id));
         let rf = usize::try_from(self.replication_factor()).unwrap_or(usize::MAX);
         ids.truncate(rf.max(1));
@@ -409,44 +489,92 @@ pub(super) async fn split_when_full(
     }
 }
 
-/// Root's leader, with `--no-rebalance` off and no change of the map under way: when the
-/// groups' replicas (root's aside: its voters follow `admin cluster`) are spread unevenly
-/// over the members of root, plans the first move of [`rebalance`]: replicas on a node
-/// that left root first, then from the most loaded node to the least loaded one, one move
-/// at a time, each committed before the next is planned.
+/// Root's leader, with no change of the map under way: plans the first move of
+/// [`rebalance`] over root's members that are not leaving, which moves the replicas of
+/// the nodes leaving first; with `--no-rebalance`, those moves only. Then removes from
+/// root each leaving node that holds no replica any more ([`remove_drained`]).
 pub(super) async fn rebalance_when_uneven(
     r: &Replicas,
     map: &ShardMap,
     root: &Metadata,
 ) -> Result<(), MetaError> {
-    if !r.rebalances() {
+    let (planned, leaving) = root
+        .read_local(|s| Ok((s.planned_map()?, s.leaving()?)))
+        .await?;
+    if planned.is_some() || (!r.rebalances() && leaving.is_empty()) {
         return Ok(());
     }
-    let current: BTreeMap<GroupId, Vec<NodeId>> = map
-        .groups()
+    let current = replica_lists(map);
+    if !current.is_empty() {
+        let nodes: Vec<NodeId> = root
+            .status()
+            .nodes
+            .keys()
+            .copied()
+            .filter(|n| !leaving.contains(n))
+            .collect();
+        let moves =
+            rebalance(&current, &nodes).map_err(|e| MetaError::Unavailable(e.to_string()))?;
+        if let Some(m) = moves
+            .iter()
+            .find(|m| r.rebalances() || leaving.contains(&m.from))
+        {
+            tracing::info!(
+                group = m.group,
+                from = m.from,
+                to = m.to,
+                moves = moves.len(),
+                leaving = leaving.contains(&m.from),
+                "the groups' replicas are spread unevenly or a node is leaving: moving one"
+            );
+            // Another change of the map came first: the next round looks again.
+            return match r.plan_move(m.group, m.from, m.to).await {
+                Ok(_) | Err(MetaError::ShardMapVersion { .. }) => Ok(()),
+                Err(e) => Err(e),
+            };
+        }
+    }
+    remove_drained(r, map, root, &leaving).await
+}
+
+/// Removes from root each leaving node the committed map places no replica on (no change
+/// is under way: the caller checked) and that has dropped its replicas (or cannot be
+/// reached: a dead node is removed too), then takes it off the leaving nodes. A node that
+/// is no longer a member (removed by an earlier round whose leader stopped before the
+/// second step) is only taken off.
+async fn remove_drained(
+    r: &Replicas,
+    map: &ShardMap,
+    root: &Metadata,
+    leaving: &BTreeSet<NodeId>,
+) -> Result<(), MetaError> {
+    for &node in leaving {
+        let placed = map
+            .groups()
+            .any(|g| g.id != ROOT && g.replicas.contains(&node));
+        if placed || r.still_holds(node, map).await {
+            continue;
+        }
+        if root.status().nodes.contains_key(&node) {
+            root.change_membership(MembershipOp::Remove { id: node })
+                .await?;
+            tracing::info!(node, "a leaving node holds no replica any more: removed");
+        }
+        root.execute(Command::SetLeaving {
+            node,
+            leaving: false,
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// Every group's replicas but root's (root's are its voters).
+fn replica_lists(map: &ShardMap) -> BTreeMap<GroupId, Vec<NodeId>> {
+    map.groups()
         .filter(|g| g.id != ROOT)
         .map(|g| (g.id, g.replicas.clone()))
-        .collect();
-    if current.is_empty() || root.read_local(|s| s.planned_map()).await?.is_some() {
-        return Ok(());
-    }
-    let nodes: Vec<NodeId> = root.status().nodes.keys().copied().collect();
-    let moves = rebalance(&current, &nodes).map_err(|e| MetaError::Unavailable(e.to_string()))?;
-    let Some(m) = moves.first() else {
-        return Ok(());
-    };
-    tracing::info!(
-        group = m.group,
-        from = m.from,
-        to = m.to,
-        moves = moves.len(),
-        "the groups' replicas are spread unevenly: moving one"
-    );
-    match r.plan_move(m.group, m.from, m.to).await {
-        // Another change of the map came first: the next round looks again.
-        Ok(_) | Err(MetaError::ShardMapVersion { .. }) => Ok(()),
-        Err(e) => Err(e),
-    }
+        .collect()
 }
 
 /// The leader of a group that handed intervals off: once root's map has committed the

@@ -200,6 +200,13 @@ impl MetaStore {
         MetaStore::open(&restored).unwrap()
     }
 
+    /// The nodes leaving the cluster (root only; `SetLeaving`).
+    pub fn leaving(&self) -> Result<std::collections::BTreeSet<crate::groups::NodeId>, MetaError> {
+        let db = self.db();
+        let txn = db.begin_read()?;
+        crate::shard_map::read_leaving(&txn.open_table(crate::shard_map::SHARD_MAP)?)
+    }
+
     /// The map a split under way will commit (root only), if any.
     pub fn planned_map(&self) -> Result<Option<crate::groups::ShardMap>, MetaError> {
         let db = self.db();
