@@ -22,7 +22,7 @@
 //! and ACLs; 5 the shard map and the FileDB group's `ref_log`; 6 what a group owns and the
 //! index group's side of cross-group references (`ownership.rs`, `outbox.rs`); 7 a change
 //! of the map planned and carried out while serving (splits, moves); 8 the nodes leaving
-//! the cluster (`SetLeaving`).
+//! the cluster (`SetLeaving`) and the audit's alarm (`AuditMark`).
 
 use redb::WriteTransaction;
 
@@ -75,7 +75,7 @@ impl Command {
             | Command::DropHandedOff { .. }
             | Command::Ingest { .. }
             | Command::Seal { .. } => 7,
-            Command::SetLeaving { .. } => 8,
+            Command::SetLeaving { .. } | Command::AuditMark { .. } => 8,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

@@ -579,6 +579,15 @@ pub enum Command {
         node: crate::groups::NodeId,
         leaving: bool,
     },
+    /// The audit's alarm (`audit.rs`): FileDB counts fewer references to `sha1` than
+    /// entries name it, confirmed over two passes. Sets DO_NOT_DELETE on its record if
+    /// the record still has the `refs` and `magic` the audit read (a record that changed
+    /// since is left for the next pass). Answers `Marked`. Format 8.
+    AuditMark {
+        sha1: Sha1,
+        refs: u32,
+        magic: u32,
+    },
 }
 
 /// A change to a version's object lock; None fields are left as they are.
@@ -656,7 +665,7 @@ impl Command {
     }
 
     /// The one content a FileDB command acts on, which routes it to the content's group
-    /// (`Inc`, `InsertOrInc`, `Dec`, `RemoveDeleting`, `Relocate`, `RefInc`). None for
+    /// (`Inc`, `InsertOrInc`, `Dec`, `RemoveDeleting`, `Relocate`, `RefInc`, `AuditMark`). None for
     /// any other command, the batches of several contents (`Settle`, `DecBatch`) among them.
     pub fn filedb_sha1(&self) -> Option<Sha1> {
         match self {
@@ -665,7 +674,8 @@ impl Command {
             | Command::Dec { sha1, .. }
             | Command::RemoveDeleting { sha1, .. }
             | Command::Relocate { sha1, .. }
-            | Command::RefInc { sha1, .. } => Some(*sha1),
+            | Command::RefInc { sha1, .. }
+            | Command::AuditMark { sha1, .. } => Some(*sha1),
             _ => None,
         }
     }
@@ -827,6 +837,9 @@ pub enum Response {
     Fence(crate::outbox::FenceOutcome),
     /// `ExpireFences`: the fences removed.
     FencesExpired(u32),
+    /// `AuditMark`: whether the record was marked now (false: already marked, changed
+    /// since the audit read it, or gone).
+    Marked(bool),
 }
 
 #[cfg(test)]

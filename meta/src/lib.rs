@@ -15,6 +15,7 @@
 
 pub mod acl;
 pub mod apply;
+pub mod audit;
 pub mod calls;
 pub mod checksums;
 pub mod cluster_version;

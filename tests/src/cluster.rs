@@ -709,6 +709,25 @@ impl Cluster {
         }
     }
 
+    /// `gateway admin groups audit` through node `id` (with `--dry-run` if `dry_run`): its
+    /// JSON report, checked clean (no confirmed difference between FileDB's references
+    /// and those the index names).
+    pub fn assert_audit_clean(&self, id: usize, dry_run: bool) -> Value {
+        let mut args = vec!["groups", "audit"];
+        if dry_run {
+            args.push("--dry-run");
+        }
+        let run = self.admin_cli(id, &args);
+        assert_eq!(run.code, Some(0), "groups audit through node {id}: {run}");
+        let report: Value = serde_json::from_str(&run.stdout).expect("the audit prints JSON");
+        assert_eq!(
+            report["clean"], true,
+            "the audit through node {id}: {report:#}"
+        );
+        assert_eq!(report["marked"], serde_json::json!([]), "{report:#}");
+        report
+    }
+
     /// `gateway admin --endpoint <node id> ARGS` with the admin token in the environment,
     /// e.g. `["cluster", "status"]`.
     pub fn admin_cli(&self, id: usize, args: &[&str]) -> Run {

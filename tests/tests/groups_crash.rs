@@ -165,6 +165,11 @@ fn filedb_groups_split_by_themselves_through_kill9_and_nothing_acknowledged_is_l
             }
         }
     }
+    let audit = cluster.assert_audit_clean(1, false);
+    println!(
+        "audit: {} contents, {} references ({} in flight), clean",
+        audit["contents"], audit["references"], audit["in_flight"]
+    );
     cluster.wait_same_digest(&cluster.ids(), Duration::from_secs(60));
     cluster.wait_groups_quiet(Duration::from_secs(60));
     cluster.stop_all();

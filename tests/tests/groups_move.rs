@@ -232,6 +232,8 @@ fn a_group_moves_between_nodes_under_s3_traffic_and_every_object_reads_back() {
     assert_eq!(first, 3);
     wait_map(&cluster, first, &[1, 3]);
     wait_dropped(&cluster, 2);
+    // The audit under traffic: writes between its reads are never confirmed.
+    cluster.assert_audit_clean(2, true);
     let second = move_group(&cluster, 3, 1, 2);
     wait_map(&cluster, second, &[2, 3]);
     wait_dropped(&cluster, 1);
@@ -247,6 +249,8 @@ fn a_group_moves_between_nodes_under_s3_traffic_and_every_object_reads_back() {
         acked.len()
     );
     cluster.assert_all_read_back(BUCKET, &acked, body);
+    let audit = cluster.assert_audit_clean(3, false);
+    assert_eq!(audit["contents"], BODIES, "{audit:#}");
     // The group's replicas hold its records; the node it left holds none.
     let v = groups(&cluster, 2);
     assert_eq!(v["groups"][1]["held"], true, "{v}");

@@ -12,6 +12,7 @@
 //!   `POST /_admin/cluster/learners`, `POST /_admin/cluster/{promote,remove}/{id}` (a node
 //!   holding replicas of groups leaves once root's leader has moved them off),
 //!   `GET /_admin/groups` (the metadata groups, their ranges and this node's replicas),
+//!   `POST /_admin/groups/audit` (FileDB's references against the index's, across groups),
 //!   `GET /_admin/digest` (a digest of every table, to compare replicas) and
 //!   `GET /_admin/backup` (a consistent snapshot, streamed).
 
@@ -74,6 +75,7 @@ pub fn admin_routes() -> Router<Arc<AppState>> {
         .route("/_admin/groups", get(groups))
         .route("/_admin/groups/split", post(split))
         .route("/_admin/groups/move", post(move_replica))
+        .route("/_admin/groups/audit", post(audit))
         .route("/_admin/digest", get(digest))
         .route("/_admin/backup", get(backup))
 }
@@ -199,6 +201,56 @@ async fn move_replica(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResul
 }
 
 /// A plan of the map refused: the operator's mistake (400), or another change first (409).
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct AuditBody {
+    /// Report only: no record is marked DO_NOT_DELETE.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+/// `POST /_admin/groups/audit` (body optional: `{"dry_run": true}`): one pass of the
+/// audit over every content, FileDB's references against those the index names
+/// (`meta::audit`); each confirmed danger is marked DO_NOT_DELETE unless `dry_run`.
+/// Answers the report: `clean`, the counts, `findings` (`sha1` in hex, `kind`: `leak`,
+/// `danger`, `magic` or `no_record`, FileDB's `refs` and `magic`, the `named` count and
+/// `named_magic`) and the `marked` sha1s.
+async fn audit(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult {
+    let b = if body.is_empty() {
+        AuditBody::default()
+    } else {
+        serde_json::from_slice::<AuditBody>(&body).map_err(ApiError::bad_request)?
+    };
+    let r = app.replicas.audit(!b.dry_run).await?;
+    let findings: Vec<serde_json::Value> = r
+        .findings
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "sha1": f.sha1.to_string(),
+                "kind": f.kind,
+                "refs": f.refs,
+                "magic": f.magic,
+                "named": f.named.count,
+                "named_magic": f.named.magic,
+            })
+        })
+        .collect();
+    let marked: Vec<String> = r.marked.iter().map(ToString::to_string).collect();
+    Ok(json_pretty(&serde_json::json!({
+        "clean": r.confirmed == 0,
+        "slices": r.slices,
+        "contents": r.contents,
+        "references": r.references,
+        "in_flight": r.in_flight,
+        "do_not_delete": r.do_not_delete,
+        "unconfirmed": r.unconfirmed,
+        "confirmed": r.confirmed,
+        "findings": findings,
+        "marked": marked,
+    })))
+}
+
 fn plan_error(e: MetaError) -> ApiError {
     match e {
         // No such group, a node without a replica, a change under way, a bad point.

@@ -571,6 +571,16 @@ pub enum GroupsCommand {
         from: u64,
         to: u64,
     },
+    /// One pass of the audit: every content's FileDB references (count and magic sum)
+    /// against those the S3 index and the native API name, across the groups; a
+    /// difference is confirmed when a second read finds it again. FileDB counting fewer
+    /// (danger) marks the record DO_NOT_DELETE unless --dry-run; counting more (a leak) is
+    /// reported. JSON: clean, counts, findings, marked.
+    Audit {
+        /// Report only: mark nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 impl AdminClient {
@@ -586,6 +596,11 @@ impl AdminClient {
             GroupsCommand::Move { group, from, to } => {
                 let body = serde_json::json!({ "group": group, "from": from, "to": to });
                 self.call(Method::POST, "/_admin/groups/move", Some(body.to_string()))
+                    .await?
+            }
+            GroupsCommand::Audit { dry_run } => {
+                let body = serde_json::json!({ "dry_run": dry_run });
+                self.call(Method::POST, "/_admin/groups/audit", Some(body.to_string()))
                     .await?
             }
         };

@@ -10,6 +10,25 @@ use crate::native_refs;
 use crate::tables::{DELETING, DeletingRecord, FILES};
 use crate::{MetaError, Response};
 
+/// `AuditMark`: DO_NOT_DELETE on `sha1`'s record if it still reads (`refs`, `magic`).
+pub(super) fn audit_mark(
+    txn: &WriteTransaction,
+    sha1: &Sha1,
+    refs: u32,
+    magic: u32,
+) -> Result<bool, MetaError> {
+    let mut files = txn.open_table(FILES)?;
+    let Some(mut rec) = file_rows::read_file(&files, sha1)? else {
+        return Ok(false);
+    };
+    if rec.do_not_delete() || rec.refs != refs || rec.magic != magic {
+        return Ok(false);
+    }
+    rec.flags |= crate::tables::FLAG_DO_NOT_DELETE;
+    file_rows::write_file(&mut files, sha1, &rec)?;
+    Ok(true)
+}
+
 /// `Inc`: the article's `inc`, counted as a native reference.
 pub(super) fn inc(
     txn: &WriteTransaction,

@@ -23,6 +23,7 @@
 pub mod barrier;
 pub mod elector;
 // openraft's storage and RPC error types are large, and fixed by its traits.
+pub mod audit;
 #[allow(clippy::result_large_err)]
 pub mod log;
 #[allow(clippy::result_large_err)]

@@ -670,11 +670,32 @@ impl Replicas {
         &self,
         table: RowTable,
         page: u32,
+        visit: impl FnMut(FileRow),
+    ) -> Result<(), MetaError> {
+        self.each_filedb_row_in(table, ([0u8; 20], None), page, visit)
+            .await
+    }
+
+    /// [`Replicas::each_filedb_row`] for the sha1s of `slice` only.
+    pub async fn each_filedb_row_in(
+        &self,
+        table: RowTable,
+        slice: crate::audit::Slice,
+        page: u32,
         mut visit: impl FnMut(FileRow),
     ) -> Result<(), MetaError> {
         let map = self.shard_map().await?;
         let page = page.clamp(1, ROWS_MAX);
         for (start, end, group) in map.filedb_intervals() {
+            // The interval's part in the slice (no end: the last sha1).
+            let start = start.max(slice.0);
+            let end = match (end, slice.1) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if end.is_some_and(|end| start >= end) {
+                continue;
+            }
             let mut after = None;
             loop {
                 let query = ReadQuery::Rows {
@@ -725,12 +746,12 @@ impl Replicas {
         })?
     }
 
-    /// The root group's replica (today: every table).
     /// How this node reaches its peers (a group's calls take a [`Rpc`] over it).
     pub(super) fn transport(&self) -> Arc<dyn Transport> {
         self.transport.clone()
     }
 
+    /// The root group's replica (today: every table).
     pub fn root(&self) -> &Arc<Metadata> {
         &self.root
     }

@@ -607,6 +607,48 @@ async fn wait_owned(replicas: &[(&Arc<Replicas>, GroupId)], version: u64) {
 
 /// Gives the sha1s from 0x80 up to a new FileDB group on nodes 2 and 3 (root keeps the
 /// rest and the keys), once both groups follow the map; the map and the group.
+/// Makes node `id` (of `nodes`, in id order) lead root: it calls elections until it wins.
+async fn lead_root(nodes: &[Arc<Replicas>], id: NodeId) {
+    let root = nodes[id as usize - 1].root().clone();
+    eventually("the chosen node leads root", || {
+        let root = root.clone();
+        async move {
+            if root.wait_leader(WAIT).await.ok() == Some(id) {
+                return true;
+            }
+            let _ = root.raft().trigger().elect().await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            root.wait_leader(WAIT).await.ok() == Some(id)
+        }
+    })
+    .await;
+}
+
+/// Three nodes with bucket `b` in root and root's sha1s from 0x80 on split off to a FileDB
+/// group on nodes 2 and 3.
+async fn bucket_b_split_at_0x80() -> (
+    tempfile::TempDir,
+    Arc<Loopback>,
+    Vec<Arc<Replicas>>,
+    crate::groups::ShardMap,
+    GroupId,
+) {
+    let (dir, net, nodes) = three_nodes().await;
+    let root = nodes[0].root().clone();
+    root.wait_leader(WAIT).await.unwrap();
+    execute(
+        &root,
+        Command::CreateBucket {
+            bucket: "b".into(),
+            created_ms: 1,
+        },
+    )
+    .await
+    .unwrap();
+    let (map, filedb) = split_filedb_at_0x80(&nodes).await;
+    (dir, net, nodes, map, filedb)
+}
+
 async fn split_filedb_at_0x80(nodes: &[Arc<Replicas>]) -> (crate::groups::ShardMap, GroupId) {
     use crate::groups::{ShardMap, SplitAt};
     let (map, filedb) = ShardMap::single(vec![1, 2, 3])
@@ -691,18 +733,7 @@ async fn cross_group_references_settle_through_the_leaders_work() {
     };
     // Node 1 leads root, so that its outbox is drained from a node that holds no replica of
     // the FileDB group, and it can stop while the FileDB group keeps its two replicas.
-    eventually("node 1 leads root", || {
-        let root = root.clone();
-        async move {
-            if root.wait_leader(WAIT).await.ok() == Some(1) {
-                return true;
-            }
-            let _ = root.raft().trigger().elect().await;
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            root.wait_leader(WAIT).await.ok() == Some(1)
-        }
-    })
-    .await;
+    lead_root(&nodes, 1).await;
     // 60 writes over 8 keys through every node: every fifth stops after its reference,
     // every seventh key is deleted after its write.
     let mut stalled = Vec::new();
@@ -837,19 +868,8 @@ async fn writes_routed_by_the_map_take_their_reference_where_the_content_lives()
     };
     use placement::{Magic, Sha1};
 
-    let (_dir, net, nodes) = three_nodes().await;
+    let (_dir, net, nodes, map, filedb) = bucket_b_split_at_0x80().await;
     let root = nodes[0].root().clone();
-    root.wait_leader(WAIT).await.unwrap();
-    execute(
-        &root,
-        Command::CreateBucket {
-            bucket: "b".into(),
-            created_ms: 1,
-        },
-    )
-    .await
-    .unwrap();
-    let (map, filedb) = split_filedb_at_0x80(&nodes).await;
 
     let m = |n: u32| Magic::new(n).unwrap();
     let put = |bucket: &str, key: &str, content: u8, magic: u32, source, precondition| {
@@ -1239,7 +1259,10 @@ async fn a_split_goes_on_after_roots_leader_stops_in_the_middle_of_its_copy() {
         ..config(id)
     };
     let (dir, net, mut nodes) = three_nodes_with(slow).await;
-    let leader = nodes[0].root().wait_leader(WAIT).await.unwrap();
+    // The new group goes on the two least loaded nodes, 1 and 2: one of them must lead
+    // root for its stop to cut both the copy and the new group's quorum.
+    let leader = 1;
+    lead_root(&nodes, leader).await;
     let contents = fill_all_over(&nodes[0]).await;
     let before = records(&nodes[2], &contents).await;
     let rows_above = rows_in(nodes[0].root().store(), ([0x80; 20], None));
@@ -1804,5 +1827,144 @@ fn read_queries_and_answers_round_trip() {
             postcard::from_bytes::<Result<ReadAnswer, crate::MetaError>>(&bytes).unwrap(),
             answer
         );
+    }
+}
+
+/// The audit on real Rafts, root keeping the keys and the sha1s below 0x80 and a FileDB
+/// group on nodes 2 and 3 the rest: objects through every node, native references and a
+/// reference pending with no entry audit clean; then a hand edit on every replica (a record counting one reference too
+/// many in root, one too few in the FileDB group) is found by both reads of a pass and
+/// confirmed: the leak reported, the danger marked DO_NOT_DELETE, which the next pass
+/// counts as marked and leaves alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_audit_finds_a_leak_and_marks_a_danger_across_groups() {
+    use crate::audit::Kind;
+    use crate::{ContentSource, NewObject};
+    use placement::{Magic, Sha1};
+
+    let (_dir, _net, nodes, _, filedb) = bucket_b_split_at_0x80().await;
+    let m = |n: u32| Magic::new(n).unwrap();
+    // Two objects of each content, through every node; two native references.
+    for (i, content) in [0x10u8, 0x20, 0x90, 0xa0].into_iter().enumerate() {
+        for copy in 0..2u32 {
+            let key = format!("k{i}-{copy}");
+            let put = Command::PutObject {
+                bucket: "b".into(),
+                key: key.clone(),
+                object: NewObject::new(Sha1([content; 20]), m(7 + copy), 1, 0, [content; 16]),
+                source: ContentSource::Stored(PairId(0)),
+                now_secs: now_ms() / 1000,
+                precondition: None,
+            };
+            let via = &nodes[(i + copy as usize) % 3];
+            retried(|| via.execute_at("b", &key, put.clone())).await;
+        }
+    }
+    for content in [0x30u8, 0xb0] {
+        retried(|| nodes[1].insert_or_inc(Sha1([content; 20]), m(3), PairId(0))).await;
+    }
+    // A third object of 0x90, deleted: its dec goes through root's outbox to the FileDB
+    // group (owed, then applied and `Released`, then dropped): counted once throughout.
+    let put = Command::PutObject {
+        bucket: "b".into(),
+        key: "gone".into(),
+        object: NewObject::new(Sha1([0x90; 20]), m(9), 1, 0, [0x90; 16]),
+        source: ContentSource::Existing,
+        now_secs: now_ms() / 1000,
+        precondition: None,
+    };
+    retried(|| nodes[0].execute_at("b", "gone", put.clone())).await;
+    let delete = Command::DeleteObject {
+        bucket: "b".into(),
+        key: "gone".into(),
+        now_secs: now_ms() / 1000,
+    };
+    retried(|| nodes[0].execute(delete.clone())).await;
+    let mut in_flight = Vec::new();
+    for _ in 0..20 {
+        let r = nodes[0].audit(false).await.unwrap();
+        assert_eq!((r.confirmed, r.unconfirmed), (0, 0), "{r:?}");
+        in_flight.push(r.in_flight);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        in_flight.last(),
+        Some(&0),
+        "the dec was drained: {in_flight:?}"
+    );
+    let clean = nodes[2].audit(true).await.unwrap();
+    assert_eq!(
+        (
+            clean.contents,
+            clean.references,
+            clean.confirmed,
+            clean.unconfirmed
+        ),
+        (6, 10, 0, 0),
+        "{clean:?}"
+    );
+    // A gateway stopped between its reference and its entry: FileDB counts the pending
+    // reference, and so does the audit (in flight), until the reconciler releases it.
+    let orphan = Command::RefInc {
+        sha1: Sha1([0x90; 20]),
+        magic: m(11),
+        ref_id: 77,
+        pair: None,
+        bucket: "b".into(),
+        key: "never-written".into(),
+        deadline_ms: now_ms() + 3_600_000,
+        now_ms: now_ms(),
+    };
+    retried(|| nodes[0].execute(orphan.clone())).await;
+    let pending = nodes[0].audit(true).await.unwrap();
+    assert_eq!(
+        (pending.references, pending.in_flight, pending.confirmed),
+        (11, 1, 0),
+        "{pending:?}"
+    );
+
+    // The same hand edit on every replica of each group.
+    let edit = |store: &crate::MetaStore, content: u8, refs: u32| {
+        use crate::tables::FILES;
+        let sha1 = Sha1([content; 20]);
+        let mut rec = store.file(&sha1).unwrap().unwrap();
+        rec.refs = refs;
+        let db = store.db();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(FILES)
+            .unwrap()
+            .insert(sha1.0, rec.encode_checked(&sha1).unwrap())
+            .unwrap();
+        txn.commit().unwrap();
+    };
+    for node in &nodes {
+        edit(node.root().store(), 0x20, 3);
+        if let Some(g) = node.get(filedb) {
+            edit(g.store(), 0xa0, 1);
+        }
+    }
+    let found = nodes[0].audit(true).await.unwrap();
+    let kinds: Vec<(u8, Kind)> = found
+        .findings
+        .iter()
+        .map(|f| (f.sha1.0[0], f.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![(0x20, Kind::Leak), (0xa0, Kind::Danger)],
+        "{found:?}"
+    );
+    assert_eq!(found.marked, vec![Sha1([0xa0; 20])]);
+    let marked = retried(|| nodes[0].file(Sha1([0xa0; 20]))).await.unwrap();
+    assert!(marked.do_not_delete(), "{marked:?}");
+    let again = nodes[1].audit(true).await.unwrap();
+    assert_eq!(
+        (again.confirmed, again.do_not_delete, again.marked.len()),
+        (1, 1, 0),
+        "{again:?}"
+    );
+    assert_eq!(again.findings[0].kind, Kind::Leak);
+    for node in &nodes {
+        node.shutdown().await;
     }
 }

@@ -54,6 +54,27 @@ impl MetaStore {
             || txn.open_table(OUTBOX)?.get(at)?.is_some())
     }
 
+    /// The references this group's index names in `slice`, with those in flight that
+    /// `filedb` still counts (the audit; one read transaction).
+    pub fn index_refs(
+        &self,
+        slice: &crate::audit::Slice,
+        filedb: &crate::audit::FileDbRefs,
+    ) -> Result<crate::audit::IndexRefs, MetaError> {
+        let txn = self.db().begin_read()?;
+        crate::audit::index_refs(&txn, slice, filedb)
+    }
+
+    /// The index's entries that may name content (objects, versions, parts): the tables'
+    /// lengths, no scan.
+    pub fn index_entries(&self) -> Result<u64, MetaError> {
+        use redb::ReadableTableMetadata as _;
+        let txn = self.db().begin_read()?;
+        Ok(txn.open_table(crate::tables::OBJECTS)?.len()?
+            + txn.open_table(crate::tables::VERSIONS)?.len()?
+            + txn.open_table(crate::tables::PARTS)?.len()?)
+    }
+
     /// The FileDB records this group holds (the table's length: no scan).
     pub fn files_count(&self) -> Result<u64, MetaError> {
         use redb::ReadableTableMetadata as _;
