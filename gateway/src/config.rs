@@ -128,7 +128,7 @@ impl Switch {
 }
 
 /// The `[cluster]` section: the same settings as `--node-id`, `--peers`, `--snapshot-logs`,
-/// `--election-timeout-ms`, `--replication-factor`, `--group-split-files`.
+/// `--election-timeout-ms`, `--replication-factor`, `--group-split-files`, ...
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSection {
@@ -146,6 +146,8 @@ pub struct ClusterSection {
     pub replication_factor: Option<u64>,
     /// As `--group-split-files`.
     pub group_split_files: Option<u64>,
+    /// As `--group-split-ops`.
+    pub group_split_ops: Option<u64>,
     /// As `--no-rebalance`.
     pub no_rebalance: Option<bool>,
     /// As `--ref-deadline-ms`.

@@ -236,6 +236,10 @@ settings! {
     /// FileDB records a metadata group holds before its leader splits it in two
     /// [default: 5000000000, a group of 256 GiB per replica]
     [cluster] group_split_files: u64 = meta::raft::GROUP_SPLIT_FILES_DEFAULT;
+    /// FileDB operations per second a metadata group may apply, over a minute, before
+    /// its leader splits it where that divides the load (in a cluster of more than one
+    /// node; never for one hot content); 0: never [default: 2000]
+    [cluster] group_split_ops: u64 = meta::raft::GROUP_SPLIT_OPS_DEFAULT;
     /// Leave the metadata groups' replicas where they are: no automatic moves evening
     /// them out over the nodes (a node added then receives none; `admin groups move`
     /// still moves them) [default: off]
@@ -465,6 +469,8 @@ impl Settings {
             replication_factor: self.replication_factor()?,
             split_page_rows: meta::handoff::ROWS_MAX,
             group_split_files: self.group_split_files,
+            group_split_ops: self.group_split_ops,
+            split_rate_window_ms: meta::raft::SPLIT_RATE_WINDOW_MS_DEFAULT,
             rebalance: !self.no_rebalance,
         }))
     }
@@ -622,6 +628,7 @@ mod tests {
         assert_eq!((d.snapshot_logs, d.election_timeout_ms), (20_000, 500));
         assert_eq!(d.replication_factor, 3);
         assert_eq!(d.group_split_files, 5_000_000_000);
+        assert_eq!(d.group_split_ops, 2_000);
         assert_eq!((d.job_chunk_keys, d.job_pause_ms), (200, 5));
     }
 

@@ -680,6 +680,25 @@ impl Command {
         }
     }
 
+    /// Calls `f` with the content of each FileDB operation the command is (what a split
+    /// of the group's sha1 space would move away): a command about one content or a
+    /// write that references one in place is one, a batch (`Settle`, `DecBatch`) one per
+    /// reference, the rest none.
+    pub fn for_each_filedb_op(&self, mut f: impl FnMut(&Sha1)) {
+        match self {
+            Command::Settle { settles, .. } => settles.iter().for_each(|s| f(&Sha1(s.sha1))),
+            Command::DecBatch { decs, .. } => decs.iter().for_each(|d| f(&Sha1(d.sha1))),
+            other => {
+                if let Some(sha1) = other
+                    .filedb_sha1()
+                    .or_else(|| other.content_reference().map(|c| c.sha1))
+                {
+                    f(&sha1);
+                }
+            }
+        }
+    }
+
     /// `command` (a write of `bucket/key`) with `tags` on what it writes: under
     /// [`Command::Tagged`] when there are some, else as it is (the command every release
     /// knows).

@@ -175,6 +175,9 @@ fn cluster(t: &mut Example, d: &Settings) {
     t.example("replication_factor", &d.replication_factor);
     t.comment("FileDB records a metadata group holds before its leader splits it in two.");
     t.example("group_split_files", &d.group_split_files);
+    t.comment("FileDB operations per second a group may apply over a minute before it splits");
+    t.comment("where that divides the load (a cluster only; 0: never).");
+    t.example("group_split_ops", &d.group_split_ops);
     t.comment("Leave the groups' replicas where they are (no automatic moves between nodes).");
     t.example("no_rebalance", &d.no_rebalance);
     t.comment("How long a cross-group write's reference may stay pending (ms, at least 1000),");

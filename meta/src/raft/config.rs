@@ -57,6 +57,15 @@ pub const REPLICATION_FACTOR_MAX: u64 = 7;
 /// at 53.7 bytes per record on disk (S5) holds 5.1 × 10⁹ records; rounded down.
 pub const GROUP_SPLIT_FILES_DEFAULT: u64 = 5_000_000_000;
 
+/// FileDB operations per second a group may sustain over [`SPLIT_RATE_WINDOW_MS_DEFAULT`]
+/// before its leader plans its split (`--group-split-ops`, 0: never), from the arithmetic
+/// of `docs/scaling.md`: a group commits about G = 4 000 operations per second (S6), and
+/// headroom 2 keeps half of that for a leader change's or a split's backlog.
+pub const GROUP_SPLIT_OPS_DEFAULT: u64 = 2_000;
+/// The window over which a group's rate of FileDB operations is measured: long enough
+/// that a burst does not split a group, which is for good.
+pub const SPLIT_RATE_WINDOW_MS_DEFAULT: u64 = 60_000;
+
 /// How this node takes part in a group.
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
@@ -78,6 +87,10 @@ pub struct ClusterConfig {
     pub replication_factor: u64,
     /// See [`GROUP_SPLIT_FILES_DEFAULT`].
     pub group_split_files: u64,
+    /// See [`GROUP_SPLIT_OPS_DEFAULT`].
+    pub group_split_ops: u64,
+    /// See [`SPLIT_RATE_WINDOW_MS_DEFAULT`] (tests make it short).
+    pub split_rate_window_ms: u64,
     /// Rows per page of a split's copy, at most [`crate::handoff::ROWS_MAX`] (the
     /// default); tests make it small, so that a crash lands in the middle of a copy.
     pub split_page_rows: u32,
@@ -102,6 +115,8 @@ impl ClusterConfig {
             replication_factor: REPLICATION_FACTOR_DEFAULT,
             split_page_rows: crate::handoff::ROWS_MAX,
             group_split_files: GROUP_SPLIT_FILES_DEFAULT,
+            group_split_ops: GROUP_SPLIT_OPS_DEFAULT,
+            split_rate_window_ms: SPLIT_RATE_WINDOW_MS_DEFAULT,
             rebalance: true,
         }
     }

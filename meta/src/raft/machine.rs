@@ -399,6 +399,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     {
         let entries: Vec<_> = entries.into_iter().collect();
         let count = entries.len() as u64;
+
         self.entries_since_checkpoint += count;
         let durable = self.last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL
             || self.entries_since_checkpoint >= CHECKPOINT_ENTRIES;
@@ -406,6 +407,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let meta = self.meta.clone();
         let (last, membership) = (self.last_applied, self.membership.clone());
         let applied = tokio::task::spawn_blocking(move || {
+            let commands = entries.iter().flat_map(|e| match &e.payload {
+                EntryPayload::Normal(batch) => batch.0.as_slice(),
+                _ => &[],
+            });
+            meta.count_filedb_ops(commands);
             let applied = Self::apply_blocking(&db, entries, last, membership, durable)?;
             // Before the results go back: a client told its key was created or deleted
             // finds it so on this node's next request.

@@ -138,6 +138,9 @@ pub struct Replicas {
     /// bringing it here and the replica is not a member yet). Calls go to the group's
     /// leader from outside; a leaving replica would refuse them once removed.
     passing: RwLock<std::collections::BTreeSet<GroupId>>,
+    /// Per group this node leads: when its rate window began, and the FileDB operations
+    /// applied then (see `split::split_when_full`).
+    rate_windows: std::sync::Mutex<BTreeMap<GroupId, (Instant, u64)>>,
     /// The tasks that work on the replicas: the map's follower ([`follow_map`]), the
     /// cross-group rounds (`reconciler.rs`); stopped at shutdown.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -373,6 +376,7 @@ impl Replicas {
             opening: tokio::sync::Mutex::new(()),
             map: RwLock::new(None),
             passing: RwLock::new(Default::default()),
+            rate_windows: Default::default(),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
         replicas.keep_task(tokio::spawn(follow_map(Arc::downgrade(&replicas))));
@@ -417,6 +421,45 @@ impl Replicas {
     /// [`ClusterConfig::group_split_files`]).
     pub fn group_split_files(&self) -> u64 {
         self.cluster.group_split_files
+    }
+
+    /// FileDB operations per second over a window past which a group splits (0: never;
+    /// [`ClusterConfig::group_split_ops`]), and the window.
+    pub fn group_split_rate(&self) -> (u64, Duration) {
+        (
+            self.cluster.group_split_ops,
+            Duration::from_millis(self.cluster.split_rate_window_ms.max(1)),
+        )
+    }
+
+    /// The rate window of group `id` this node leads: the window begun (when, FileDB
+    /// operations applied then) if it is over, replaced by one beginning now at `ops`;
+    /// none while it runs. A group this node starts leading begins a window.
+    pub(super) fn rate_window(
+        &self,
+        id: GroupId,
+        ops: u64,
+        window: Duration,
+    ) -> Option<(Instant, u64)> {
+        let now = Instant::now();
+        let mut windows = self
+            .rate_windows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let begun = *windows.entry(id).or_insert((now, ops));
+        if now.duration_since(begun.0) < window {
+            return None;
+        }
+        windows.insert(id, (now, ops));
+        Some(begun)
+    }
+
+    /// Ends group `id`'s rate window: the next begins afresh.
+    pub(super) fn forget_rate_window(&self, id: GroupId) {
+        self.rate_windows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
     }
 
     /// Whether root's leader evens out the groups' replicas over the nodes (see

@@ -86,6 +86,8 @@ fn config(id: NodeId) -> ClusterConfig {
         replication_factor: 2,
         split_page_rows: crate::handoff::ROWS_MAX,
         group_split_files: crate::raft::GROUP_SPLIT_FILES_DEFAULT,
+        group_split_ops: 0,
+        split_rate_window_ms: 1_000,
         // The tests set the maps they check; `a_node_added_receives_its_share` turns it on.
         rebalance: false,
     }
@@ -1733,11 +1735,8 @@ async fn a_node_added_receives_its_share_of_the_replicas() {
         panic!("node 4 holds a replica: {left:?}");
     };
     assert_eq!(groups.len(), 1);
-    assert_eq!(
-        nodes[0].root().status().leaving,
-        vec![4],
-        "listed as leaving"
-    );
+    let leaving = nodes[0].root().read(|s| s.leaving()).await.unwrap();
+    assert_eq!(leaving, [4].into(), "listed as leaving");
     let refused = nodes[0].plan_move(groups[0], 4, 4).await;
     assert!(
         matches!(refused, Err(MetaError::InvalidCommand(_))),
@@ -1964,6 +1963,76 @@ async fn the_audit_finds_a_leak_and_marks_a_danger_across_groups() {
         "{again:?}"
     );
     assert_eq!(again.findings[0].kind, Kind::Leak);
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+/// A group splits by its rate of FileDB operations, where the split shares the load:
+/// with a bound of 20 per second over a one-second window, increments as fast as they
+/// commit, for 3 s each: a single node keeps its one group (a split would spread
+/// nothing); three nodes keep it too while one content takes all the load (a split would
+/// move the load, not share it); three nodes split it when the load is spread over 64
+/// contents, between them, and split no more once the writes stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_busy_group_splits_by_its_rate_where_that_shares_the_load() {
+    use placement::{Magic, Sha1};
+    let busy = |id| ClusterConfig {
+        group_split_ops: 20,
+        split_rate_window_ms: 1_000,
+        ..config(id)
+    };
+    let m = Magic::new(1).unwrap();
+    // Increments through `node` for 3 s over `contents` in turn, as fast as they commit.
+    let hammer = |node: Arc<Replicas>, contents: Vec<u8>| async move {
+        for &c in &contents {
+            retried(|| node.insert_or_inc(Sha1([c; 20]), m, PairId(0))).await;
+        }
+        let (start, mut done) = (tokio::time::Instant::now(), 0usize);
+        while start.elapsed() < Duration::from_secs(3) {
+            let c = contents[done % contents.len()];
+            retried(|| node.inc(Sha1([c; 20]), m)).await;
+            done += 1;
+        }
+        println!("{done} increments in 3 s over {} contents", contents.len());
+    };
+    let spread: Vec<u8> = (0..64u8).map(|i| i * 4 + 1).collect();
+    let version = |node: &Arc<Replicas>| {
+        let node = node.clone();
+        async move { node.refresh_map().await.unwrap().map_or(1, |m| m.version) }
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let net = Arc::new(Loopback::default());
+    let one = start_with(dir.path(), busy(1), BTreeMap::from([(1, addr(1))]), &net).await;
+    one.root().wait_leader(WAIT).await.unwrap();
+    hammer(one.clone(), spread.clone()).await;
+    assert_eq!(version(&one).await, 1, "one node keeps one group");
+    one.shutdown().await;
+
+    let (_dir, _net, nodes) = three_nodes_with(busy).await;
+    nodes[0].root().wait_leader(WAIT).await.unwrap();
+    hammer(nodes[1].clone(), vec![0xe1]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(version(&nodes[0]).await, 1, "one hot content: no split");
+
+    hammer(nodes[1].clone(), spread).await;
+    wait_map_version(&nodes, 2).await;
+    // A window that began while the writes ran may still split once.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let at_rest = nodes[0].refresh_map().await.unwrap().unwrap();
+    println!(
+        "map version {} with {} FileDB intervals",
+        at_rest.version,
+        at_rest.filedb_intervals().count()
+    );
+    assert!(at_rest.filedb_intervals().count() >= 2, "{at_rest:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = nodes[0].refresh_map().await.unwrap().unwrap();
+    assert_eq!(
+        later.version, at_rest.version,
+        "no split at rest: {later:?}"
+    );
     for node in &nodes {
         node.shutdown().await;
     }

@@ -460,9 +460,12 @@ async fn step(
 }
 
 /// The leader of a FileDB group (root included) that holds more than
-/// `--group-split-files` records plans its split at the middle of its first interval,
-/// unless a split is under way (one at a time, and this group's rows not yet dropped
-/// after its last).
+/// `--group-split-files` records, or that applied more than `--group-split-ops` FileDB
+/// operations per second over a whole rate window, plans its split at the middle of its
+/// first interval, unless a split is under way (one at a time, and this group's rows not
+/// yet dropped after its last). The rate counts only in a cluster of more than one node:
+/// a split pays off where the new group's leader can be on other cores, and on one node
+/// it would only make each PUT two commands.
 pub(super) async fn split_when_full(
     r: &Replicas,
     map: &ShardMap,
@@ -475,18 +478,53 @@ pub(super) async fn split_when_full(
     let (files, handoff) = meta
         .read_local(|s| Ok((s.files_count()?, s.handoff()?)))
         .await?;
-    if files <= r.group_split_files() || handoff.is_some() {
+    if handoff.is_some() {
+        // The load measured so far includes what the split took away.
+        r.forget_rate_window(id);
+        return Ok(());
+    }
+    let (ops_max, window) = r.group_split_rate();
+    let busy = ops_max > 0
+        && r.root().status().nodes.len() > 1
+        && r.rate_window(id, meta.store().filedb_ops(), window)
+            .is_some_and(|(since, ops)| {
+                let rate = meta.store().filedb_ops().saturating_sub(ops) as f64
+                    / since.elapsed().as_secs_f64().max(f64::EPSILON);
+                rate > ops_max as f64
+            });
+    // Where the load divides (none: one content takes most of it, and a split would
+    // move the load, not share it).
+    let at = if busy {
+        meta.store()
+            .load_split_point()
+            .filter(|at| inside(map, id, at))
+    } else {
+        None
+    };
+    if files <= r.group_split_files() && at.is_none() {
         return Ok(());
     }
     if r.root().read_local(|s| s.planned_map()).await?.is_some() {
         return Ok(());
     }
-    tracing::info!(group = id, files, "the group passed its size: splitting it");
-    match r.plan_split(id, None).await {
+    tracing::info!(
+        group = id,
+        files,
+        busy,
+        "the group passed its size or its rate of FileDB operations: splitting it"
+    );
+    match r.plan_split(id, at).await {
         // Another change of the map came first: the next round looks again.
         Ok(_) | Err(MetaError::ShardMapVersion { .. }) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Whether `at` lies inside one of `id`'s sha1 intervals, past its start (a split there
+/// leaves the group something).
+fn inside(map: &ShardMap, id: GroupId, at: &[u8; 20]) -> bool {
+    map.filedb_intervals()
+        .any(|(start, end, g)| g == id && start < *at && end.is_none_or(|end| *at < end))
 }
 
 /// Root's leader, with no change of the map under way: plans the first move of

@@ -11,6 +11,7 @@ mod cross;
 mod files;
 mod jobs;
 mod lifecycle;
+pub mod load;
 mod objects;
 mod pairs;
 mod uploads;
@@ -41,6 +42,9 @@ pub struct MetaStore {
     /// The `keys` table in memory, reloaded by [`MetaStore::reload_keys`] whenever a
     /// command changed it or the database was replaced.
     keys: keys::KeyCache,
+    /// The FileDB operations this replica applied ([`load`]): a group's leader splits it
+    /// when their rate stays high (`raft/split.rs`).
+    load: std::sync::Mutex<load::Load>,
 }
 
 impl MetaStore {
@@ -52,6 +56,7 @@ impl MetaStore {
             path: path.to_path_buf(),
             db: RwLock::new(Arc::new(db)),
             keys: keys::KeyCache::default(),
+            load: Default::default(),
         };
         store.reload_keys()?;
         Ok(store)
@@ -198,6 +203,34 @@ impl MetaStore {
         let restored = dir.join("restored.redb");
         raft::snapshot::load(&file, &restored).unwrap();
         MetaStore::open(&restored).unwrap()
+    }
+
+    /// FileDB operations this store has applied since the process started.
+    pub fn filedb_ops(&self) -> u64 {
+        self.load
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .total()
+    }
+
+    /// Where the recent FileDB operations divide in two (see [`load::Load::split_point`]).
+    pub fn load_split_point(&self) -> Option<[u8; 20]> {
+        self.load
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .split_point()
+    }
+
+    /// Counts the FileDB operations of `commands`, applied (the state machine, after each
+    /// batch).
+    pub(crate) fn count_filedb_ops<'c>(&self, commands: impl Iterator<Item = &'c Command>) {
+        let mut load = self
+            .load
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for cmd in commands {
+            cmd.for_each_filedb_op(|sha1| load.count(sha1));
+        }
     }
 
     /// The nodes leaving the cluster (root only; `SetLeaving`).
