@@ -1,8 +1,10 @@
 //! The replicated-metadata figures (`--only raft`):
 //!
 //! - 64 KiB unique PUT and native inc/dec, 32 connections, with one node before replication
-//!   (a baseline binary), one node on the Raft log, and three nodes (requests spread
-//!   round-robin over them), in interleaved rounds on fresh folders: median and range.
+//!   (a baseline binary), one node on the Raft log, three nodes (requests spread
+//!   round-robin over them), and three nodes whose FileDB is split into four groups
+//!   (`admin groups split` three times before the clock starts; leaders spread over the
+//!   nodes), in interleaved rounds on fresh folders: median and range.
 //! - Election time after `kill -9` and after SIGSTOP of the leader of three nodes, and
 //!   the elections a follower paused then resumed (a healed partition) causes, over
 //!   repeated trials.
@@ -152,6 +154,7 @@ enum Setup {
     Baseline,
     One,
     Three,
+    ThreeGroups,
 }
 
 impl Setup {
@@ -160,9 +163,16 @@ impl Setup {
             Setup::Baseline => "1 node, before replication (baseline)",
             Setup::One => "1 node, Raft",
             Setup::Three => "3 nodes, Raft (requests round-robin)",
+            Setup::ThreeGroups => "3 nodes, FileDB in 4 groups (requests round-robin)",
         }
     }
 }
+
+/// The FileDB groups of [`Setup::ThreeGroups`]: root's sha1 space split at 0x80, then
+/// each half at its middle.
+const SPLITS: [(u64, u64); 3] = [(0, 2), (0, 3), (1, 4)];
+/// Bound on one split's commit (a few rows: well under a second).
+const SPLIT_LIMIT: Duration = Duration::from_secs(60);
 
 struct Round {
     put: Outcome,
@@ -194,7 +204,7 @@ async fn rates(
             "no --baseline-bin (or BASELINE_GATEWAY_BIN): a gateway built from commit 0a3ad8b, see bench/README.md".into(),
         ),
     }
-    setups.extend([Setup::One, Setup::Three]);
+    setups.extend([Setup::One, Setup::Three, Setup::ThreeGroups]);
     let bodies = workloads::bodies(rng, plan.put_count, SMALL);
     // results[setup][round]: None where that round failed.
     let mut results: Vec<Vec<Option<Round>>> = setups.iter().map(|_| Vec::new()).collect();
@@ -291,6 +301,26 @@ async fn rates(
             "1 node",
         );
     }
+    if let (Some(three), Some(groups)) = (of(Setup::Three), of(Setup::ThreeGroups)) {
+        ratio_row(
+            report,
+            "64 KiB PUT: 3 nodes, 4 FileDB groups / 1 group",
+            groups,
+            three,
+            put,
+            0.0,
+            "3 nodes, 1 group",
+        );
+        ratio_row(
+            report,
+            "inc/dec: 3 nodes, 4 FileDB groups / 1 group",
+            groups,
+            three,
+            incdec,
+            0.0,
+            "3 nodes, 1 group",
+        );
+    }
 }
 
 /// One setup of one round, on fresh folders.
@@ -310,6 +340,7 @@ async fn round(
         Setup::Baseline => "base",
         Setup::One => "raft1",
         Setup::Three => "raft3",
+        Setup::ThreeGroups => "raft3g",
     })?;
     let root = scratch.path();
     let (put, (inc, dec)) = match setup {
@@ -334,9 +365,12 @@ async fn round(
             .await?;
             (put, incdec)
         }
-        Setup::Three => {
+        Setup::Three | Setup::ThreeGroups => {
             let mut cl = tokio::task::block_in_place(|| Cluster::start(bin, root, 3, &mut rng))?;
             cl.wait_leader(LEADER_LIMIT, None).await?;
+            if setup == Setup::ThreeGroups {
+                split_filedb(&cl).await?;
+            }
             workloads::warm_up(&cl.nodes[0].s3, BUCKET, true).await?;
             // Every node takes a PUT (its PairDB is loaded) before the clock starts.
             for n in &cl.nodes {
@@ -361,6 +395,44 @@ async fn round(
     inc.check("native inc")?;
     dec.check("native dec")?;
     Ok(Round { put, inc, dec })
+}
+
+/// Splits the FileDB of `cl` into four groups ([`SPLITS`]), each split committed on
+/// node 1 before the next is asked. A new cluster runs the first metadata format until
+/// its leader has asked every member (a few seconds): a split is asked again until then.
+async fn split_filedb(cl: &Cluster) -> Result<(), String> {
+    let admin = &cl.nodes[0].admin;
+    for (group, version) in SPLITS {
+        let deadline = Instant::now() + SPLIT_LIMIT;
+        loop {
+            let body = Bytes::from(format!("{{\"group\": {group}}}"));
+            match admin
+                .send_ok(Method::POST, "/_admin/groups/split", &[], body, true)
+                .await
+            {
+                Ok(_) => break,
+                Err(e) if e.contains("503") && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(format!("groups split {group}: {e}")),
+            }
+        }
+        loop {
+            let r = admin
+                .send_ok(Method::GET, "/_admin/groups", &[], Bytes::new(), true)
+                .await?;
+            let v: serde_json::Value =
+                serde_json::from_slice(&r.head).map_err(|e| format!("/_admin/groups: {e}"))?;
+            if v["version"].as_u64() == Some(version) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("split of group {group} not committed: {v}"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
 }
 
 fn lat_us(x: f64) -> String {
