@@ -34,6 +34,7 @@ pub mod proposer;
 pub mod reconciler;
 pub mod replicas;
 pub mod route;
+pub mod settler;
 pub mod snapshot;
 pub mod split;
 

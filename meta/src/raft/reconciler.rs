@@ -52,6 +52,7 @@ const PENDING_PER_ROUND: usize = 1024;
 pub fn start(replicas: &Arc<Replicas>) {
     let task = tokio::spawn(run(Arc::downgrade(replicas)));
     replicas.keep_task(task);
+    super::settler::start(replicas);
 }
 
 /// Runs a round every [`ROUND_INTERVAL`] until the replicas are dropped.

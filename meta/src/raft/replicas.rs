@@ -141,6 +141,8 @@ pub struct Replicas {
     /// Per group this node leads: when its rate window began, and the FileDB operations
     /// applied then (see `split::split_when_full`).
     rate_windows: std::sync::Mutex<BTreeMap<GroupId, (Instant, u64)>>,
+    /// Where cross-group writes leave their references to confirm (`settler.rs`).
+    settler: std::sync::OnceLock<super::settler::Queue>,
     /// The tasks that work on the replicas: the map's follower ([`follow_map`]), the
     /// cross-group rounds (`reconciler.rs`); stopped at shutdown.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -377,6 +379,7 @@ impl Replicas {
             map: RwLock::new(None),
             passing: RwLock::new(Default::default()),
             rate_windows: Default::default(),
+            settler: std::sync::OnceLock::new(),
             tasks: std::sync::Mutex::new(Vec::new()),
         });
         replicas.keep_task(tokio::spawn(follow_map(Arc::downgrade(&replicas))));
@@ -452,6 +455,19 @@ impl Replicas {
         }
         windows.insert(id, (now, ops));
         Some(begun)
+    }
+
+    /// Sets the settler's queue; false if one was set already.
+    pub(super) fn set_settler(&self, queue: super::settler::Queue) -> bool {
+        self.settler.set(queue).is_ok()
+    }
+
+    /// Leaves the reference `ref_id` on `sha1`, whose entry was written, for the settler
+    /// to confirm (none running, or its queue full: the reconciler settles it later).
+    pub(super) fn settle_later(&self, sha1: Sha1, ref_id: u64) {
+        if let Some(queue) = self.settler.get() {
+            let _ = queue.try_send((sha1, ref_id));
+        }
     }
 
     /// Ends group `id`'s rate window: the next begins afresh.

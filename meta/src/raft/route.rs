@@ -129,7 +129,10 @@ async fn across(
         command: Box::new(cmd.clone()),
     };
     match replicas.send_on(map, index, write).await {
-        Ok(response) => Ok(response),
+        Ok(response) => {
+            replicas.settle_later(content.sha1, ref_id);
+            Ok(response)
+        }
         // The outcome is unknown: the entry may exist. The reconciler decides.
         Err(e @ MetaError::Unavailable(_)) => Err(e),
         // Refused (a precondition, no bucket, a fence, a moved range): the reference goes

@@ -484,23 +484,20 @@ pub(super) async fn split_when_full(
         return Ok(());
     }
     let (ops_max, window) = r.group_split_rate();
-    let busy = ops_max > 0
-        && r.root().status().nodes.len() > 1
-        && r.rate_window(id, meta.store().filedb_ops(), window)
-            .is_some_and(|(since, ops)| {
-                let rate = meta.store().filedb_ops().saturating_sub(ops) as f64
-                    / since.elapsed().as_secs_f64().max(f64::EPSILON);
-                rate > ops_max as f64
-            });
-    // Where the load divides (none: one content takes most of it, and a split would
-    // move the load, not share it).
-    let at = if busy {
-        meta.store()
-            .load_split_point()
-            .filter(|at| inside(map, id, at))
+    let ended = if ops_max > 0 && r.root().status().nodes.len() > 1 {
+        r.rate_window(id, meta.store().filedb_ops(), window)
     } else {
         None
     };
+    // At the end of each window: where that window's load divides (none: one content
+    // takes most of it, and a split would move the load, not share it), if it was busy.
+    let at = ended.and_then(|(since, ops)| {
+        let rate = meta.store().filedb_ops().saturating_sub(ops) as f64
+            / since.elapsed().as_secs_f64().max(f64::EPSILON);
+        let at = meta.store().take_load_split_point();
+        at.filter(|at| rate > ops_max as f64 && inside(map, id, at))
+    });
+    let busy = at.is_some();
     if files <= r.group_split_files() && at.is_none() {
         return Ok(());
     }

@@ -37,6 +37,14 @@ impl Load {
         self.total
     }
 
+    /// [`Load::split_point`] of the operations since the last call: the sample starts
+    /// afresh, so that each rate window's point comes from that window's operations.
+    pub fn take_split_point(&mut self) -> Option<[u8; 20]> {
+        let at = self.split_point();
+        self.recent.clear();
+        at
+    }
+
     /// The sha1 at which the recent operations divide in two, each side (below it, from
     /// it on) with at least a quarter of them; none if no such point exists (one content,
     /// or a few, take most of the load) or the sample is small.
@@ -97,5 +105,12 @@ mod tests {
         }
         assert_eq!(two.split_point(), Some(sha1(0xd0, 0).0));
         assert_eq!(Load::default().split_point(), None);
+        // Taken, the sample starts afresh: an old spread load does not split a hot one.
+        assert_eq!(two.take_split_point(), Some(sha1(0xd0, 0).0));
+        for _ in 0..100 {
+            two.count(&sha1(0x20, 0));
+        }
+        assert_eq!(two.take_split_point(), None);
+        assert_eq!(two.total(), 200);
     }
 }

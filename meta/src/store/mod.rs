@@ -213,12 +213,13 @@ impl MetaStore {
             .total()
     }
 
-    /// Where the recent FileDB operations divide in two (see [`load::Load::split_point`]).
-    pub fn load_split_point(&self) -> Option<[u8; 20]> {
+    /// Where the FileDB operations since the last call divide in two (see
+    /// [`load::Load::take_split_point`]).
+    pub fn take_load_split_point(&self) -> Option<[u8; 20]> {
         self.load
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .split_point()
+            .take_split_point()
     }
 
     /// Counts the FileDB operations of `commands`, applied (the state machine, after each
