@@ -55,6 +55,10 @@ const LEADER_ASK_TIMEOUT: Duration = Duration::from_millis(500);
 /// Bound on [`Replicas::send`] finding a leader of a group this node holds no replica of:
 /// an election's length, as a read waits one out.
 pub const SEND_BUDGET: Duration = Duration::from_secs(8);
+
+/// Where cross-group writes leave the references whose entries were written, for the
+/// settler (`settler.rs`) to confirm: (content, ref_id).
+pub(crate) type SettleQueue = tokio::sync::mpsc::Sender<(Sha1, u64)>;
 /// The pause between two tries of [`Replicas::send`] when no leader is named.
 const SEND_RETRY: Duration = Duration::from_millis(100);
 /// Bound on one membership change of a group (a learner's catch-up included: one longer
@@ -142,7 +146,7 @@ pub struct Replicas {
     /// applied then (see `split::split_when_full`).
     rate_windows: std::sync::Mutex<BTreeMap<GroupId, (Instant, u64)>>,
     /// Where cross-group writes leave their references to confirm (`settler.rs`).
-    settler: std::sync::OnceLock<super::settler::Queue>,
+    settler: std::sync::OnceLock<SettleQueue>,
     /// The tasks that work on the replicas: the map's follower ([`follow_map`]), the
     /// cross-group rounds (`reconciler.rs`); stopped at shutdown.
     tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -458,7 +462,7 @@ impl Replicas {
     }
 
     /// Sets the settler's queue; false if one was set already.
-    pub(super) fn set_settler(&self, queue: super::settler::Queue) -> bool {
+    pub(super) fn set_settler(&self, queue: SettleQueue) -> bool {
         self.settler.set(queue).is_ok()
     }
 

@@ -32,9 +32,6 @@ const QUEUE_MAX: usize = 65_536;
 /// How long a batch gathers confirmations after its first.
 const GATHER: Duration = Duration::from_millis(20);
 
-/// The sending end, held by the replicas.
-pub(crate) type Queue = mpsc::Sender<(Sha1, u64)>;
-
 /// Starts the settler of `replicas`.
 pub fn start(replicas: &Arc<Replicas>) {
     let (tx, rx) = mpsc::channel(QUEUE_MAX);
