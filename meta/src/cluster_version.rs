@@ -22,7 +22,8 @@
 //! and ACLs; 5 the shard map and the FileDB group's `ref_log`; 6 what a group owns and the
 //! index group's side of cross-group references (`ownership.rs`, `outbox.rs`); 7 a change
 //! of the map planned and carried out while serving (splits, moves); 8 the nodes leaving
-//! the cluster (`SetLeaving`) and the audit's alarm (`AuditMark`).
+//! the cluster (`SetLeaving`), the audit's alarm (`AuditMark`) and the cancel of a move
+//! (`CancelPlan`).
 
 use redb::WriteTransaction;
 
@@ -75,7 +76,9 @@ impl Command {
             | Command::DropHandedOff { .. }
             | Command::Ingest { .. }
             | Command::Seal { .. } => 7,
-            Command::SetLeaving { .. } | Command::AuditMark { .. } => 8,
+            Command::SetLeaving { .. } | Command::AuditMark { .. } | Command::CancelPlan { .. } => {
+                8
+            }
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

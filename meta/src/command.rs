@@ -579,6 +579,15 @@ pub enum Command {
         node: crate::groups::NodeId,
         leaving: bool,
     },
+    /// Root: cancels the move planned at `version` (`gateway admin groups cancel`). Not
+    /// `done`: marks it, and root's leader then reverses the membership steps it took;
+    /// `done`: drops the marked plan (the map stays as it is), and a `SetShardMap` of that
+    /// plan is refused until the next plan. A split's plan is refused (it runs to its
+    /// commit). Answers `MapVersion`. Format 8.
+    CancelPlan {
+        version: u64,
+        done: bool,
+    },
     /// The audit's alarm (`audit.rs`): FileDB counts fewer references to `sha1` than
     /// entries name it, confirmed over two passes. Sets DO_NOT_DELETE on its record if
     /// the record still has the `refs` and `magic` the audit read (a record that changed

@@ -21,6 +21,11 @@ pub const SHARD_MAP: TableDefinition<&str, &[u8]> = TableDefinition::new("shard_
 const KEY: &str = "map";
 const PLANNED: &str = "planned";
 const LEAVING: &str = "leaving";
+/// The version of the plan being cancelled (`CancelPlan`), little-endian.
+const CANCEL: &str = "cancel";
+/// The last plan cancelled: a driver that lost root's leadership may still try to commit
+/// it. Cleared by the next plan.
+const CANCELLED: &str = "cancelled";
 /// Format byte of the `"leaving"` row (postcard of the ascending node ids after it).
 const LEAVING_V1: u8 = 1;
 
@@ -98,9 +103,17 @@ fn read_key(
 pub fn apply_set(txn: &WriteTransaction, map: &ShardMap) -> Result<u64, MetaError> {
     let mut table = txn.open_table(SHARD_MAP)?;
     next_of(&table, map)?;
+    if read_key(&table, CANCELLED)?.is_some_and(|c| c == *map) {
+        return Err(MetaError::InvalidCommand(format!(
+            "the change to map version {} was cancelled",
+            map.version
+        )));
+    }
     match read_planned(&table)? {
         Some(planned) if planned == *map => {
+            // A cancel asked too late: the commit wins.
             table.remove(PLANNED)?;
+            table.remove(CANCEL)?;
         }
         Some(planned) => {
             return Err(MetaError::InvalidCommand(format!(
@@ -131,7 +144,63 @@ pub fn apply_plan(txn: &WriteTransaction, map: &ShardMap) -> Result<u64, MetaErr
     }
     next_of(&table, map)?;
     table.insert(PLANNED, encode(map)?.as_slice())?;
+    table.remove(CANCELLED)?;
     Ok(map.version)
+}
+
+/// The version of the plan a cancel was asked of, if any (see [`apply_cancel`]).
+pub fn read_cancel(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Option<u64>, MetaError> {
+    match table.get(CANCEL)? {
+        Some(v) => <[u8; 8]>::try_from(v.value())
+            .map(|b| Some(u64::from_le_bytes(b)))
+            .map_err(|_| MetaError::Corrupt("shard map cancel: not 8 bytes".into())),
+        None => Ok(None),
+    }
+}
+
+/// Applies `CancelPlan`: marks the move planned at `version` (`done` false), or drops it
+/// once marked (`done`), keeping it as the last cancelled. Either again changes nothing;
+/// a cancel of another version than the one planned, or of a split, is refused.
+pub fn apply_cancel(txn: &WriteTransaction, version: u64, done: bool) -> Result<u64, MetaError> {
+    let mut table = txn.open_table(SHARD_MAP)?;
+    let Some(planned) = read_planned(&table)? else {
+        if done {
+            return Ok(version);
+        }
+        return Err(MetaError::InvalidCommand(
+            "no change of the map is under way".into(),
+        ));
+    };
+    if planned.version != version {
+        return Err(MetaError::InvalidCommand(format!(
+            "the change under way is to map version {}, not {version}",
+            planned.version
+        )));
+    }
+    if !done {
+        let map = read(&table)?;
+        let split = planned
+            .groups()
+            .any(|g| map.as_ref().is_none_or(|m| m.group(g.id).is_none()));
+        if split {
+            return Err(MetaError::InvalidCommand(
+                "a split runs to its commit; only a move can be cancelled".into(),
+            ));
+        }
+        table.insert(CANCEL, version.to_le_bytes().as_slice())?;
+        return Ok(version);
+    }
+    if read_cancel(&table)? != Some(version) {
+        return Err(MetaError::InvalidCommand(format!(
+            "the change to map version {version} was not cancelled"
+        )));
+    }
+    table.remove(PLANNED)?;
+    table.remove(CANCEL)?;
+    table.insert(CANCELLED, encode(&planned)?.as_slice())?;
+    Ok(version)
 }
 
 /// Refuses a map that is malformed or not the next version of the stored one.
@@ -258,6 +327,64 @@ mod tests {
         let cmd = Command::SetLeaving {
             node: u64::MAX,
             leaving: true,
+        };
+        let bytes = postcard::to_stdvec(&cmd).unwrap();
+        assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
+        assert_eq!(cmd.format_version(), 8);
+    }
+
+    #[test]
+    fn a_move_is_cancelled_in_two_steps_and_its_plan_never_commits_after() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let (_, one, _) = two_splits();
+        let cancel = |version, done| store.execute(&Command::CancelPlan { version, done });
+        let plan = |map: &ShardMap| store.execute(&Command::PlanMap { map: map.clone() });
+        let set = |map: &ShardMap| store.execute(&Command::SetShardMap { map: map.clone() });
+        assert!(matches!(
+            cancel(2, false),
+            Err(MetaError::InvalidCommand(_))
+        ));
+        // A split's plan is not cancelled.
+        plan(&one).unwrap();
+        assert!(matches!(
+            cancel(2, false),
+            Err(MetaError::InvalidCommand(_))
+        ));
+        set(&one).unwrap();
+        // A move: marked, then dropped; each step again changes nothing.
+        let moved = one.with_replicas(1, vec![2, 1]).unwrap();
+        plan(&moved).unwrap();
+        assert!(matches!(
+            cancel(4, false),
+            Err(MetaError::InvalidCommand(_))
+        ));
+        assert!(matches!(cancel(3, true), Err(MetaError::InvalidCommand(_))));
+        assert_eq!(cancel(3, false).unwrap(), Response::MapVersion(3));
+        assert_eq!(cancel(3, false).unwrap(), Response::MapVersion(3));
+        assert_eq!(store.plan_cancel().unwrap(), Some(3));
+        assert_eq!(cancel(3, true).unwrap(), Response::MapVersion(3));
+        assert_eq!(cancel(3, true).unwrap(), Response::MapVersion(3));
+        assert_eq!(store.planned_map().unwrap(), None);
+        assert_eq!(store.plan_cancel().unwrap(), None);
+        assert_eq!(store.shard_map().unwrap(), Some(one.clone()));
+        // A driver that lost root's leadership cannot commit it now; the next plan can
+        // be the same move again, and commits.
+        assert!(matches!(set(&moved), Err(MetaError::InvalidCommand(_))));
+        plan(&moved).unwrap();
+        assert_eq!(set(&moved).unwrap(), Response::MapVersion(3));
+        // A cancel asked too late: the commit wins and clears it.
+        let back = moved.with_replicas(1, vec![2, 3]).unwrap();
+        plan(&back).unwrap();
+        cancel(4, false).unwrap();
+        set(&back).unwrap();
+        assert_eq!(store.plan_cancel().unwrap(), None);
+        let copy = store.through_snapshot(dir.path());
+        assert_eq!(copy.shard_map().unwrap(), Some(back));
+
+        let cmd = Command::CancelPlan {
+            version: u64::MAX,
+            done: true,
         };
         let bytes = postcard::to_stdvec(&cmd).unwrap();
         assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);

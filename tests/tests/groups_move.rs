@@ -212,7 +212,8 @@ fn a_group_moves_between_nodes_under_s3_traffic_and_every_object_reads_back() {
     let (cluster, before) = split_cluster(3, 2, 60, &["--metrics-open", "--stats-scan-secs", "1"]);
     let acked = Arc::new(Mutex::new(before));
 
-    // Refused: moving root, from a node without a replica, to a node with one.
+    // Refused: moving root, from a node without a replica, to a node with one; a cancel
+    // with no change under way.
     for args in [["0", "1", "3"], ["1", "3", "2"], ["1", "1", "2"]] {
         let run = cluster.admin_cli(2, &["groups", "move", args[0], args[1], args[2]]);
         assert_ne!(
@@ -221,6 +222,11 @@ fn a_group_moves_between_nodes_under_s3_traffic_and_every_object_reads_back() {
             "groups move {args:?} was accepted: {run}"
         );
     }
+    let run = cluster.admin_cli(2, &["groups", "cancel"]);
+    assert!(
+        run.code != Some(0) && run.stderr.contains("no change of the map is under way"),
+        "groups cancel with nothing under way: {run}"
+    );
 
     let stop = Arc::new(AtomicBool::new(false));
     let clients = cluster.put_get_clients(BUCKET, 60, body, &acked, &stop);

@@ -76,6 +76,7 @@ pub fn admin_routes() -> Router<Arc<AppState>> {
         .route("/_admin/groups/split", post(split))
         .route("/_admin/groups/move", post(move_replica))
         .route("/_admin/groups/audit", post(audit))
+        .route("/_admin/groups/cancel", post(cancel))
         .route("/_admin/digest", get(digest))
         .route("/_admin/backup", get(backup))
 }
@@ -201,6 +202,18 @@ async fn move_replica(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResul
 }
 
 /// A plan of the map refused: the operator's mistake (400), or another change first (409).
+/// `POST /_admin/groups/cancel`: cancels the move under way; answers `{"version",
+/// "cancelling": true}` (the plan's version) at once, and root's leader reverses the
+/// move's membership steps and drops the plan (`GET /_admin/groups` then shows the map as
+/// it was). 400 with no change under way or for a split (it runs to its commit).
+async fn cancel(State(app): State<Arc<AppState>>) -> ApiResult {
+    let version = app.replicas.cancel_plan().await.map_err(plan_error)?;
+    Ok(json_pretty(&serde_json::json!({
+        "version": version,
+        "cancelling": true,
+    })))
+}
+
 #[derive(serde::Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct AuditBody {

@@ -571,6 +571,10 @@ pub enum GroupsCommand {
         from: u64,
         to: u64,
     },
+    /// Cancel the move under way (one planned to a node that died holds back every later
+    /// change of the map): root's leader reverses its membership steps and drops the plan;
+    /// the map stays as it was. A split runs to its commit and is not cancelled.
+    Cancel,
     /// One pass of the audit: every content's FileDB references (count and magic sum)
     /// against those the S3 index and the native API name, across the groups; a
     /// difference is confirmed when a second read finds it again. FileDB counting fewer
@@ -596,6 +600,10 @@ impl AdminClient {
             GroupsCommand::Move { group, from, to } => {
                 let body = serde_json::json!({ "group": group, "from": from, "to": to });
                 self.call(Method::POST, "/_admin/groups/move", Some(body.to_string()))
+                    .await?
+            }
+            GroupsCommand::Cancel => {
+                self.call(Method::POST, "/_admin/groups/cancel", None)
                     .await?
             }
             GroupsCommand::Audit { dry_run } => {

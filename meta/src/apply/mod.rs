@@ -385,6 +385,9 @@ fn dispatch(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError
         Command::PlanMap { map } => {
             crate::shard_map::apply_plan(txn, map).map(Response::MapVersion)
         }
+        Command::CancelPlan { version, done } => {
+            crate::shard_map::apply_cancel(txn, *version, *done).map(Response::MapVersion)
+        }
         Command::AuditMark { sha1, refs, magic } => {
             files::audit_mark(txn, sha1, *refs, *magic).map(Response::Marked)
         }

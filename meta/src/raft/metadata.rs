@@ -20,6 +20,10 @@ use super::members::member_addr;
 use super::network::{self, Call, Network, Rpc};
 use super::proposer::{self, Proposer};
 use super::timeouts::{LEADER_WAIT, READ_TIMEOUT, WRITE_TIMEOUT};
+
+/// Bound on waiting for an added learner to catch up before the answer says to ask again
+/// (below the admin CLI's 30 s, so that an operator reads why).
+pub const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
 use super::types::{Batch, BatchResult, MetaRaft, Node, NodeId, TypeConfig};
 use crate::groups::{GroupId, GroupKind, IndexStart, ROOT};
 use crate::{Command, MetaError, MetaStore, Response, cluster_version};
@@ -818,7 +822,8 @@ impl Metadata {
         Ok(self.status())
     }
 
-    /// A membership change on this node, which must lead.
+    /// A membership change on this node, which must lead. An added learner is answered
+    /// once it has caught up, within [`CATCH_UP_WAIT`] (else `Unavailable`: ask again).
     pub async fn leader_change_membership(&self, op: MembershipOp) -> Result<(), MetaError> {
         let map = |e: RaftError<NodeId, ClientWriteError<NodeId, Node>>| match e {
             RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
@@ -829,6 +834,12 @@ impl Metadata {
             }
             other => unavailable(other),
         };
+        // Only the leader's view of the membership decides that a change is done: a
+        // follower that lags would answer a change it has not seen yet as done.
+        let leader = self.raft.metrics().borrow().current_leader;
+        if leader != Some(self.node_id) {
+            return Err(unavailable(format!("not the leader (leader: {leader:?})")));
+        }
         let (voters, learners): (BTreeSet<NodeId>, BTreeSet<NodeId>) = {
             let m = self.raft.metrics().borrow().membership_config.clone();
             (
@@ -843,11 +854,48 @@ impl Metadata {
             MembershipOp::Promote { id } if voters.contains(&id) => {}
             MembershipOp::Remove { id } if !voters.contains(&id) && !learners.contains(&id) => {}
             MembershipOp::AddLearner { id, addr } => {
-                // Blocking: answers once the learner has caught up with the log.
-                self.raft
-                    .add_learner(id, BasicNode::new(addr), true)
-                    .await
-                    .map_err(map)?;
+                // Added once (adding it again would append another membership entry),
+                // then answered once it has caught up with the log as it stands now, or
+                // refused after `CATCH_UP_WAIT`: the caller asks again (a move's driver
+                // next round, when it also sees a cancel; an operator), and the
+                // replication goes on meanwhile. openraft's own blocking add waits for
+                // ever, which a learner on a node that died never ends.
+                if !learners.contains(&id) {
+                    self.raft
+                        .add_learner(id, BasicNode::new(addr), false)
+                        .await
+                        .map_err(map)?;
+                }
+                let target = self.raft.metrics().borrow().last_log_index;
+                let me = self.node_id;
+                let waited = self
+                    .raft
+                    .wait(Some(CATCH_UP_WAIT))
+                    .metrics(
+                        |m| {
+                            m.current_leader != Some(me)
+                                || m.replication.as_ref().is_some_and(|r| {
+                                    r.get(&id).is_some_and(|matched| {
+                                        matched.as_ref().map(|l| l.index) >= target
+                                    })
+                                })
+                        },
+                        "the new learner catches up",
+                    )
+                    .await;
+                match waited {
+                    Ok(m) if m.current_leader == Some(me) => {}
+                    Ok(_) => {
+                        return Err(unavailable(format!(
+                            "node {me} stopped leading while node {id} caught up; ask again"
+                        )));
+                    }
+                    Err(_) => {
+                        return Err(unavailable(format!(
+                            "node {id} is a learner and has not caught up within {CATCH_UP_WAIT:?}; ask again"
+                        )));
+                    }
+                }
             }
             MembershipOp::Promote { id } => {
                 self.raft

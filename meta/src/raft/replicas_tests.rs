@@ -358,12 +358,11 @@ async fn add_fourth(
     config: ClusterConfig,
 ) -> Arc<Replicas> {
     let fourth = start_with(dir, config, BTreeMap::new(), net).await;
-    root.change_membership(MembershipOp::AddLearner {
+    let add = MembershipOp::AddLearner {
         id: 4,
         addr: addr(4),
-    })
-    .await
-    .unwrap();
+    };
+    retried(|| root.change_membership(add.clone())).await;
     fourth
 }
 
@@ -2033,6 +2032,74 @@ async fn a_busy_group_splits_by_its_rate_where_that_shares_the_load() {
         hot.version, at_rest.version,
         "one hot content: no split: {hot:?}"
     );
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+/// A move planned to a node that is down holds back every later change until it is
+/// cancelled: node 4, added to root, stops; group 1's replica on node 3 is planned to
+/// move there and its driver cannot add the learner; the cancel reverses the steps taken
+/// (node 4 out of the group's membership, node 3 a voter still) and drops the plan, the
+/// map unchanged; a move to node 1 then commits, and a stale commit of the cancelled plan
+/// is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_move_to_a_dead_node_is_cancelled_and_the_next_change_goes_through() {
+    let (dir, net, mut nodes) = three_nodes().await;
+    let root = nodes[0].root().clone();
+    root.wait_leader(WAIT).await.unwrap();
+    let (split, g) = split_filedb_at_0x80(&nodes).await;
+    wait_map_version(&nodes, split.version).await;
+    let fourth = add_fourth(dir.path(), &net, &root, config(4)).await;
+    net.unregister(&addr(4));
+    fourth.shutdown().await;
+
+    let stuck = retried(|| nodes[0].plan_move(g, 3, 4)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(retried(|| nodes[1].cancel_plan()).await, stuck.version);
+    // Taken once the step under way gives up on the learner (`CATCH_UP_WAIT`).
+    let deadline = tokio::time::Instant::now() + 3 * WAIT;
+    while root.read(|s| s.planned_map()).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cancelled plan dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let map = nodes[0].refresh_map().await.unwrap().unwrap();
+    assert_eq!(*map, split, "the map stays as it was");
+    let members = |node: &Arc<Replicas>| {
+        let m = node
+            .get(g)
+            .unwrap()
+            .raft()
+            .metrics()
+            .borrow()
+            .membership_config
+            .clone();
+        let voters: Vec<NodeId> = m.membership().voter_ids().collect();
+        let learners: Vec<NodeId> = m.membership().learner_ids().collect();
+        (voters, learners)
+    };
+    eventually("group 1 on nodes 2 and 3 only", || {
+        let ok = members(&nodes[1]) == (vec![2, 3], vec![]);
+        async move { ok }
+    })
+    .await;
+    // The next change goes through; the cancelled plan cannot be committed any more.
+    let stale = execute(&root, Command::SetShardMap { map: stuck.clone() }).await;
+    assert!(
+        matches!(stale, Err(crate::MetaError::InvalidCommand(_))),
+        "{stale:?}"
+    );
+    let next = retried(|| nodes[0].plan_move(g, 3, 1)).await;
+    wait_map_version(&nodes[..3], next.version).await;
+    eventually("group 1 on nodes 2 and 1", || {
+        let ok = members(&nodes[1]) == (vec![1, 2], vec![]);
+        async move { ok }
+    })
+    .await;
+    nodes.truncate(3);
     for node in &nodes {
         node.shutdown().await;
     }

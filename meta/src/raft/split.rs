@@ -220,6 +220,26 @@ impl Replicas {
         Ok(Leaving::Draining(held))
     }
 
+    /// Asks the cancel of the move under way (`gateway admin groups cancel`): root's
+    /// leader then reverses its membership steps and drops the plan, the map staying as
+    /// it is. Answers the cancelled plan's version. Refused with no change under way, or
+    /// for a split (it runs to its commit).
+    pub async fn cancel_plan(&self) -> Result<u64, MetaError> {
+        let plan = self
+            .root()
+            .read(|s| s.planned_map())
+            .await?
+            .ok_or_else(|| MetaError::InvalidCommand("no change of the map is under way".into()))?;
+        self.root()
+            .execute(Command::CancelPlan {
+                version: plan.version,
+                done: false,
+            })
+            .await?;
+        tracing::info!(version = plan.version, "the cancel of a move was asked");
+        Ok(plan.version)
+    }
+
     /// Whether node `node`, reachable, still holds a replica of a group of `map` other
     /// than root: its replica drops once it reads a map that places the group elsewhere,
     /// which takes root's reads, so it must stay a member of root until then (removed
@@ -281,6 +301,9 @@ pub(super) async fn drive(
         );
         return Ok(None);
     }
+    if root.read_local(|s| s.plan_cancel()).await? == Some(plan.version) {
+        return cancel(r, map, &plan, root).await.map(|()| None);
+    }
     let started = Instant::now();
     let mut copied = 0;
     let new: Vec<&Group> = plan
@@ -290,6 +313,8 @@ pub(super) async fn drive(
     for group in new {
         copied += move_rows(r, map, &plan, group.id).await?;
     }
+    // A step waits at most `CATCH_UP_WAIT` for a learner (one on a node that died never
+    // catches up): a cancel asked meanwhile is taken next round.
     for (before, after) in map
         .groups()
         .filter_map(|g| Some((g, plan.group(g.id)?)))
@@ -308,32 +333,43 @@ pub(super) async fn drive(
     Ok(Some(copied))
 }
 
+/// Reverses a cancelled move: each moved group's membership brought back to the map's
+/// (the node it was to leave a voter again, the node it was to reach removed), then the
+/// plan dropped. Run again each round until then, every step a no-op once done.
+async fn cancel(
+    r: &Replicas,
+    map: &ShardMap,
+    plan: &ShardMap,
+    root: &Metadata,
+) -> Result<(), MetaError> {
+    for (before, after) in map
+        .groups()
+        .filter_map(|g| Some((g, plan.group(g.id)?)))
+        .filter(|(g, p)| g.replicas != p.replicas)
+    {
+        move_replicas(r, after, before).await?;
+    }
+    root.execute(Command::CancelPlan {
+        version: plan.version,
+        done: true,
+    })
+    .await?;
+    tracing::info!(
+        version = plan.version,
+        "a move was cancelled: the map stays as it was"
+    );
+    Ok(())
+}
+
 /// Brings `before`'s replicas to `after`'s through membership changes in the group's own
 /// log: each new node a learner (answered once it has caught up), then a voter; then each
 /// node that leaves removed. The group keeps at least its size of voters all along, and
-/// every change asked again once done changes nothing.
+/// every change asked again once done changes nothing. Each change is asked of the
+/// replicas both before and after: the leader may be either (a move cancelled halfway
+/// runs the other way).
 async fn move_replicas(r: &Replicas, before: &Group, after: &Group) -> Result<(), MetaError> {
     let nodes = r.root().status().nodes;
     let id = before.id;
-    for &to in after
-        .replicas
-        .iter()
-        .filter(|n| !before.replicas.contains(n))
-    {
-        let addr = nodes.get(&to).cloned().ok_or_else(|| {
-            MetaError::Unavailable(format!("node {to} has no address in root yet"))
-        })?;
-        r.change_membership_in(
-            id,
-            &before.replicas,
-            MembershipOp::AddLearner { id: to, addr },
-        )
-        .await?;
-        r.change_membership_in(id, &before.replicas, MembershipOp::Promote { id: to })
-            .await?;
-        tracing::info!(group = id, node = to, "a moved replica caught up and votes");
-    }
-    // Asked of the replicas both before and after: a node that leaves may have led.
     let all: Vec<NodeId> = before
         .replicas
         .iter()
@@ -342,6 +378,20 @@ async fn move_replicas(r: &Replicas, before: &Group, after: &Group) -> Result<()
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
+    for &to in after
+        .replicas
+        .iter()
+        .filter(|n| !before.replicas.contains(n))
+    {
+        let addr = nodes.get(&to).cloned().ok_or_else(|| {
+            MetaError::Unavailable(format!("node {to} has no address in root yet"))
+        })?;
+        r.change_membership_in(id, &all, MembershipOp::AddLearner { id: to, addr })
+            .await?;
+        r.change_membership_in(id, &all, MembershipOp::Promote { id: to })
+            .await?;
+        tracing::info!(group = id, node = to, "a moved replica caught up and votes");
+    }
     for &from in before
         .replicas
         .iter()

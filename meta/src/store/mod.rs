@@ -241,6 +241,13 @@ impl MetaStore {
         crate::shard_map::read_leaving(&txn.open_table(crate::shard_map::SHARD_MAP)?)
     }
 
+    /// The version of the plan a cancel was asked of (root only), if any.
+    pub fn plan_cancel(&self) -> Result<Option<u64>, MetaError> {
+        let db = self.db();
+        let txn = db.begin_read()?;
+        crate::shard_map::read_cancel(&txn.open_table(crate::shard_map::SHARD_MAP)?)
+    }
+
     /// The map a split under way will commit (root only), if any.
     pub fn planned_map(&self) -> Result<Option<crate::groups::ShardMap>, MetaError> {
         let db = self.db();
