@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::members::{leader_gone, member_addr, wait_member_leader};
+use super::members::{leader_gone, member_addr, wait_group_leader};
 use super::network::{Call, Rpc};
 use super::timeouts::{LEADER_WAIT, READ_TIMEOUT};
 use super::types::{MetaRaft, NodeId};
@@ -146,12 +146,13 @@ async fn one_round(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaEr
 
 /// One attempt at a read index: from this node if it leads, else from the leader.
 async fn attempt(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaError> {
-    let leader = wait_member_leader(raft).await;
-    let Some(leader) = leader else {
-        return Err(MetaError::Unavailable(format!(
-            "no metadata leader within {LEADER_WAIT:?} (is a majority of the nodes up?)"
-        )));
-    };
+    let leader = wait_group_leader(raft, rpc.group())
+        .await
+        .map_err(|waited| {
+            MetaError::Unavailable(format!(
+                "no metadata leader within {waited:?} (is a majority of the nodes up?)"
+            ))
+        })?;
     if leader == me {
         return local_read_index(raft).await;
     }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::timeouts::LEADER_WAIT;
+use super::timeouts::{GROUP_LEADER_WAIT, LEADER_WAIT};
 use super::types::{MetaRaft, NodeId};
 use crate::MetaError;
 
@@ -52,6 +52,20 @@ pub(crate) async fn wait_member_leader(raft: &MetaRaft) -> Option<NodeId> {
         LEADER_WAIT
     };
     wait_member_leader_for(raft, limit).await
+}
+
+/// [`wait_member_leader`] in root; in another group up to [`GROUP_LEADER_WAIT`]. Answers
+/// the leader, or the bound waited.
+pub(crate) async fn wait_group_leader(
+    raft: &MetaRaft,
+    group: crate::groups::GroupId,
+) -> Result<NodeId, Duration> {
+    if group == crate::groups::ROOT {
+        return wait_member_leader(raft).await.ok_or(LEADER_WAIT);
+    }
+    wait_member_leader_for(raft, GROUP_LEADER_WAIT)
+        .await
+        .ok_or(GROUP_LEADER_WAIT)
 }
 
 /// Waits up to `limit` for a leader that is a member; None when none came.

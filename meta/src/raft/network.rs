@@ -177,6 +177,11 @@ impl Rpc {
         Rpc { transport, group }
     }
 
+    /// The group this client calls.
+    pub fn group(&self) -> GroupId {
+        self.group
+    }
+
     /// Sends `body` (postcard) as `call` to this group's replica at `addr` and decodes the
     /// postcard answer, all within `timeout`.
     pub async fn call<Req: Serialize, Resp: DeserializeOwned>(

@@ -27,9 +27,9 @@ use openraft::error::{ClientWriteError, RaftError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use super::members::{leader_gone, member_addr, wait_member_leader};
+use super::members::{leader_gone, member_addr, wait_group_leader};
 use super::network::{Call, Rpc};
-use super::timeouts::{LEADER_WAIT, WRITE_TIMEOUT};
+use super::timeouts::WRITE_TIMEOUT;
 use super::types::{Batch, BatchResult, MetaRaft, NodeId};
 use crate::{Command, MetaError, Response};
 
@@ -222,7 +222,7 @@ async fn send(
     for _ in 0..=REDIRECTS_MAX {
         let leader = match hint.take() {
             Some(l) => l,
-            None => wait_leader(raft).await?,
+            None => wait_leader(raft, rpc.group()).await?,
         };
         if Instant::now() >= deadline {
             return Err(MetaError::Unavailable(
@@ -271,10 +271,10 @@ async fn send(
     Err(MetaError::Unavailable("the leader kept changing".into()))
 }
 
-async fn wait_leader(raft: &MetaRaft) -> Result<NodeId, MetaError> {
-    wait_member_leader(raft).await.ok_or_else(|| {
+async fn wait_leader(raft: &MetaRaft, group: crate::groups::GroupId) -> Result<NodeId, MetaError> {
+    wait_group_leader(raft, group).await.map_err(|waited| {
         MetaError::Unavailable(format!(
-            "no metadata leader within {LEADER_WAIT:?} (is a majority of the nodes up?)"
+            "no metadata leader within {waited:?} (is a majority of the nodes up?)"
         ))
     })
 }
