@@ -82,8 +82,10 @@ pub fn admin_routes() -> Router<Arc<AppState>> {
 }
 
 /// `GET /_admin/cluster`: this node's view of the group.
-async fn status(State(app): State<Arc<AppState>>) -> Response {
-    json_pretty(&app.store.metadata().status())
+async fn status(State(app): State<Arc<AppState>>) -> ApiResult {
+    Ok(json_pretty(
+        &app.store.metadata().status_with_leaving().await?,
+    ))
 }
 
 #[derive(serde::Deserialize)]

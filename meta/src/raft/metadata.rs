@@ -59,9 +59,11 @@ pub struct ClusterStatus {
     /// The newest format this node's binary knows.
     pub format_version: u32,
     /// The nodes leaving the cluster (`gateway admin cluster remove` of a node holding
-    /// replicas of groups: moved off, then removed), as this node has applied root.
-    #[serde(default)]
-    pub leaving: Vec<NodeId>,
+    /// replicas of groups: moved off, then removed), as this node has applied root; only
+    /// in [`Metadata::status_with_leaving`] (`GET /_admin/cluster`): [`Metadata::status`]
+    /// reads no table, it is on the path of every call to another node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaving: Option<Vec<NodeId>>,
 }
 
 /// The metadata groups as this node sees them (`GET /_admin/groups`; the field names are a
@@ -778,12 +780,17 @@ impl Metadata {
             state: format!("{:?}", m.state),
             cluster_version: self.store.cluster_version().ok(),
             format_version: cluster_version::FORMAT_VERSION,
-            leaving: self
-                .store
-                .leaving()
-                .map(|l| l.into_iter().collect())
-                .unwrap_or_default(),
+            leaving: None,
         }
+    }
+
+    /// [`Metadata::status`] with the nodes leaving the cluster, read from this replica.
+    pub async fn status_with_leaving(&self) -> Result<ClusterStatus, MetaError> {
+        let leaving = self.read_local(|s| s.leaving()).await?;
+        Ok(ClusterStatus {
+            leaving: Some(leaving.into_iter().collect()),
+            ..self.status()
+        })
     }
 
     /// This replica's line of [`GroupsStatus`]: leader, records, applied index and lag.

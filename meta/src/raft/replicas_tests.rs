@@ -1741,14 +1741,15 @@ async fn a_node_added_receives_its_share_of_the_replicas() {
     eventually(
         "node 4 drained, its replica dropped, and removed from root",
         || {
-            let status = nodes[0].root().status();
+            let root = nodes[0].root().clone();
             let held = held(&nodes);
-            let ok = !status.nodes.contains_key(&4)
-                && status.leaving.is_empty()
-                && held[&4].is_empty()
+            let placed = held[&4].is_empty()
                 && held.values().map(Vec::len).sum::<usize>() == 4
                 && held.values().take(3).all(|g| (1..=2).contains(&g.len()));
-            async move { ok }
+            async move {
+                let status = root.status_with_leaving().await.unwrap();
+                placed && !status.nodes.contains_key(&4) && status.leaving == Some(Vec::new())
+            }
         },
     )
     .await;
