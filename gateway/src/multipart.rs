@@ -26,7 +26,7 @@ use meta::checksums::{ChecksumType, UploadChecksum, UploadChecksums};
 use meta::tags::TagSet;
 use meta::{
     Checksum, Command, MetaError, NewObject, ObjectPut, ObjectRecord, PartPut, PartRecord,
-    Referenced, UploadRecord, WritePrecondition,
+    Referenced, UploadRecord, UploadsPage, WritePrecondition,
 };
 
 pub use crate::store::{PART_BYTES_MIN, PART_NUMBER_MAX};
@@ -79,10 +79,16 @@ fn multipart_etag(parts: &[PartRef]) -> Option<String> {
 }
 
 impl ObjectStore {
-    async fn upload_record(&self, upload_id: &str) -> Result<UploadRecord, StoreError> {
-        let id = upload_id.to_string();
-        self.meta_read(move |m| m.upload(&id))
-            .await?
+    async fn upload_record(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<UploadRecord, StoreError> {
+        self.replicas()
+            .upload(bucket, key, upload_id)
+            .await
+            .map_err(|e| StoreError::meta(e, bucket))?
             .ok_or(StoreError::NoSuchUpload)
     }
 
@@ -132,7 +138,7 @@ impl ObjectStore {
         key: &str,
         upload_id: &str,
     ) -> Result<UploadRecord, StoreError> {
-        let upload = self.upload_record(upload_id).await?;
+        let upload = self.upload_record(bucket, key, upload_id).await?;
         if upload.bucket != bucket || upload.key != key {
             return Err(StoreError::NoSuchUpload);
         }
@@ -140,26 +146,16 @@ impl ObjectStore {
     }
 
     /// An upload's checksum declaration and its parts' checksums.
-    pub async fn upload_checksums(&self, upload_id: &str) -> Result<UploadChecksums, StoreError> {
-        let id = upload_id.to_string();
-        self.meta_read(move |m| m.upload_checksums(&id)).await
-    }
-
-    /// The checksum declarations of these uploads (those that made one).
-    pub async fn upload_declarations(
+    pub async fn upload_checksums(
         &self,
-        upload_ids: Vec<String>,
-    ) -> Result<BTreeMap<String, UploadChecksum>, StoreError> {
-        self.meta_read(move |m| {
-            let mut out = BTreeMap::new();
-            for id in upload_ids {
-                if let Some(d) = m.upload_checksums(&id)?.declared {
-                    out.insert(id, d);
-                }
-            }
-            Ok(out)
-        })
-        .await
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<UploadChecksums, StoreError> {
+        self.replicas()
+            .upload_checksums(bucket, key, upload_id)
+            .await
+            .map_err(|e| StoreError::meta(e, bucket))
     }
 
     /// The part checksums a completed multipart object keeps (see `meta::checksums`).
@@ -325,9 +321,16 @@ impl ObjectStore {
             .map_err(StoreError::from)
     }
 
-    pub async fn parts(&self, upload_id: &str) -> Result<BTreeMap<u32, PartRecord>, StoreError> {
-        let id = upload_id.to_string();
-        self.meta_read(move |m| m.parts(&id)).await
+    pub async fn parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<BTreeMap<u32, PartRecord>, StoreError> {
+        self.replicas()
+            .parts(bucket, key, upload_id)
+            .await
+            .map_err(|e| StoreError::meta(e, bucket))
     }
 
     /// Concatenates the named parts into one content file and makes it bucket/key, if
@@ -356,7 +359,7 @@ impl ObjectStore {
         if requested.is_empty() {
             return Err(StoreError::NoPartsNamed);
         }
-        let stored = self.parts(upload_id).await?;
+        let stored = self.parts(bucket, key, upload_id).await?;
         let mut chosen: Vec<(u32, PartRecord)> = Vec::with_capacity(requested.len());
         for (i, r) in requested.iter().enumerate() {
             if i > 0 && r.number <= requested[i - 1].number {
@@ -381,7 +384,12 @@ impl ObjectStore {
             return Err(StoreError::PartTooSmall(*n));
         }
         let checksum = self
-            .completed_checksum(upload_id, &requested, &chosen, whole.as_ref())
+            .completed_checksum(
+                (bucket, key, upload_id),
+                &requested,
+                &chosen,
+                whole.as_ref(),
+            )
             .await?;
         let size_bytes: u64 = chosen.iter().map(|(_, p)| p.size_bytes).sum();
         if size_bytes > self.limits().object_bytes_max {
@@ -488,12 +496,12 @@ impl ObjectStore {
     /// None for an upload that declared no algorithm.
     async fn completed_checksum(
         &self,
-        upload_id: &str,
+        (bucket, key, upload_id): (&str, &str, &str),
         requested: &[PartRef],
         chosen: &[(u32, PartRecord)],
         whole: Option<&Checksum>,
     ) -> Result<Option<Checksum>, StoreError> {
-        let sums = self.upload_checksums(upload_id).await?;
+        let sums = self.upload_checksums(bucket, key, upload_id).await?;
         let Some(declared) = sums.declared else {
             if let Some(w) = whole
                 && w.algorithm != Algorithm::Crc32.name()
@@ -611,18 +619,20 @@ impl ObjectStore {
         }
     }
 
-    /// Uploads in progress in a bucket, ordered by key then upload id.
+    /// Uploads in progress in a bucket, ordered by key then upload id, each with the
+    /// checksum it declared.
     pub async fn uploads(
         &self,
         bucket: &str,
         prefix: &str,
         after: Option<(String, String)>,
         max: usize,
-    ) -> Result<(Vec<(String, UploadRecord)>, bool), StoreError> {
+    ) -> Result<UploadsPage, StoreError> {
         self.bucket(bucket).await?;
-        let (b, p) = (bucket.to_string(), prefix.to_string());
-        self.meta_read(move |m| m.uploads(&b, &p, after.as_ref(), max))
+        self.replicas()
+            .uploads(bucket, prefix, after, max)
             .await
+            .map_err(|e| StoreError::meta(e, bucket))
     }
 }
 

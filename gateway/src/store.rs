@@ -558,8 +558,8 @@ impl ObjectStore {
 
     pub async fn list(&self, bucket: &str, query: ListQuery) -> Result<ListPage, StoreError> {
         self.bucket(bucket).await?;
-        let name = bucket.to_string();
-        self.meta(move |m| m.list_objects(&name, &query))
+        self.replicas
+            .list_objects(bucket, &query)
             .await
             .map_err(|e| StoreError::meta(e, bucket))
     }
@@ -685,9 +685,9 @@ impl ObjectStore {
         key: &str,
         pre: &WritePrecondition,
     ) -> Result<(), StoreError> {
-        let (b, k) = (bucket.to_string(), key.to_string());
         let current = self
-            .meta(move |m| m.object(&b, &k))
+            .replicas
+            .object(bucket, key)
             .await
             .map_err(|e| StoreError::meta(e, bucket))?;
         pre.check(current.as_ref())
@@ -1080,8 +1080,7 @@ impl ObjectStore {
         record: &ObjectRecord,
         sha1: Sha1,
     ) -> StoreError {
-        let (b, k) = (bucket.to_string(), key.to_string());
-        match self.meta(move |m| m.object(&b, &k)).await {
+        match self.replicas.object(bucket, key).await {
             Ok(Some(now)) if now.seq == record.seq && now.sha1 == record.sha1 => {
                 StoreError::Internal(format!(
                     "object {bucket}/{key}: no FileDB record for its content {sha1}"

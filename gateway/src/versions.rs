@@ -26,8 +26,7 @@ impl ObjectStore {
     /// The current version of `bucket/key` and its id (in a versioned bucket), or
     /// NoSuchBucket, NoSuchKey, or [`StoreError::CurrentIsDeleteMarker`]. Linearizable.
     pub async fn head_current(&self, bucket: &str, key: &str) -> Result<Head, StoreError> {
-        let (b, k) = (bucket.to_string(), key.to_string());
-        let found = self.meta_read(move |m| m.current_version(&b, &k)).await?;
+        let found = self.replicas().current_version(bucket, key).await?;
         match found {
             CurrentVersion::Object {
                 record,
@@ -60,18 +59,15 @@ impl ObjectStore {
         id: &str,
     ) -> Result<Head, StoreError> {
         let version = parse_version_id(id)?;
-        let (b, k) = (bucket.to_string(), key.to_string());
         let found = self
-            .meta_read(move |m| match m.version(&b, &k, version)? {
-                Some(view) => Ok(Some(view)),
-                // Tell a missing bucket from a missing version.
-                None => m.bucket(&b)?.map(|_| None).ok_or(MetaError::NoSuchBucket),
-            })
+            .replicas()
+            .version(bucket, key, version)
             .await
-            .map_err(|e| match e {
-                StoreError::Meta(e) => StoreError::meta(e, bucket),
-                other => other,
-            })?;
+            .map_err(|e| StoreError::meta(e, bucket))?;
+        if found.is_none() {
+            // Tell a missing bucket from a missing version.
+            self.bucket(bucket).await?;
+        }
         let no_such_version = || StoreError::NoSuchVersion {
             key: key.to_string(),
             version_id: id.to_string(),
@@ -129,9 +125,10 @@ impl ObjectStore {
         query: VersionsQuery,
     ) -> Result<VersionsPage, StoreError> {
         self.bucket(bucket).await?;
-        let name = bucket.to_string();
-        self.meta_read(move |m| m.list_versions(&name, &query))
+        self.replicas()
+            .list_versions(bucket, &query)
             .await
+            .map_err(|e| StoreError::meta(e, bucket))
     }
 
     /// The bucket's versioning state.

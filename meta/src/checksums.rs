@@ -146,7 +146,7 @@ pub fn read_upload(
 }
 
 /// An upload's checksums: its declaration and each part's.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UploadChecksums {
     pub declared: Option<UploadChecksum>,
     pub parts: std::collections::BTreeMap<u32, Checksum>,

@@ -186,12 +186,26 @@ impl ShardMap {
         self.index[self.index_after(bucket, key).saturating_sub(1)].1
     }
 
-    /// The index interval a listing continues in after the one holding (`bucket`, `key`):
-    /// its start and owner, or None past the last.
-    pub fn next_index_interval(&self, bucket: &str, key: &str) -> Option<(&IndexStart, GroupId)> {
-        self.index
-            .get(self.index_after(bucket, key))
-            .map(|(s, g)| (s, *g))
+    /// Whether root owns every key of the index (no index group yet).
+    pub fn index_only_in_root(&self) -> bool {
+        self.index.iter().all(|(_, g)| *g == ROOT)
+    }
+
+    /// Where a listing of `bucket` at `key` (bytes: a listing's cursor need not be UTF-8)
+    /// reads: the group owning that place, and the key its interval ends at in the bucket
+    /// (None: it runs past the bucket's last key).
+    pub fn index_span(&self, bucket: &str, key: &[u8]) -> (GroupId, Option<Vec<u8>>) {
+        let at = self.index.partition_point(|(start, _)| {
+            (start.bucket.as_str(), start.key.as_bytes()) <= (bucket, key)
+        });
+        // The first start is ("", ""), so `at` >= 1.
+        let owner = self.index[at.saturating_sub(1)].1;
+        let until = self
+            .index
+            .get(at)
+            .filter(|(next, _)| next.bucket == bucket)
+            .map(|(next, _)| next.key.as_bytes().to_vec());
+        (owner, until)
     }
 
     /// The position of the first index interval that starts after (`bucket`, `key`).
@@ -659,7 +673,7 @@ mod tests {
         assert_eq!(map.filedb_group(&[0xff; 20]), ROOT);
         assert_eq!(map.index_group("", ""), ROOT);
         assert_eq!(map.index_group("zz", "\u{10ffff}"), ROOT);
-        assert_eq!(map.next_index_interval("a", "b"), None);
+        assert_eq!(map.index_span("a", b"b"), (ROOT, None));
         assert_eq!(map.groups().count(), 1);
         assert_eq!(map.group(ROOT).unwrap().kind.name(), "root");
     }
@@ -691,10 +705,15 @@ mod tests {
         assert_eq!(map.index_group("mail", "m"), i1);
         assert_eq!(map.index_group("photos", ""), i1);
         assert_eq!(map.group(i1).unwrap().kind, GroupKind::Index);
-        assert_eq!(
-            map.next_index_interval("mail", "a"),
-            Some((&IndexStart::new("mail", "m"), i1))
-        );
+        // A listing's span: the owner and where its interval ends in the bucket.
+        assert_eq!(map.index_span("mail", b"a"), (ROOT, Some(b"m".to_vec())));
+        assert_eq!(map.index_span("mail", b"m"), (i1, None));
+        assert_eq!(map.index_span("a", b"\xff"), (ROOT, None));
+        let (map2, i2) = map
+            .split(i1, SplitAt::Key(IndexStart::new("mail", "t")), vec![1])
+            .unwrap();
+        assert_eq!(map2.index_span("mail", b"p"), (i1, Some(b"t".to_vec())));
+        assert_eq!(map2.index_span("mail", b"t\xff"), (i2, None));
         // Not the owner, an existing start, a missing group: refused, nothing changed.
         assert_eq!(
             map.split(ROOT, SplitAt::Sha1(sha(0x90)), vec![1]),

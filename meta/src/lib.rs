@@ -47,7 +47,8 @@ pub use command::{Command, ContentSource, DeleteOutcome, NewObject, Response, Wr
 pub use error::MetaError;
 pub use filedb::DecOutcome;
 pub use list::{ListPage, ListQuery};
-pub use store::{CurrentVersion, MetaStore, PendingRef};
+pub use store::index::{IndexAnswer, IndexQuery};
+pub use store::{CurrentVersion, MetaStore, PendingRef, UploadsPage};
 pub use tables::{
     BucketRecord, Checksum, CorsRule, DeletingRecord, FileRecord, ObjectRecord, PartRecord,
     UploadRecord,

@@ -11,13 +11,15 @@ use std::ops::Bound;
 
 use redb::ReadableTable;
 
+use serde::{Deserialize, Serialize};
+
 use crate::MetaError;
-use crate::list::{MAX_KEYS_LIMIT, prefix_end, roll_up, utf8};
+use crate::list::{self, MAX_KEYS_LIMIT, Span, prefix_end, roll_up, utf8};
 use crate::versions::{
     VersionId, VersionRecord, VersionView, decode_current, null_number, order_of,
 };
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionsQuery {
     pub prefix: String,
     pub delimiter: Option<String>,
@@ -28,7 +30,26 @@ pub struct VersionsQuery {
     pub max_keys: usize,
 }
 
-#[derive(Clone, Debug, Default)]
+impl VersionsQuery {
+    /// Where the listing starts: the key its first group is found by. With a version
+    /// marker the first group's read starts inside `key_marker` (see [`list_versions_span`]).
+    pub fn start(&self) -> list::Cursor {
+        match (&self.key_marker, self.version_marker) {
+            (Some(k), Some(_)) => list::Cursor::At(k.as_bytes().to_vec()),
+            (Some(k), None) if k.as_bytes() >= self.prefix.as_bytes() => {
+                list::Cursor::After(k.as_bytes().to_vec())
+            }
+            _ => list::Cursor::At(self.prefix.as_bytes().to_vec()),
+        }
+    }
+
+    /// Entries a page holds at most.
+    pub fn max(&self) -> usize {
+        self.max_keys.min(MAX_KEYS_LIMIT)
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionsPage {
     /// Each version with its key, in listing order.
     pub versions: Vec<(String, VersionView)>,
@@ -37,6 +58,44 @@ pub struct VersionsPage {
     /// Where the next page starts (`NextKeyMarker`, `NextVersionIdMarker`).
     pub next_key_marker: Option<String>,
     pub next_version_marker: Option<String>,
+    /// Where the walk goes on in a later index group (see [`crate::list::ListPage`]).
+    pub resume: Option<list::Cursor>,
+}
+
+impl VersionsPage {
+    /// A whole page names no next markers unless it is truncated.
+    pub fn finish(mut self) -> VersionsPage {
+        if !self.truncated {
+            self.next_key_marker = None;
+            self.next_version_marker = None;
+        }
+        self.resume = None;
+        self
+    }
+}
+
+impl list::Walked for VersionsPage {
+    fn entries(&self) -> usize {
+        self.versions.len() + self.common_prefixes.len()
+    }
+
+    fn truncated(&self) -> bool {
+        self.truncated
+    }
+
+    fn resume(&self) -> Option<&list::Cursor> {
+        self.resume.as_ref()
+    }
+
+    fn append(&mut self, part: Self) {
+        if part.entries() > 0 {
+            self.next_key_marker = part.next_key_marker;
+            self.next_version_marker = part.next_version_marker;
+        }
+        self.versions.extend(part.versions);
+        self.common_prefixes.extend(part.common_prefixes);
+        self.truncated = part.truncated;
+    }
 }
 
 /// Where the walk stands: before a key, or inside one after some of its versions.
@@ -48,6 +107,15 @@ enum Cursor {
     Inside(Vec<u8>, Option<u64>),
 }
 
+impl Cursor {
+    fn of(at: &list::Cursor) -> Cursor {
+        match at {
+            list::Cursor::At(k) => Cursor::Key(k.clone(), false),
+            list::Cursor::After(k) => Cursor::Key(k.clone(), true),
+        }
+    }
+}
+
 /// The tables a listing reads, from one read transaction.
 pub struct Tables<O, V, N> {
     pub objects: O,
@@ -55,6 +123,7 @@ pub struct Tables<O, V, N> {
     pub null_versions: N,
 }
 
+/// A page of `bucket` held in one group's tables whole.
 pub fn list_versions(
     tables: &Tables<
         impl ReadableTable<(&'static str, &'static [u8]), &'static [u8]>,
@@ -64,17 +133,39 @@ pub fn list_versions(
     bucket: &str,
     q: &VersionsQuery,
 ) -> Result<VersionsPage, MetaError> {
+    if q.max() == 0 {
+        return Ok(VersionsPage::default());
+    }
+    let span = Span {
+        from: q.start(),
+        until: None,
+        room: q.max(),
+    };
+    Ok(list_versions_span(tables, bucket, q, &span)?.finish())
+}
+
+/// The part of a page of `bucket` that lies in `span`. The first span of a walk (the one
+/// that starts at [`VersionsQuery::start`]) starts inside `key_marker` when a version
+/// marker is given; every later one starts before a key.
+pub fn list_versions_span(
+    tables: &Tables<
+        impl ReadableTable<(&'static str, &'static [u8]), &'static [u8]>,
+        impl ReadableTable<(&'static str, &'static [u8], u64), &'static [u8]>,
+        impl ReadableTable<(&'static str, &'static [u8]), u64>,
+    >,
+    bucket: &str,
+    q: &VersionsQuery,
+    span: &Span,
+) -> Result<VersionsPage, MetaError> {
     let (objects, versions) = (&tables.objects, &tables.versions);
     let mut page = VersionsPage::default();
-    let max_keys = q.max_keys.min(MAX_KEYS_LIMIT);
-    if max_keys == 0 {
-        return Ok(page);
-    }
+    let max_keys = span.room.min(MAX_KEYS_LIMIT);
     let prefix = q.prefix.as_bytes();
+    let until = span.until.as_deref();
+    let at_end = || list::Cursor::at_end(until, prefix);
     let mut cursor = match (&q.key_marker, q.version_marker) {
-        (Some(k), Some(v)) => inside_after(tables, bucket, k, v)?,
-        (Some(k), None) if k.as_bytes() >= prefix => Cursor::Key(k.as_bytes().to_vec(), true),
-        _ => Cursor::Key(prefix.to_vec(), false),
+        (Some(k), Some(v)) if span.from == q.start() => inside_after(tables, bucket, k, v)?,
+        _ => Cursor::of(&span.from),
     };
     let full = |page: &VersionsPage| page.versions.len() + page.common_prefixes.len() >= max_keys;
     // Every iteration lists one version, rolls up one prefix or skips a listed one, moves
@@ -111,9 +202,31 @@ pub fn list_versions(
             }
             Cursor::Key(key, after) => (key, after),
         };
+        let at = if after {
+            list::Cursor::After(key)
+        } else {
+            list::Cursor::At(key)
+        };
+        if at.past(prefix) {
+            break;
+        }
+        if until.is_some_and(|u| at.key() >= u) {
+            // A rolled-up prefix carried the cursor past this interval.
+            page.resume = Some(at);
+            break;
+        }
+        let (key, after) = match at {
+            list::Cursor::At(key) => (key, false),
+            list::Cursor::After(key) => (key, true),
+        };
         let Some(next) = next_key(objects, versions, bucket, &key, after)? else {
+            page.resume = at_end();
             break;
         };
+        if until.is_some_and(|u| next.as_slice() >= u) {
+            page.resume = at_end();
+            break;
+        }
         if !next.starts_with(prefix) {
             break;
         }
@@ -145,10 +258,6 @@ pub fn list_versions(
             push(&mut page, &next, VersionView::current(record, stamp))?;
         }
         cursor = Cursor::Inside(next, None);
-    }
-    if !page.truncated {
-        page.next_key_marker = None;
-        page.next_version_marker = None;
     }
     Ok(page)
 }
@@ -440,6 +549,116 @@ mod tests {
                 assert_eq!(prefixes, want);
             }
         }
+    }
+
+    /// `whole`'s rows of bucket "bkt" copied raw into one store per interval between
+    /// `cuts`, each also given stale rows of the interval after its own (as a group holds
+    /// them after a split, before its cleanup): its current objects, not its versions, so
+    /// that a read of them would list something else.
+    fn spread(whole: &MetaStore, cuts: &[&str], dir: &std::path::Path) -> Vec<MetaStore> {
+        use crate::tables::{NULL_VERSIONS, OBJECTS, VERSIONS};
+        use redb::ReadableDatabase as _;
+        let owner = |key: &[u8]| cuts.partition_point(|c| c.as_bytes() <= key);
+        let stores: Vec<MetaStore> = (0..=cuts.len())
+            .map(|i| MetaStore::open(&dir.join(format!("g{i}.redb"))).unwrap())
+            .collect();
+        let read = whole.db().begin_read().unwrap();
+        for (i, store) in stores.iter().enumerate() {
+            let owns = |key: &[u8]| owner(key) == i;
+            let takes = |key: &[u8]| owner(key) == i || owner(key) == i + 1;
+            let txn = store.db().begin_write().unwrap();
+            {
+                let mut objects = txn.open_table(OBJECTS).unwrap();
+                for row in read.open_table(OBJECTS).unwrap().iter().unwrap() {
+                    let (k, v) = row.unwrap();
+                    let (b, key) = k.value();
+                    if b == "bkt" && takes(key) {
+                        objects.insert((b, key), v.value()).unwrap();
+                    }
+                }
+                let mut versions = txn.open_table(VERSIONS).unwrap();
+                for row in read.open_table(VERSIONS).unwrap().iter().unwrap() {
+                    let (k, v) = row.unwrap();
+                    let (b, key, n) = k.value();
+                    if b == "bkt" && owns(key) {
+                        versions.insert((b, key, n), v.value()).unwrap();
+                    }
+                }
+                let mut nulls = txn.open_table(NULL_VERSIONS).unwrap();
+                for row in read.open_table(NULL_VERSIONS).unwrap().iter().unwrap() {
+                    let (k, v) = row.unwrap();
+                    let (b, key) = k.value();
+                    if b == "bkt" && owns(key) {
+                        nulls.insert((b, key), v.value()).unwrap();
+                    }
+                }
+            }
+            txn.commit().unwrap();
+        }
+        stores
+    }
+
+    /// Versions spread over index groups at cuts between, inside and at the edges of
+    /// rolled-up prefixes, with stale rows beside: every page walked across the groups
+    /// equals the page of the one store holding all, with its markers, for every page
+    /// size and with and without a prefix and delimiter.
+    #[tokio::test]
+    async fn a_walk_across_groups_lists_versions_as_one_group() {
+        use redb::ReadableDatabase as _;
+        let mut pages = 0;
+        for seed in 1..=6 {
+            let (d, whole) = store(seed);
+            for cuts in [vec!["b/2"], vec!["b/", "b/c", "d"], vec!["a", "c", "e"]] {
+                let sub = tempfile::tempdir_in(d.path()).unwrap();
+                let stores = spread(&whole, &cuts, sub.path());
+                let span_of = |key: &[u8]| {
+                    let at = cuts.partition_point(|c| c.as_bytes() <= key);
+                    (at, cuts.get(at).map(|c| c.as_bytes().to_vec()))
+                };
+                for (prefix, delimiter) in [("", None), ("", Some("/")), ("b/", Some("/"))] {
+                    for max_keys in [1, 2, 3, 1000] {
+                        let mut q = VersionsQuery {
+                            prefix: prefix.into(),
+                            delimiter: delimiter.map(Into::into),
+                            max_keys,
+                            ..VersionsQuery::default()
+                        };
+                        for _ in 0..500 {
+                            let want = whole.list_versions("bkt", &q).unwrap();
+                            let got: VersionsPage =
+                                list::walk(q.start(), q.max(), span_of, |i, span| {
+                                    let q = q.clone();
+                                    let db = stores[i].db();
+                                    async move {
+                                        let txn = db.begin_read()?;
+                                        let tables = Tables {
+                                            objects: txn.open_table(crate::tables::OBJECTS)?,
+                                            versions: txn.open_table(crate::tables::VERSIONS)?,
+                                            null_versions: txn
+                                                .open_table(crate::tables::NULL_VERSIONS)?,
+                                        };
+                                        list_versions_span(&tables, "bkt", &q, &span)
+                                    }
+                                })
+                                .await
+                                .unwrap();
+                            let got = got.finish();
+                            assert_eq!(got, want, "seed {seed}, cuts {cuts:?}, {q:?}");
+                            pages += 1;
+                            if !want.truncated {
+                                break;
+                            }
+                            q.key_marker = want.next_key_marker.clone();
+                            q.version_marker = want
+                                .next_version_marker
+                                .as_deref()
+                                .map(|v| VersionId::parse(v).unwrap());
+                        }
+                    }
+                }
+            }
+        }
+        assert!(pages > 500, "{pages} pages");
     }
 
     #[test]

@@ -11,15 +11,18 @@
 //! before this module. So a single group keeps today's write path: a reference whose sha1
 //! the group owns is taken and released in place, in one command.
 //!
-//! Record format: a format byte, then postcard ([`crate::tables::encode_versioned`]). The
-//! (bucket, key) intervals an index group owns join the row, under a new format byte, when
-//! index groups are built.
+//! Record format: a format byte, then postcard. Format 1
+//! ([`crate::tables::encode_versioned`]) holds the sha1 intervals only: root owns every
+//! key, any other group none, as in every map before index groups. Format 2 adds the
+//! (bucket, key) intervals, and is written only where they differ from that, so a row of
+//! a cluster without index groups stays byte for byte what it was (replicas of two
+//! versions keep equal digests through a rolling upgrade).
 
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
-use crate::groups::{GroupId, SHA1_MIN, ShardMap};
+use crate::groups::{GroupId, IndexStart, ROOT, SHA1_MIN, ShardMap};
 use crate::native_refs::NATIVE_REFS;
 use crate::ref_log::REF_LOG;
 use crate::tables::{DELETING, FILES};
@@ -28,13 +31,38 @@ use crate::tables::{DELETING, FILES};
 pub const OWNERSHIP: TableDefinition<&str, &[u8]> = TableDefinition::new("ownership");
 const KEY: &str = "row";
 
-/// The sha1 intervals one group owns, under one version of the map.
+/// A (bucket, key) interval `[start, end)`; an `end` of None runs to the top.
+pub type KeyInterval = (IndexStart, Option<IndexStart>);
+
+/// The sha1 and key intervals one group owns, under one version of the map.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ownership {
     pub group: GroupId,
     pub map_version: u64,
     /// `[start, end)` in ascending order; an `end` of None runs to the top.
     pub sha1: Vec<([u8; 20], Option<[u8; 20]>)>,
+    /// The index's (bucket, key) intervals, ascending.
+    pub keys: Vec<KeyInterval>,
+}
+
+/// Format 1 of the row: the sha1 intervals only.
+#[derive(Serialize, Deserialize)]
+struct OwnershipV1 {
+    group: GroupId,
+    map_version: u64,
+    sha1: Vec<([u8; 20], Option<[u8; 20]>)>,
+}
+
+/// Format byte of a row with key intervals.
+const OWNERSHIP_V2: u8 = 2;
+
+/// The keys a group owned in every map before index groups: root all, any other none.
+fn keys_before_index_groups(group: GroupId) -> Vec<KeyInterval> {
+    if group == ROOT {
+        vec![(IndexStart::default(), None)]
+    } else {
+        Vec::new()
+    }
 }
 
 impl Ownership {
@@ -54,7 +82,23 @@ impl Ownership {
                 .filter(|(_, _, owner)| *owner == group)
                 .map(|(start, end, _)| (start, end))
                 .collect(),
+            keys: map
+                .index_intervals()
+                .filter(|(_, _, owner)| *owner == group)
+                .map(|(start, end, _)| (start.clone(), end.cloned()))
+                .collect(),
         })
+    }
+
+    /// Whether the group owns (`bucket`, `key`): bytes, as a listing's cursor may be.
+    pub fn owns_key(&self, bucket: &str, key: &[u8]) -> bool {
+        let at = (bucket, key);
+        fn pair(s: &IndexStart) -> (&str, &[u8]) {
+            (s.bucket.as_str(), s.key.as_bytes())
+        }
+        self.keys
+            .iter()
+            .any(|(start, end)| pair(start) <= at && end.as_ref().is_none_or(|e| at < pair(e)))
     }
 
     pub fn owns_sha1(&self, sha1: &[u8; 20]) -> bool {
@@ -81,12 +125,49 @@ impl Ownership {
         out
     }
 
+    /// Whether one interval the group owns holds every key of `bucket` from `from` up to
+    /// `until` (None: the bucket's last key): a listing's span read here.
+    pub fn owns_span(&self, bucket: &str, from: &[u8], until: Option<&[u8]>) -> bool {
+        fn pair(s: &IndexStart) -> (&str, &[u8]) {
+            (s.bucket.as_str(), s.key.as_bytes())
+        }
+        let at = (bucket, from);
+        self.keys.iter().any(|(start, end)| {
+            pair(start) <= at
+                && match (end, until) {
+                    (None, _) => true,
+                    (Some(end), None) => end.bucket.as_str() > bucket,
+                    (Some(end), Some(until)) => (bucket, until) <= pair(end),
+                }
+                && end.as_ref().is_none_or(|e| at < pair(e))
+        })
+    }
+
     pub fn encode(&self) -> Result<Vec<u8>, MetaError> {
-        crate::tables::encode_versioned(self)
+        if self.keys == keys_before_index_groups(self.group) {
+            return crate::tables::encode_versioned(&OwnershipV1 {
+                group: self.group,
+                map_version: self.map_version,
+                sha1: self.sha1.clone(),
+            });
+        }
+        let mut out = vec![OWNERSHIP_V2];
+        out.extend(postcard::to_stdvec(self).map_err(|e| MetaError::Corrupt(e.to_string()))?);
+        Ok(out)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Ownership, MetaError> {
-        crate::tables::decode_versioned("ownership", bytes)
+        if let Some((&OWNERSHIP_V2, rest)) = bytes.split_first() {
+            return postcard::from_bytes(rest)
+                .map_err(|e| MetaError::Corrupt(format!("ownership: {e}")));
+        }
+        let v1: OwnershipV1 = crate::tables::decode_versioned("ownership", bytes)?;
+        Ok(Ownership {
+            keys: keys_before_index_groups(v1.group),
+            group: v1.group,
+            map_version: v1.map_version,
+            sha1: v1.sha1,
+        })
     }
 }
 
@@ -110,6 +191,46 @@ pub(crate) fn write_in(txn: &WriteTransaction, own: &Ownership) -> Result<(), Me
     txn.open_table(OWNERSHIP)?
         .insert(KEY, own.encode()?.as_slice())?;
     Ok(())
+}
+
+/// What the group of a read transaction owns (None: everything).
+fn read_at(txn: &redb::ReadTransaction) -> Result<Option<Ownership>, MetaError> {
+    match txn.open_table(OWNERSHIP) {
+        Ok(table) => read(&table),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Refuses with `Moved` an index read of (`bucket`, `key`) in a group that does not own
+/// it, in the snapshot the read reads: so a read of a key a split has just given away
+/// never answers from the rows left behind.
+pub(crate) fn check_key(
+    txn: &redb::ReadTransaction,
+    bucket: &str,
+    key: &[u8],
+) -> Result<(), MetaError> {
+    match read_at(txn)? {
+        Some(own) if !own.owns_key(bucket, key) => Err(MetaError::Moved {
+            map_version: own.map_version,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// [`check_key`] for a listing's span (see [`Ownership::owns_span`]).
+pub(crate) fn check_span(
+    txn: &redb::ReadTransaction,
+    bucket: &str,
+    from: &[u8],
+    until: Option<&[u8]>,
+) -> Result<(), MetaError> {
+    match read_at(txn)? {
+        Some(own) if !own.owns_span(bucket, from, until) => Err(MetaError::Moved {
+            map_version: own.map_version,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Whether `txn`'s group owns `sha1`.
@@ -187,4 +308,62 @@ fn first_row(
         keep(row?.0.value().0);
     }
     Ok(first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::groups::SplitAt;
+
+    #[test]
+    fn rows_round_trip_and_stay_format_1_without_index_groups() {
+        let map = ShardMap::single(vec![1, 2, 3]).unwrap();
+        let (map, filedb) = map
+            .split(ROOT, SplitAt::Sha1([0x80; 20]), vec![2, 3])
+            .unwrap();
+        for group in [ROOT, filedb] {
+            let own = Ownership::of(&map, group).unwrap();
+            let bytes = own.encode().unwrap();
+            assert_eq!(bytes[0], 1, "group {group}");
+            assert_eq!(Ownership::decode(&bytes).unwrap(), own);
+        }
+        // Root owns every key, the FileDB group none.
+        let root = Ownership::of(&map, ROOT).unwrap();
+        assert!(root.owns_key("", b"") && root.owns_key("b", &[0xff]));
+        assert!(!Ownership::of(&map, filedb).unwrap().owns_key("b", b"k"));
+
+        let (map, index) = map
+            .split(ROOT, SplitAt::Key(IndexStart::new("b", "m")), vec![1, 2])
+            .unwrap();
+        let (root, index) = (
+            Ownership::of(&map, ROOT).unwrap(),
+            Ownership::of(&map, index).unwrap(),
+        );
+        for own in [&root, &index] {
+            let bytes = own.encode().unwrap();
+            assert_eq!(bytes[0], OWNERSHIP_V2);
+            assert_eq!(&Ownership::decode(&bytes).unwrap(), own);
+        }
+        // Each key has one owner, on either side of the cut and of a bucket boundary.
+        for (bucket, key, root_owns) in [
+            ("a", &b"zzz"[..], true),
+            ("b", b"l\xff", true),
+            ("b", b"m", false),
+            ("b", b"\xff", false),
+            ("c", b"", false),
+        ] {
+            assert_eq!(root.owns_key(bucket, key), root_owns, "{bucket}/{key:?}");
+            assert_eq!(index.owns_key(bucket, key), !root_owns, "{bucket}/{key:?}");
+        }
+        // Spans: inside one interval, or across its end, or past a bucket's last key.
+        assert!(root.owns_span("b", b"a", Some(b"m")));
+        assert!(!root.owns_span("b", b"a", Some(b"n")));
+        assert!(!root.owns_span("b", b"a", None));
+        assert!(root.owns_span("a", b"", None));
+        assert!(index.owns_span("b", b"m", None));
+        assert!(index.owns_span("c", b"x", None));
+        assert!(!index.owns_span("b", b"l", Some(b"n")));
+        assert!(Ownership::decode(&[3, 0]).is_err());
+        assert!(Ownership::decode(&[]).is_err());
+    }
 }

@@ -179,7 +179,7 @@ pub enum VersionRecord {
 }
 
 /// One version as a read sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionView {
     /// The object version's record; None for a delete marker.
     pub record: Option<ObjectRecord>,

@@ -164,7 +164,7 @@ pub async fn upload_part(
     if req.headers().contains_key("x-amz-copy-source") {
         return upload_part_copy(app, bucket, key, &id, number, req.headers()).await;
     }
-    let declared = app.store.upload_checksums(&id).await?.declared;
+    let declared = app.store.upload_checksums(bucket, key, &id).await?.declared;
     let declared = declared.as_ref().map(algorithm_of).transpose()?;
     let (parts, body) = req.into_parts();
     let trailers = parts
@@ -264,7 +264,7 @@ async fn upload_part_copy(
     headers: &HeaderMap,
 ) -> Result<Response, S3Error> {
     let (src_bucket, src_key, src_version) = copy_source(headers)?;
-    let declared = app.store.upload_checksums(id).await?.declared;
+    let declared = app.store.upload_checksums(bucket, key, id).await?.declared;
     let algorithm = declared.as_ref().map(algorithm_of).transpose()?;
     let mut attempt = 0;
     let (modified, (part, checksum), source_version) = loop {
@@ -410,7 +410,7 @@ pub async fn complete(
     let precondition = super::object::write_precondition(req.headers())?;
     let whole = whole_checksum(req.headers())?;
     if let Some(kind) = header_str(req.headers(), "x-amz-checksum-type")? {
-        let declared = app.store.upload_checksums(&id).await?.declared;
+        let declared = app.store.upload_checksums(bucket, key, &id).await?.declared;
         if declared.is_some_and(|d| !d.kind.name().eq_ignore_ascii_case(kind.trim())) {
             return Err(invalid_request(format!(
                 "The upload was created with another checksum type than {}",
@@ -471,8 +471,8 @@ pub async fn list_parts(
     app.store.check_upload(bucket, key, id).await?;
     let max = q.number("max-parts")?.map_or(1000, |n| n.min(1000)) as usize;
     let marker = q.number("part-number-marker")?.unwrap_or(0);
-    let parts = app.store.parts(id).await?;
-    let sums = app.store.upload_checksums(id).await?;
+    let parts = app.store.parts(bucket, key, id).await?;
+    let sums = app.store.upload_checksums(bucket, key, id).await?;
     let page: Vec<_> = parts
         .iter()
         .filter(|(n, _)| u64::from(**n) > marker)
@@ -526,30 +526,29 @@ pub async fn list_uploads(app: &AppState, bucket: &str, q: &Query) -> Result<Res
             (k.to_string(), id_marker.to_string())
         }
     });
-    let (uploads, truncated) = app.store.uploads(bucket, prefix, after, max).await?;
-    let ids: Vec<String> = uploads.iter().map(|(id, _)| id.clone()).collect();
-    let declared = app.store.upload_declarations(ids).await?;
+    let page = app.store.uploads(bucket, prefix, after, max).await?;
+    let (uploads, truncated) = (page.uploads, page.truncated);
     let owner = Owner::of_bucket(app, &app.store.bucket(bucket).await?);
     let mut w = XmlWriter::new();
     w.open_root("ListMultipartUploadsResult");
     w.leaf("Bucket", bucket);
     w.leaf("KeyMarker", key_marker.unwrap_or(""));
     w.leaf("UploadIdMarker", id_marker);
-    if truncated && let Some((id, u)) = uploads.last() {
+    if truncated && let Some((id, u, _)) = uploads.last() {
         w.leaf("NextKeyMarker", &u.key);
         w.leaf("NextUploadIdMarker", id);
     }
     w.leaf("Prefix", prefix);
     w.leaf("MaxUploads", &max.to_string());
     w.leaf("IsTruncated", if truncated { "true" } else { "false" });
-    for (id, u) in &uploads {
+    for (id, u, declared) in &uploads {
         w.open("Upload");
         w.leaf("Key", &u.key);
         w.leaf("UploadId", id);
         owner_and_initiator(&mut w, &owner);
         w.leaf("StorageClass", "STANDARD");
         w.leaf("Initiated", &iso8601(u.created_ms));
-        if let Some(d) = declared.get(id) {
+        if let Some(d) = declared {
             w.leaf("ChecksumAlgorithm", algorithm_of(d)?.s3_name());
             w.leaf("ChecksumType", d.kind.name());
         }

@@ -927,6 +927,7 @@ fn the_gaps_of_an_ownership_are_what_it_does_not_own() {
         group: 1,
         map_version: 2,
         sha1,
+        keys: Vec::new(),
     };
     let (a, b, c) = ([0x20; 20], [0x40; 20], [0x80; 20]);
     assert_eq!(own(vec![]).gaps(), vec![([0; 20], None)]);

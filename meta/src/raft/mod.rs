@@ -22,6 +22,7 @@
 
 pub mod barrier;
 pub mod elector;
+pub mod index;
 // openraft's storage and RPC error types are large, and fixed by its traits.
 pub mod audit;
 #[allow(clippy::result_large_err)]

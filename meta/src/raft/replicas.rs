@@ -41,6 +41,7 @@ use super::types::{Batch, BatchResult, NodeId};
 use crate::cluster_version::FORMAT_VERSION;
 use crate::groups::{Group, GroupId, ROOT, ShardMap, sha1_before};
 use crate::handoff::{FileRow, ROWS_MAX, RowCursor, RowTable};
+use crate::store::index::{IndexAnswer, IndexQuery};
 use crate::tables::DeletingRecord;
 use crate::{Command, FileRecord, MetaError, Response};
 
@@ -103,14 +104,19 @@ pub enum ReadQuery {
         after: Option<RowCursor>,
         limit: u32,
     },
+    /// A read of the S3 index in the group owning its key (`Moved` if it does not).
+    Index(IndexQuery),
 }
 
 /// The answer to a [`ReadQuery`], of the same variant.
+// An index answer is the common one (every GET's): boxing it would add an allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReadAnswer {
     File(Option<FileRecord>),
     Deleting(Vec<(Sha1, DeletingRecord)>),
     Rows(Vec<FileRow>),
+    Index(IndexAnswer),
 }
 
 /// How long a command answered `Moved` is tried again on newer maps: longer than a split's
@@ -192,6 +198,10 @@ async fn read_query(meta: &Metadata, query: ReadQuery) -> Result<ReadAnswer, Met
             .read(move |s| s.file_rows(table, interval, after, limit))
             .await
             .map(ReadAnswer::Rows),
+        ReadQuery::Index(query) => meta
+            .read(move |s| s.index_read(&query))
+            .await
+            .map(ReadAnswer::Index),
     }
 }
 
@@ -645,15 +655,15 @@ impl Replicas {
         }
     }
 
-    /// `sha1`'s FileDB record for a caller that has just read root linearizably (a GET
-    /// after its index read) or whose answer a command checks again (the dedup
-    /// pre-check): root's own state machine when root owns the content, as the one group
-    /// of a single-group cluster always does (no read-index round); else as of now in the
-    /// content's group ([`Replicas::file`]), whose replica here may lag the write that
-    /// took the reference.
+    /// `sha1`'s FileDB record for a caller that has just read the index linearizably (a
+    /// GET after its index read) or whose answer a command checks again (the dedup
+    /// pre-check): root's own state machine when root owns the content and the whole
+    /// index, as the one group of a single-group cluster always does (no read-index
+    /// round: the index read was root's); else as of now in the content's group
+    /// ([`Replicas::file`]), whose replica here may lag the write that took the reference.
     pub async fn file_after_root_read(&self, sha1: Sha1) -> Result<Option<FileRecord>, MetaError> {
         self.on_the_map(|map| async move {
-            if map.filedb_group(&sha1.0) == ROOT {
+            if map.filedb_group(&sha1.0) == ROOT && map.index_only_in_root() {
                 self.root.read_local(move |m| m.file_if_owned(&sha1)).await
             } else {
                 self.file_on(&map, sha1, ReadQuery::File(sha1)).await

@@ -9,6 +9,7 @@
 
 mod cross;
 mod files;
+pub mod index;
 mod jobs;
 mod lifecycle;
 pub mod load;
@@ -17,6 +18,7 @@ mod pairs;
 mod uploads;
 mod versions;
 pub use cross::PendingRef;
+pub use uploads::UploadsPage;
 pub use versions::CurrentVersion;
 
 use std::path::{Path, PathBuf};

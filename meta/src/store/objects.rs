@@ -1,6 +1,6 @@
 //! Reads of the buckets and of the S3 index (`objects`).
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 
 use super::MetaStore;
 use crate::tables::{BUCKETS, BucketRecord, OBJECTS, ObjectRecord};
@@ -28,12 +28,7 @@ impl MetaStore {
     }
 
     pub fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
-        let txn = self.db().begin_read()?;
-        let table = txn.open_table(OBJECTS)?;
-        match table.get((bucket, key.as_bytes()))? {
-            Some(v) => Ok(Some(crate::versions::decode_object(v.value())?)),
-            None => Ok(None),
-        }
+        object_in(&self.db().begin_read()?, bucket, key)
     }
 
     /// One page of a bucket listing.
@@ -113,5 +108,18 @@ impl MetaStore {
             ));
         }
         Ok(out)
+    }
+}
+
+/// The current object at `bucket/key` as `txn` sees it.
+pub(crate) fn object_in(
+    txn: &ReadTransaction,
+    bucket: &str,
+    key: &str,
+) -> Result<Option<ObjectRecord>, MetaError> {
+    let table = txn.open_table(OBJECTS)?;
+    match table.get((bucket, key.as_bytes()))? {
+        Some(v) => Ok(Some(crate::versions::decode_object(v.value())?)),
+        None => Ok(None),
     }
 }

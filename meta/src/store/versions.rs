@@ -1,7 +1,7 @@
 //! Reads of object versions (see `docs/versions.md`): one version by id, and the versions
 //! of one key, newest first.
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 
 use super::MetaStore;
 use crate::MetaError;
@@ -18,7 +18,7 @@ use crate::versions::{
 /// What a GET or HEAD without a version id finds at a key.
 // The object is the common answer: boxing it would add an allocation to every GET.
 #[allow(clippy::large_enum_variant)]
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CurrentVersion {
     NoBucket,
     /// No version at all, or only noncurrent ones.
@@ -41,38 +41,7 @@ impl MetaStore {
     /// The current version of `bucket/key`, in one read transaction. An unversioned
     /// bucket costs one lookup more than [`MetaStore::object`]: its record's first byte.
     pub fn current_version(&self, bucket: &str, key: &str) -> Result<CurrentVersion, MetaError> {
-        let txn = self.db().begin_read()?;
-        let versioning = match txn.open_table(BUCKETS)?.get(bucket)? {
-            Some(v) => BucketRecord::versioning_of(v.value())?,
-            None => return Ok(CurrentVersion::NoBucket),
-        };
-        let k = key.as_bytes();
-        if let Some(v) = txn.open_table(OBJECTS)?.get((bucket, k))? {
-            let (record, stamp, extras) = decode_current_with(v.value())?;
-            let version_id =
-                (versioning != Versioning::Unversioned).then(|| stamp.id(record.magic));
-            return Ok(CurrentVersion::Object {
-                record,
-                version_id,
-                lock: stamp.lock,
-                tags: extras.tags,
-                acl: extras.acl,
-            });
-        }
-        if versioning == Versioning::Unversioned {
-            return Ok(CurrentVersion::Absent);
-        }
-        let table = txn.open_table(VERSIONS)?;
-        let newest = table.range((bucket, k, 0)..=(bucket, k, u64::MAX))?.next();
-        match newest {
-            Some(entry) => match VersionRecord::decode(entry?.1.value())? {
-                marker @ VersionRecord::DeleteMarker { .. } => Ok(CurrentVersion::DeleteMarker {
-                    version_id: marker.stamp().id(marker.magic()),
-                }),
-                VersionRecord::Object { .. } => Ok(CurrentVersion::Absent),
-            },
-            None => Ok(CurrentVersion::Absent),
-        }
+        current_version_in(&self.db().begin_read()?, bucket, key)
     }
 
     /// The versions of `bucket/key`, newest first (the current object first), at most
@@ -111,40 +80,7 @@ impl MetaStore {
         key: &str,
         id: VersionId,
     ) -> Result<Option<VersionView>, MetaError> {
-        let txn = self.db().begin_read()?;
-        let k = key.as_bytes();
-        let current = match txn.open_table(OBJECTS)?.get((bucket, k))? {
-            Some(v) => Some(decode_current_with(v.value())?),
-            None => None,
-        };
-        if let Some((record, stamp, _)) = &current
-            && id.names(*stamp, Some(record.magic))
-        {
-            return Ok(current.map(|(r, s, e)| VersionView::current(r, s).with_extras(e)));
-        }
-        let number = match id {
-            VersionId::Numbered { number, .. } => number,
-            VersionId::Null => match null_number(&txn.open_table(NULL_VERSIONS)?, bucket, key)? {
-                Some(number) => number,
-                None => return Ok(None),
-            },
-        };
-        let table = txn.open_table(VERSIONS)?;
-        let (entry, extras) = match table.get((bucket, k, order_of(number)))? {
-            Some(v) => VersionRecord::decode_with(v.value())?,
-            None => return Ok(None),
-        };
-        if !id.names(entry.stamp(), Some(entry.magic())) {
-            return Ok(None);
-        }
-        // The newest entry is the current version only when there is no current object.
-        let latest = current.is_none()
-            && table
-                .range((bucket, k, 0)..=(bucket, k, u64::MAX))?
-                .next()
-                .transpose()?
-                .is_some_and(|(key, _)| key.value().2 == order_of(number));
-        Ok(Some(VersionView::of(entry, latest).with_extras(extras)))
+        version_in(&self.db().begin_read()?, bucket, key, id)
     }
 }
 
@@ -234,4 +170,84 @@ impl MetaStore {
         };
         list_versions(&tables, bucket, query)
     }
+}
+
+/// The current version of `bucket/key` as `txn` sees it.
+pub(crate) fn current_version_in(
+    txn: &ReadTransaction,
+    bucket: &str,
+    key: &str,
+) -> Result<CurrentVersion, MetaError> {
+    let versioning = match txn.open_table(BUCKETS)?.get(bucket)? {
+        Some(v) => BucketRecord::versioning_of(v.value())?,
+        None => return Ok(CurrentVersion::NoBucket),
+    };
+    let k = key.as_bytes();
+    if let Some(v) = txn.open_table(OBJECTS)?.get((bucket, k))? {
+        let (record, stamp, extras) = decode_current_with(v.value())?;
+        let version_id = (versioning != Versioning::Unversioned).then(|| stamp.id(record.magic));
+        return Ok(CurrentVersion::Object {
+            record,
+            version_id,
+            lock: stamp.lock,
+            tags: extras.tags,
+            acl: extras.acl,
+        });
+    }
+    if versioning == Versioning::Unversioned {
+        return Ok(CurrentVersion::Absent);
+    }
+    let table = txn.open_table(VERSIONS)?;
+    let newest = table.range((bucket, k, 0)..=(bucket, k, u64::MAX))?.next();
+    match newest {
+        Some(entry) => match VersionRecord::decode(entry?.1.value())? {
+            marker @ VersionRecord::DeleteMarker { .. } => Ok(CurrentVersion::DeleteMarker {
+                version_id: marker.stamp().id(marker.magic()),
+            }),
+            VersionRecord::Object { .. } => Ok(CurrentVersion::Absent),
+        },
+        None => Ok(CurrentVersion::Absent),
+    }
+}
+
+/// The version of `bucket/key` that `id` names as `txn` sees it.
+pub(crate) fn version_in(
+    txn: &ReadTransaction,
+    bucket: &str,
+    key: &str,
+    id: VersionId,
+) -> Result<Option<VersionView>, MetaError> {
+    let k = key.as_bytes();
+    let current = match txn.open_table(OBJECTS)?.get((bucket, k))? {
+        Some(v) => Some(decode_current_with(v.value())?),
+        None => None,
+    };
+    if let Some((record, stamp, _)) = &current
+        && id.names(*stamp, Some(record.magic))
+    {
+        return Ok(current.map(|(r, s, e)| VersionView::current(r, s).with_extras(e)));
+    }
+    let number = match id {
+        VersionId::Numbered { number, .. } => number,
+        VersionId::Null => match null_number(&txn.open_table(NULL_VERSIONS)?, bucket, key)? {
+            Some(number) => number,
+            None => return Ok(None),
+        },
+    };
+    let table = txn.open_table(VERSIONS)?;
+    let (entry, extras) = match table.get((bucket, k, order_of(number)))? {
+        Some(v) => VersionRecord::decode_with(v.value())?,
+        None => return Ok(None),
+    };
+    if !id.names(entry.stamp(), Some(entry.magic())) {
+        return Ok(None);
+    }
+    // The newest entry is the current version only when there is no current object.
+    let latest = current.is_none()
+        && table
+            .range((bucket, k, 0)..=(bucket, k, u64::MAX))?
+            .next()
+            .transpose()?
+            .is_some_and(|(key, _)| key.value().2 == order_of(number));
+    Ok(Some(VersionView::of(entry, latest).with_extras(extras)))
 }
