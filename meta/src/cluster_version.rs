@@ -32,7 +32,7 @@ use super::command::{Command, WritePrecondition};
 use super::tables::RAFT_STATE;
 
 /// The newest format this binary reads and writes.
-pub const FORMAT_VERSION: u32 = 8;
+pub const FORMAT_VERSION: u32 = 9;
 /// The format of a group that never recorded one (every release before the raise).
 pub const FORMAT_VERSION_INITIAL: u32 = 1;
 /// Key of the group's version in `raft_state` (postcard `u32`).
@@ -79,6 +79,7 @@ impl Command {
             Command::SetLeaving { .. } | Command::AuditMark { .. } | Command::CancelPlan { .. } => {
                 8
             }
+            Command::CopyBuckets { .. } => 9,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
 use crate::acl::CannedAcl;
+use crate::bucket_copies::BucketCopy;
 use crate::checksums::UploadChecksum;
 use crate::lifecycle::rules::{LifecycleRule, VersionActions};
 use crate::tags::TagSet;
@@ -597,6 +598,12 @@ pub enum Command {
         refs: u32,
         magic: u32,
     },
+    /// An index group: root's records of buckets it holds keys of, each taken if newer
+    /// than the copy it holds (`bucket_copies.rs`); refused in root. At most
+    /// [`crate::bucket_copies::COPIES_MAX`]. Answers `Done`. Format 9.
+    CopyBuckets {
+        copies: Vec<BucketCopy>,
+    },
 }
 
 /// A change to a version's object lock; None fields are left as they are.
@@ -617,6 +624,26 @@ pub struct ContentRef {
 }
 
 impl Command {
+    /// The bucket whose record (in root's `buckets` table) this command may change, through
+    /// the wrappers a bucket's creation comes in (`Tagged`, `WithAcl`): the index groups
+    /// of that bucket get the new record (`bucket_copies.rs`). `JobDeleteBucket` names no
+    /// bucket: its change reaches them by root's leader's round.
+    pub fn changed_bucket(&self) -> Option<&str> {
+        match self {
+            Command::CreateBucket { bucket, .. }
+            | Command::CreateOwnedBucket { bucket, .. }
+            | Command::CreateLockedBucket { bucket, .. }
+            | Command::SetBucketCors { bucket, .. }
+            | Command::DeleteBucket { bucket }
+            | Command::SetBucketVersioning { bucket, .. }
+            | Command::SetObjectLockConfig { bucket, .. } => Some(bucket),
+            Command::Tagged { command, .. } | Command::WithAcl { command, .. } => {
+                command.changed_bucket()
+            }
+            _ => None,
+        }
+    }
+
     /// The content reference a write takes: the new object's or part's content, looked for
     /// through the wrappers a write may come in (`Conditional`, `Locked`, `Tagged`,
     /// `WithAcl`; not `ForeignRef`, whose reference is taken elsewhere). None for a

@@ -186,6 +186,23 @@ impl ShardMap {
         self.index[self.index_after(bucket, key).saturating_sub(1)].1
     }
 
+    /// The groups holding keys of `bucket`, ascending.
+    pub fn index_groups_of(&self, bucket: &str) -> Vec<GroupId> {
+        let mut out: Vec<GroupId> = self
+            .index_intervals()
+            .filter(|(start, end, _)| {
+                start.bucket.as_str() <= bucket
+                    && end.is_none_or(|e| {
+                        e.bucket.as_str() > bucket || (e.bucket == bucket && !e.key.is_empty())
+                    })
+            })
+            .map(|(_, _, g)| g)
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// Whether root owns every key of the index (no index group yet).
     pub fn index_only_in_root(&self) -> bool {
         self.index.iter().all(|(_, g)| *g == ROOT)

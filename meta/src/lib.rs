@@ -16,6 +16,7 @@
 pub mod acl;
 pub mod apply;
 pub mod audit;
+pub mod bucket_copies;
 pub mod calls;
 pub mod checksums;
 pub mod cluster_version;

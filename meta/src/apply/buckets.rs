@@ -3,6 +3,7 @@
 
 use redb::{ReadableTable, WriteTransaction};
 
+use super::revisions;
 use super::uploads::drop_upload;
 use crate::acl::CannedAcl;
 use crate::extras::{self, BUCKET_EXTRAS, BUCKETS_OF};
@@ -44,6 +45,7 @@ pub(super) fn create(
     };
     buckets.insert(bucket, record.encode()?.as_slice())?;
     drop(buckets);
+    revisions::count_change(txn, bucket)?;
     // Uploads left by a bucket deleted before DeleteBucket refused them: a new bucket of
     // the same name must not inherit them.
     for upload_id in lifecycle::uploads_of(txn, bucket)? {
@@ -67,6 +69,7 @@ pub(super) fn set_cors(
     };
     record.cors = rules.clone();
     buckets.insert(bucket, record.encode()?.as_slice())?;
+    revisions::count_change(txn, bucket)?;
     Ok(Response::Done)
 }
 
@@ -123,6 +126,7 @@ pub(super) fn delete(txn: &WriteTransaction, bucket: &str) -> Result<Response, M
 /// keys' grants (a later bucket of the same name, perhaps another key's, starts with none).
 pub(super) fn forget_bucket(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
     txn.open_table(BUCKETS)?.remove(bucket)?;
+    revisions::count_change(txn, bucket)?;
     extras::forget(txn, BUCKET_EXTRAS, bucket)?;
     lifecycle::forget(txn, bucket)?;
     keys::drop_grants(txn, bucket)?;

@@ -25,6 +25,7 @@ mod objects;
 mod pairs;
 mod ref_log;
 mod refs;
+mod revisions;
 mod uploads;
 mod versions;
 
@@ -387,6 +388,9 @@ fn dispatch(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError
         }
         Command::CancelPlan { version, done } => {
             crate::shard_map::apply_cancel(txn, *version, *done).map(Response::MapVersion)
+        }
+        Command::CopyBuckets { copies } => {
+            crate::bucket_copies::apply(txn, copies).map(|_| Response::Done)
         }
         Command::AuditMark { sha1, refs, magic } => {
             files::audit_mark(txn, sha1, *refs, *magic).map(Response::Marked)

@@ -56,6 +56,7 @@ pub(super) fn set_versioning(
     }
     record.versioning = state;
     buckets.insert(bucket, record.encode()?.as_slice())?;
+    super::revisions::count_change(txn, bucket)?;
     Ok(Response::Done)
 }
 
@@ -84,6 +85,7 @@ pub(super) fn set_lock_config(
     record.object_lock = Some(config);
     txn.open_table(BUCKETS)?
         .insert(bucket, record.encode()?.as_slice())?;
+    super::revisions::count_change(txn, bucket)?;
     Ok(Response::Done)
 }
 

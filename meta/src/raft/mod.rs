@@ -21,6 +21,7 @@
 //! `offline.rs` (the data folder of a stopped node: [`replay_offline`], [`restore`]).
 
 pub mod barrier;
+pub mod buckets;
 pub mod elector;
 pub mod index;
 // openraft's storage and RPC error types are large, and fixed by its traits.

@@ -115,6 +115,10 @@ async fn group_round(
         logged("expiry", expire_rows(meta).await);
     }
     if id == ROOT {
+        logged(
+            "buckets",
+            super::buckets::copy_where_behind(r, map, meta).await,
+        );
         logged("split", split::drive(r, map, meta).await.map(drop));
         logged(
             "rebalance",

@@ -106,6 +106,8 @@ pub enum ReadQuery {
     },
     /// A read of the S3 index in the group owning its key (`Moved` if it does not).
     Index(IndexQuery),
+    /// The revision of every bucket copy an index group holds (`bucket_copies.rs`).
+    BucketRevisions,
 }
 
 /// The answer to a [`ReadQuery`], of the same variant.
@@ -117,6 +119,7 @@ pub enum ReadAnswer {
     Deleting(Vec<(Sha1, DeletingRecord)>),
     Rows(Vec<FileRow>),
     Index(IndexAnswer),
+    BucketRevisions(BTreeMap<String, u64>),
 }
 
 /// How long a command answered `Moved` is tried again on newer maps: longer than a split's
@@ -202,6 +205,10 @@ async fn read_query(meta: &Metadata, query: ReadQuery) -> Result<ReadAnswer, Met
             .read(move |s| s.index_read(&query))
             .await
             .map(ReadAnswer::Index),
+        ReadQuery::BucketRevisions => meta
+            .read(|s| s.bucket_revisions())
+            .await
+            .map(ReadAnswer::BucketRevisions),
     }
 }
 

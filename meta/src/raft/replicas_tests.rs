@@ -625,15 +625,8 @@ async fn lead_root(nodes: &[Arc<Replicas>], id: NodeId) {
     .await;
 }
 
-/// Three nodes with bucket `b` in root and root's sha1s from 0x80 on split off to a FileDB
-/// group on nodes 2 and 3.
-async fn bucket_b_split_at_0x80() -> (
-    tempfile::TempDir,
-    Arc<Loopback>,
-    Vec<Arc<Replicas>>,
-    crate::groups::ShardMap,
-    GroupId,
-) {
+/// Three nodes with bucket `b` in root, once root has a leader.
+async fn three_nodes_with_bucket_b() -> (tempfile::TempDir, Arc<Loopback>, Vec<Arc<Replicas>>) {
     let (dir, net, nodes) = three_nodes().await;
     let root = nodes[0].root().clone();
     root.wait_leader(WAIT).await.unwrap();
@@ -646,6 +639,19 @@ async fn bucket_b_split_at_0x80() -> (
     )
     .await
     .unwrap();
+    (dir, net, nodes)
+}
+
+/// Three nodes with bucket `b` in root and root's sha1s from 0x80 on split off to a FileDB
+/// group on nodes 2 and 3.
+async fn bucket_b_split_at_0x80() -> (
+    tempfile::TempDir,
+    Arc<Loopback>,
+    Vec<Arc<Replicas>>,
+    crate::groups::ShardMap,
+    GroupId,
+) {
+    let (dir, net, nodes) = three_nodes_with_bucket_b().await;
     let (map, filedb) = split_filedb_at_0x80(&nodes).await;
     (dir, net, nodes, map, filedb)
 }
@@ -2106,32 +2112,19 @@ async fn a_move_to_a_dead_node_is_cancelled_and_the_next_change_goes_through() {
     }
 }
 
-/// Index reads by key on real Rafts. Bucket `b`'s keys lie in three groups: root below
-/// "m", an index group on nodes 2 and 3 from "m", another on nodes 1 and 2 from "t" (so
-/// nodes 1 and 3 each lack one and read it over [`Call::Read`]). PUTs are routed by key
-/// (the content stays in root: each PUT from "m" on crosses groups). From every node:
-/// each object reads back from its group; listings of objects, versions and uploads,
-/// paged with every page size from 1 to 6, with and without a delimiter, equal the
-/// expected order exactly once per key; a group asked about a key or a span it does not
-/// own answers `Moved`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn index_reads_go_to_the_keys_group_and_listings_walk_across_groups() {
+/// Three nodes with bucket `b` (made in root) whose keys lie in three groups: root below
+/// "m", an index group on nodes 2 and 3 from "m", another on nodes 1 and 2 from "t", once
+/// every node follows the map; the map and the two index groups.
+async fn bucket_b_over_three_index_groups() -> (
+    tempfile::TempDir,
+    Arc<Loopback>,
+    Vec<Arc<Replicas>>,
+    crate::groups::ShardMap,
+    [GroupId; 2],
+) {
     use crate::groups::{IndexStart, ShardMap, SplitAt};
-    use crate::list::{Cursor, ListQuery, Span};
-    use crate::list_versions::VersionsQuery;
-    use crate::raft::route::referencing_write;
-    use crate::store::index::{IndexAnswer, IndexQuery};
-    use crate::{ContentSource, MetaError, NewObject, UploadRecord};
-    use placement::{Magic, Sha1};
-
-    let (_dir, net, nodes) = three_nodes().await;
+    let (dir, net, nodes) = three_nodes_with_bucket_b().await;
     let root = nodes[0].root().clone();
-    root.wait_leader(WAIT).await.unwrap();
-    let create = |bucket: &str| Command::CreateBucket {
-        bucket: bucket.into(),
-        created_ms: 1,
-    };
-    execute(&root, create("b")).await.unwrap();
     let (map, from_m) = ShardMap::single(vec![1, 2, 3])
         .unwrap()
         .split(ROOT, SplitAt::Key(IndexStart::new("b", "m")), vec![2, 3])
@@ -2152,10 +2145,35 @@ async fn index_reads_go_to_the_keys_group_and_listings_walk_across_groups() {
     )
     .await;
     assert!(nodes[0].get(from_m).is_none() && nodes[2].get(from_t).is_none());
-    // Each index group keeps the records of the buckets it holds keys of (the saga that
-    // writes them from root is the next step): here written by hand.
-    for group in [from_m, from_t] {
-        retried(|| nodes[0].send(group, create("b"))).await;
+    (dir, net, nodes, map, [from_m, from_t])
+}
+
+/// Index reads by key on real Rafts. Bucket `b`'s keys lie in three groups: root below
+/// "m", an index group on nodes 2 and 3 from "m", another on nodes 1 and 2 from "t" (so
+/// nodes 1 and 3 each lack one and read it over [`Call::Read`]). PUTs are routed by key
+/// (the content stays in root: each PUT from "m" on crosses groups). From every node:
+/// each object reads back from its group; listings of objects, versions and uploads,
+/// paged with every page size from 1 to 6, with and without a delimiter, equal the
+/// expected order exactly once per key; a group asked about a key or a span it does not
+/// own answers `Moved`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn index_reads_go_to_the_keys_group_and_listings_walk_across_groups() {
+    use crate::list::{Cursor, ListQuery, Span};
+    use crate::list_versions::VersionsQuery;
+    use crate::raft::route::referencing_write;
+    use crate::store::index::{IndexAnswer, IndexQuery};
+    use crate::{ContentSource, MetaError, NewObject, UploadRecord};
+    use placement::{Magic, Sha1};
+
+    let (_dir, net, nodes, map, [from_m, from_t]) = bucket_b_over_three_index_groups().await;
+    // Root's leader's round copies bucket b's record to both index groups.
+    for (node, group) in [(&nodes[1], from_m), (&nodes[1], from_t)] {
+        let meta = node.get(group).unwrap();
+        eventually("the bucket's record reaches its index groups", || {
+            let meta = meta.clone();
+            async move { meta.read_local(|s| s.bucket("b")).await.unwrap().is_some() }
+        })
+        .await;
     }
 
     let keys = [
@@ -2352,6 +2370,171 @@ async fn index_reads_go_to_the_keys_group_and_listings_walk_across_groups() {
         }
         other => panic!("{other:?}"),
     }
+    for group in [ROOT, from_m, from_t] {
+        let holders: Vec<&Arc<Replicas>> =
+            nodes.iter().filter(|n| n.get(group).is_some()).collect();
+        assert_same_digest(&holders, group).await;
+    }
+}
+
+/// Bucket records on their way to the index groups, on real Rafts (bucket `b` over root
+/// and two index groups, as above), through node 3, which holds no replica of the group
+/// from "t" nor of root's leader perhaps: a bucket created after the split, and versioning
+/// enabled, are answered only once the bucket's index groups hold the new record, so a
+/// PUT right after finds it; a change made straight in root's log (a saga cut short)
+/// reaches them by root's leader's round; a stale copy changes nothing; DeleteBucket is
+/// refused while an index group holds a key of the bucket, and an empty bucket's deletion
+/// reaches its index group (a PUT there then finds no bucket).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bucket_records_reach_their_index_groups_by_the_saga_and_by_roots_round() {
+    use crate::bucket_copies::BucketCopy;
+    use crate::list_versions::VersionsQuery;
+    use crate::raft::route::referencing_write;
+    use crate::versions::Versioning;
+    use crate::{ContentSource, MetaError, NewObject, Response};
+    use placement::{Magic, Sha1};
+
+    let (_dir, _net, nodes, _map, [from_m, from_t]) = bucket_b_over_three_index_groups().await;
+    let n3 = nodes[2].clone();
+    let put = |bucket: &str, key: &str, n: u8| Command::PutObject {
+        bucket: bucket.into(),
+        key: key.into(),
+        object: NewObject::new(
+            Sha1([n; 20]),
+            Magic::new(u32::from(n)).unwrap(),
+            1,
+            0,
+            [0; 16],
+        ),
+        source: ContentSource::Stored(PairId(0)),
+        now_secs: 1,
+        precondition: None,
+    };
+    let write = |bucket: &'static str, key: &'static str, n: u8| {
+        let n3 = n3.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + WAIT;
+            loop {
+                match referencing_write(&n3, bucket, key, put(bucket, key, n)).await {
+                    Err(MetaError::Unavailable(why)) => {
+                        assert!(tokio::time::Instant::now() < deadline, "{why}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    other => return other,
+                }
+            }
+        }
+    };
+    let bucket_cmd = |cmd: Command| {
+        let n3 = n3.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + WAIT;
+            loop {
+                match n3.execute(cmd.clone()).await {
+                    Err(MetaError::Unavailable(why)) => {
+                        assert!(tokio::time::Instant::now() < deadline, "{why}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    other => return other,
+                }
+            }
+        }
+    };
+    let create = |bucket: &str| Command::CreateBucket {
+        bucket: bucket.into(),
+        created_ms: 2,
+    };
+
+    // Bucket c sorts after ("b", "t"): its keys lie in the group from "t".
+    bucket_cmd(create("c")).await.unwrap();
+    let r = write("c", "k", 1).await;
+    assert!(matches!(r, Ok(Response::ObjectPut { .. })), "{r:?}");
+    bucket_cmd(Command::SetBucketVersioning {
+        bucket: "b".into(),
+        state: Versioning::Enabled,
+    })
+    .await
+    .unwrap();
+    for n in [2, 3] {
+        // Answered as a versioned PUT: the group from "m" has the new record.
+        let r = write("b", "n", n).await;
+        assert!(matches!(r, Ok(Response::VersionStored { .. })), "{r:?}");
+    }
+    let query = VersionsQuery {
+        prefix: "n".into(),
+        max_keys: 1000,
+        ..VersionsQuery::default()
+    };
+    let versions = retried(|| n3.list_versions("b", &query)).await;
+    assert_eq!(versions.versions.len(), 2, "both PUTs kept a version");
+
+    // Straight into root's log: no saga.
+    execute(
+        nodes[0].root(),
+        Command::SetBucketVersioning {
+            bucket: "b".into(),
+            state: Versioning::Suspended,
+        },
+    )
+    .await
+    .unwrap();
+    for group in [from_m, from_t] {
+        let meta = nodes[1].get(group).unwrap();
+        eventually("root's leader's round copies the change", || {
+            let meta = meta.clone();
+            async move {
+                let record = meta.read_local(|s| s.bucket("b")).await.unwrap();
+                record.is_some_and(|r| r.versioning == Versioning::Suspended)
+            }
+        })
+        .await;
+    }
+    // A stale copy (the record as created, revision 0) changes nothing.
+    let stale = BucketCopy {
+        bucket: "b".into(),
+        record: Some(
+            crate::tables::BucketRecord {
+                created_ms: 1,
+                cors: None,
+                owner: None,
+                versioning: Versioning::Unversioned,
+                object_lock: None,
+            }
+            .encode()
+            .unwrap(),
+        ),
+        revision: 0,
+    };
+    retried(|| {
+        n3.send(
+            from_m,
+            Command::CopyBuckets {
+                copies: vec![stale.clone()],
+            },
+        )
+    })
+    .await;
+    let record = nodes[1]
+        .get(from_m)
+        .unwrap()
+        .read(|s| s.bucket("b"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.versioning, Versioning::Suspended);
+
+    // c holds c/k in the group from "t" (root holds none of its keys): not deleted.
+    assert_eq!(
+        bucket_cmd(Command::DeleteBucket { bucket: "c".into() }).await,
+        Err(MetaError::BucketNotEmpty)
+    );
+    bucket_cmd(create("d")).await.unwrap();
+    bucket_cmd(Command::DeleteBucket { bucket: "d".into() })
+        .await
+        .unwrap();
+    assert_eq!(write("d", "x", 4).await, Err(MetaError::NoSuchBucket));
+    assert!(retried(|| n3.object("c", "k")).await.is_some());
+
     for group in [ROOT, from_m, from_t] {
         let holders: Vec<&Arc<Replicas>> =
             nodes.iter().filter(|n| n.get(group).is_some()).collect();

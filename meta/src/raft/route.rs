@@ -62,6 +62,11 @@ impl Replicas {
             ));
         }
         let Some(sha1) = cmd.filedb_sha1() else {
+            if let Some(bucket) = cmd.changed_bucket() {
+                let bucket = bucket.to_string();
+                // Boxed: its listings and copies would make every command's future large.
+                return Box::pin(self.change_bucket(&bucket, cmd)).await;
+            }
             return self.root().execute(cmd).await;
         };
         let cmd = &cmd;
@@ -70,6 +75,18 @@ impl Replicas {
                 .await
         })
         .await
+    }
+
+    /// Runs `cmd`, a change of `bucket`'s record, in root, then copies the record to the
+    /// bucket's index groups before answering (`buckets.rs`). A DeleteBucket is refused
+    /// while an index group other than root holds a key of the bucket.
+    async fn change_bucket(&self, bucket: &str, cmd: Command) -> Result<Response, MetaError> {
+        if matches!(cmd, Command::DeleteBucket { .. }) && !self.empty_beyond_root(bucket).await? {
+            return Err(MetaError::BucketNotEmpty);
+        }
+        let answer = self.root().execute(cmd).await?;
+        self.copy_bucket(bucket).await?;
+        Ok(answer)
     }
 
     /// Runs `cmd`, a write of `bucket`/`key`, in the group the map gives the key; a write

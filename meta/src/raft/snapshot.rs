@@ -38,6 +38,7 @@ use super::super::tables::{
     BUCKETS, COUNTERS, DELETING, FILES, NULL_VERSIONS, OBJECTS, PAIRS, PARTS, RAFT_STATE, UPLOADS,
     VERSIONS,
 };
+use crate::bucket_copies::BUCKET_REVISIONS;
 
 const MAGIC: &[u8; 8] = b"DGWSNAP1";
 const END_TAG: u8 = 0xff;
@@ -166,6 +167,7 @@ macro_rules! for_each_table {
         $m!(27u8, PART_REF_IDS, $($args)*);
         $m!(28u8, FENCES, $($args)*);
         $m!(29u8, FENCE_AGES, $($args)*);
+        $m!(30u8, BUCKET_REVISIONS, $($args)*);
     }};
 }
 
@@ -437,6 +439,7 @@ pub fn digest(db: &Database) -> Result<Digest, SnapshotError> {
                 PART_REF_IDS.name(),
                 FENCES.name(),
                 FENCE_AGES.name(),
+                BUCKET_REVISIONS.name(),
             ]
             .contains(&$def.name())
                 && txn.open_table($def)?.is_empty()?;

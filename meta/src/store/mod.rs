@@ -110,6 +110,7 @@ impl MetaStore {
         txn.open_table(crate::outbox::PART_REF_IDS)?;
         txn.open_table(crate::outbox::FENCES)?;
         txn.open_table(crate::outbox::FENCE_AGES)?;
+        txn.open_table(crate::bucket_copies::BUCKET_REVISIONS)?;
         txn.commit()?;
         Ok(db)
     }

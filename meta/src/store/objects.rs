@@ -2,7 +2,10 @@
 
 use redb::{ReadTransaction, ReadableDatabase, ReadableTable};
 
+use std::collections::BTreeMap;
+
 use super::MetaStore;
+use crate::bucket_copies::{self, BucketCopy};
 use crate::tables::{BUCKETS, BucketRecord, OBJECTS, ObjectRecord};
 use crate::{ListPage, ListQuery, MetaError, list};
 
@@ -29,6 +32,21 @@ impl MetaStore {
 
     pub fn object(&self, bucket: &str, key: &str) -> Result<Option<ObjectRecord>, MetaError> {
         object_in(&self.db().begin_read()?, bucket, key)
+    }
+
+    /// `bucket`'s record and revision, for its index groups.
+    pub fn bucket_copy(&self, bucket: &str) -> Result<BucketCopy, MetaError> {
+        bucket_copies::read(&self.db().begin_read()?, bucket)
+    }
+
+    /// Every bucket's record and revision (the deleted ones' too).
+    pub fn bucket_copies(&self) -> Result<Vec<BucketCopy>, MetaError> {
+        bucket_copies::read_all(&self.db().begin_read()?)
+    }
+
+    /// The revision of every bucket copy this (index) group holds.
+    pub fn bucket_revisions(&self) -> Result<BTreeMap<String, u64>, MetaError> {
+        bucket_copies::revisions(&self.db().begin_read()?)
     }
 
     /// One page of a bucket listing.

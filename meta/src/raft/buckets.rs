@@ -1,0 +1,128 @@
+//! Bucket records on their way from root to the index groups holding the bucket's keys
+//! (`bucket_copies.rs`, `docs/scaling.md` "index groups", step b).
+//!
+//! Two ways, one for speed, one for certainty:
+//! - *The saga*: a command that changes a bucket's record ([`Command::changed_bucket`])
+//!   is answered only once root applied it and every index group of the bucket took the
+//!   record as of then, so that a request sent after the answer finds it wherever its
+//!   key lives (a PUT right after CreateBucket, after versioning was enabled).
+//! - *Root's leader's round*: compares root's revisions with each index group's and sends
+//!   what is behind, so a saga cut short (its node died, a group was unreachable), a
+//!   change that names no bucket (a bulk-delete job's end) or an index group new to the
+//!   map ends up with root's records.
+//!
+//! A copy carries root's revision, and a group takes only a newer one than it holds, so
+//! the two ways may cross, repeat and arrive late: the newest record stays.
+
+use std::collections::BTreeMap;
+
+use super::metadata::Metadata;
+use super::replicas::{ReadAnswer, ReadQuery, Replicas};
+use crate::bucket_copies::{BucketCopy, COPIES_MAX};
+use crate::groups::{GroupId, ROOT, ShardMap};
+use crate::{Command, MetaError};
+
+impl Replicas {
+    /// The saga's second half, after root applied a change of `bucket`'s record: the
+    /// record as of now to each index group of the bucket other than root.
+    pub(crate) async fn copy_bucket(&self, bucket: &str) -> Result<(), MetaError> {
+        self.on_the_map(|map| async move {
+            let groups: Vec<GroupId> = map
+                .index_groups_of(bucket)
+                .into_iter()
+                .filter(|g| *g != ROOT)
+                .collect();
+            if groups.is_empty() {
+                return Ok(());
+            }
+            let name = bucket.to_string();
+            let copy = self.root().read(move |s| s.bucket_copy(&name)).await?;
+            for group in groups {
+                let cmd = Command::CopyBuckets {
+                    copies: vec![copy.clone()],
+                };
+                self.send_on(&map, group, cmd).await?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Whether `bucket` holds no object, version or upload in any index group other than
+    /// root (root checks its own keys when it applies the delete). Asked before a
+    /// DeleteBucket while index groups exist; a write racing it is not held back yet
+    /// (`docs/scaling.md`, step d: closing the bucket in each group first).
+    pub(crate) async fn empty_beyond_root(&self, bucket: &str) -> Result<bool, MetaError> {
+        let map = self.shard_map().await?;
+        if map.index_groups_of(bucket).iter().all(|g| *g == ROOT) {
+            return Ok(true);
+        }
+        let one = crate::list::ListQuery {
+            max_keys: 1,
+            ..Default::default()
+        };
+        let versions = crate::list_versions::VersionsQuery {
+            max_keys: 1,
+            ..Default::default()
+        };
+        Ok(self.list_objects(bucket, &one).await?.objects.is_empty()
+            && self
+                .list_versions(bucket, &versions)
+                .await?
+                .versions
+                .is_empty()
+            && self.uploads(bucket, "", None, 1).await?.uploads.is_empty())
+    }
+}
+
+/// Root's leader's round: each index group gets the records of its buckets that it holds
+/// at an older revision than root's, or not at all.
+pub(crate) async fn copy_where_behind(
+    r: &Replicas,
+    map: &ShardMap,
+    root: &Metadata,
+) -> Result<(), MetaError> {
+    if map.index_only_in_root() {
+        return Ok(());
+    }
+    let copies = root.read_local(|s| s.bucket_copies()).await?;
+    let mut groups: BTreeMap<GroupId, Vec<&BucketCopy>> = BTreeMap::new();
+    for copy in &copies {
+        for group in map.index_groups_of(&copy.bucket) {
+            if group != ROOT {
+                groups.entry(group).or_default().push(copy);
+            }
+        }
+    }
+    for (group, wanted) in groups {
+        let held = match r.read_in(map, group, ReadQuery::BucketRevisions).await? {
+            ReadAnswer::BucketRevisions(held) => held,
+            other => {
+                return Err(MetaError::Unexpected(format!(
+                    "bucket revisions answered {other:?}"
+                )));
+            }
+        };
+        let behind: Vec<BucketCopy> = wanted
+            .into_iter()
+            .filter(|c| held.get(&c.bucket).is_none_or(|h| *h < c.revision))
+            .cloned()
+            .collect();
+        for chunk in behind.chunks(COPIES_MAX) {
+            r.send_on(
+                map,
+                group,
+                Command::CopyBuckets {
+                    copies: chunk.to_vec(),
+                },
+            )
+            .await?;
+            tracing::info!(
+                group,
+                buckets = chunk.len(),
+                "bucket records copied to an index group"
+            );
+        }
+    }
+    Ok(())
+}
