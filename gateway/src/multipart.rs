@@ -612,7 +612,8 @@ impl ObjectStore {
             upload_id: upload_id.to_string(),
             now_secs: now_secs(),
         };
-        match self.execute(cmd).await {
+        // Named by id only: it goes to the group owning the upload's key.
+        match self.replicas().execute_at(bucket, key, cmd).await {
             Ok(_) => Ok(()),
             Err(MetaError::NoSuchUpload) => Err(StoreError::NoSuchUpload),
             Err(e) => Err(StoreError::meta(e, bucket)),

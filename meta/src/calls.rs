@@ -228,15 +228,21 @@ impl Replicas {
         keys: Vec<String>,
         now_secs: u64,
     ) -> Result<Vec<bool>, MetaError> {
-        let cmd = Command::DeleteObjects {
-            bucket,
+        self.split_by_index_group(
+            &bucket.clone(),
             keys,
-            now_secs,
-        };
-        match self.execute(cmd).await? {
-            Response::ObjectsDeleted(existed) => Ok(existed),
-            other => Err(unexpected(other)),
-        }
+            String::as_str,
+            |keys| Command::DeleteObjects {
+                bucket: bucket.clone(),
+                keys,
+                now_secs,
+            },
+            |answer| match answer {
+                Response::ObjectsDeleted(existed) => Ok(existed),
+                other => Err(unexpected(other)),
+            },
+        )
+        .await
     }
 
     /// Removes keys of a bucket, each only if its condition (if any) holds; what happened
@@ -247,15 +253,21 @@ impl Replicas {
         objects: Vec<(String, Option<WritePrecondition>)>,
         now_secs: u64,
     ) -> Result<Vec<DeleteOutcome>, MetaError> {
-        let cmd = Command::DeleteObjectsMatching {
-            bucket,
+        self.split_by_index_group(
+            &bucket.clone(),
             objects,
-            now_secs,
-        };
-        match self.execute(cmd).await? {
-            Response::ObjectsDeletedMatching(outcomes) => Ok(outcomes),
-            other => Err(unexpected(other)),
-        }
+            |(key, _)| key.as_str(),
+            |objects| Command::DeleteObjectsMatching {
+                bucket: bucket.clone(),
+                objects,
+                now_secs,
+            },
+            |answer| match answer {
+                Response::ObjectsDeletedMatching(outcomes) => Ok(outcomes),
+                other => Err(unexpected(other)),
+            },
+        )
+        .await
     }
 
     /// Runs a pair command (`AddPair`, `SetPairFlags`); the pair's id and record after it.

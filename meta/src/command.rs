@@ -644,6 +644,72 @@ impl Command {
         }
     }
 
+    /// The one key of the S3 index this command writes, where the command names it: the
+    /// group owning the key applies it. None for a command of several keys, of an upload
+    /// named only by id (its caller names the key: `Replicas::execute_at`), or outside
+    /// the index.
+    pub fn index_key(&self) -> Option<(&str, &str)> {
+        match self {
+            Command::PutObject { bucket, key, .. }
+            | Command::CopyObject { bucket, key, .. }
+            | Command::DeleteObject { bucket, key, .. }
+            | Command::DeleteVersion { bucket, key, .. }
+            | Command::SetObjectLock { bucket, key, .. }
+            | Command::SetObjectTags { bucket, key, .. }
+            | Command::SetObjectAcl { bucket, key, .. }
+            | Command::Conditional { bucket, key, .. }
+            | Command::Locked { bucket, key, .. }
+            | Command::ForeignRef { bucket, key, .. } => Some((bucket, key)),
+            Command::CreateUpload { upload, .. }
+            | Command::CreateUploadWithChecksum { upload, .. } => {
+                Some((&upload.bucket, &upload.key))
+            }
+            // Around a bucket's creation, the tags or ACL are the bucket's.
+            Command::Tagged {
+                bucket,
+                key,
+                command,
+                ..
+            }
+            | Command::WithAcl {
+                bucket,
+                key,
+                command,
+                ..
+            } => command.changed_bucket().is_none().then_some((bucket, key)),
+            _ => None,
+        }
+    }
+
+    /// Every key of the S3 index this command names (see [`Command::index_key`]), a
+    /// DeleteObjects' and an expiry's included: a group applies it only if it owns them
+    /// all.
+    pub fn index_keys(&self) -> Vec<(&str, &str)> {
+        match self {
+            Command::DeleteObjects { bucket, keys, .. } => {
+                keys.iter().map(|k| (bucket.as_str(), k.as_str())).collect()
+            }
+            Command::DeleteObjectsMatching {
+                bucket, objects, ..
+            } => objects
+                .iter()
+                .map(|(k, _)| (bucket.as_str(), k.as_str()))
+                .collect(),
+            Command::ExpireObjects {
+                bucket, objects, ..
+            }
+            | Command::ExpireVersions {
+                bucket,
+                versions: objects,
+                ..
+            } => objects
+                .iter()
+                .map(|(k, _)| (bucket.as_str(), k.as_str()))
+                .collect(),
+            other => other.index_key().into_iter().collect(),
+        }
+    }
+
     /// The content reference a write takes: the new object's or part's content, looked for
     /// through the wrappers a write may come in (`Conditional`, `Locked`, `Tagged`,
     /// `WithAcl`; not `ForeignRef`, whose reference is taken elsewhere). None for a

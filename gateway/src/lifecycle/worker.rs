@@ -185,7 +185,11 @@ impl LifecycleWorker {
                     upload_id: id.clone(),
                     now_secs: now,
                 };
-                match self.store.execute(cmd).await {
+                let at = self
+                    .store
+                    .replicas()
+                    .execute_at(&upload.bucket, &upload.key, cmd);
+                match at.await {
                     Ok(_) => {
                         tracing::info!(
                             upload_id = %id,

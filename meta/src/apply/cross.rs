@@ -13,9 +13,10 @@ use crate::ownership;
 use crate::ref_log::{BATCH_MAX, EXPIRE_MAX};
 use crate::{Command, MetaError, Response};
 
-/// Refuses with `Moved` a command about a sha1 this group does not own: a FileDB command,
-/// or a write that references content in place. A `ForeignRef` is the other way round:
-/// its content must be another group's, or the reference would be counted twice.
+/// Refuses with `Moved` a command about a sha1 or a key of the index this group does not
+/// own: a FileDB command, a write that references content in place, a write naming keys
+/// (or an upload by id, whose key its record gives). A `ForeignRef`'s content is the
+/// other way round: it must be another group's, or the reference would be counted twice.
 pub(super) fn check_owner(txn: &WriteTransaction, cmd: &Command) -> Result<(), MetaError> {
     let Some(own) = ownership::read_in(txn)? else {
         return Ok(());
@@ -23,6 +24,20 @@ pub(super) fn check_owner(txn: &WriteTransaction, cmd: &Command) -> Result<(), M
     let moved = || MetaError::Moved {
         map_version: own.map_version,
     };
+    // The index's keys, named or an upload's, as a read checks them (`store/index.rs`).
+    let keys_owned = cmd
+        .index_keys()
+        .iter()
+        .all(|(bucket, key)| own.owns_key(bucket, key.as_bytes()));
+    if !keys_owned {
+        return Err(moved());
+    }
+    if let Some(upload_id) = upload_named(cmd)
+        && let Some(upload) = super::uploads::find_upload(txn, upload_id)?
+        && !own.owns_key(&upload.bucket, upload.key.as_bytes())
+    {
+        return Err(moved());
+    }
     if let Command::ForeignRef { command, .. } = cmd {
         // None also for a ForeignRef inside: one reference, taken once.
         let Some(content) = command.content_reference() else {
@@ -42,6 +57,22 @@ pub(super) fn check_owner(txn: &WriteTransaction, cmd: &Command) -> Result<(), M
         return Err(moved());
     }
     Ok(())
+}
+
+/// The upload a command names by id only (its parts, its completion, its abort).
+fn upload_named(cmd: &Command) -> Option<&str> {
+    match cmd {
+        Command::PutPart { upload_id, .. }
+        | Command::PutPartWithChecksum { upload_id, .. }
+        | Command::CompleteUpload { upload_id, .. }
+        | Command::AbortUpload { upload_id, .. } => Some(upload_id),
+        Command::Tagged { command, .. }
+        | Command::WithAcl { command, .. }
+        | Command::Conditional { command, .. }
+        | Command::Locked { command, .. }
+        | Command::ForeignRef { command, .. } => upload_named(command),
+        _ => None,
+    }
 }
 
 /// The sha1s a FileDB command acts on.

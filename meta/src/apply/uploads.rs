@@ -171,8 +171,16 @@ pub(super) fn read_upload(
     txn: &WriteTransaction,
     upload_id: &str,
 ) -> Result<UploadRecord, MetaError> {
-    match txn.open_table(UPLOADS)?.get(upload_id)? {
-        Some(v) => tables::decode_versioned("uploads", v.value()),
-        None => Err(MetaError::NoSuchUpload),
-    }
+    find_upload(txn, upload_id)?.ok_or(MetaError::NoSuchUpload)
+}
+
+/// The upload `upload_id`, if it is in progress.
+pub(super) fn find_upload(
+    txn: &WriteTransaction,
+    upload_id: &str,
+) -> Result<Option<UploadRecord>, MetaError> {
+    txn.open_table(UPLOADS)?
+        .get(upload_id)?
+        .map(|v| tables::decode_versioned("uploads", v.value()))
+        .transpose()
 }

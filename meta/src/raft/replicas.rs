@@ -127,8 +127,8 @@ pub enum ReadAnswer {
 pub const MOVED_WAIT: Duration = Duration::from_secs(10);
 /// The first pause before a command answered `Moved` is tried again (doubling up to
 /// [`MOVED_PAUSE_MAX`]).
-const MOVED_PAUSE_MIN: Duration = Duration::from_millis(20);
-const MOVED_PAUSE_MAX: Duration = Duration::from_millis(500);
+pub(crate) const MOVED_PAUSE_MIN: Duration = Duration::from_millis(20);
+pub(crate) const MOVED_PAUSE_MAX: Duration = Duration::from_millis(500);
 
 /// Bound on the entries of one [`ReadQuery::Deleting`].
 pub const DELETING_READ_MAX: u32 = 1000;

@@ -2359,6 +2359,26 @@ async fn index_reads_go_to_the_keys_group_and_listings_walk_across_groups() {
             room: 1000,
         },
     };
+    // A write of a key, or of several, outside the group's keys: refused in its log.
+    let refused = retried(|| async {
+        match nodes[1]
+            .send(
+                from_m,
+                Command::DeleteObjects {
+                    bucket: "b".into(),
+                    keys: vec!["n".into(), "zz".into()],
+                    now_secs: 3,
+                },
+            )
+            .await
+        {
+            Err(MetaError::Moved { map_version }) => Ok(map_version),
+            other => panic!("{other:?}"),
+        }
+    })
+    .await;
+    assert_eq!(refused, map.version);
+    assert!(retried(|| nodes[1].object("b", "n")).await.is_some());
     // A span running past the group's end (a map from before "t" was split off).
     assert_eq!(ask(from_m, 2, list("m", None)).await, moved);
     assert_eq!(ask(ROOT, 2, list("a", None)).await, moved);
@@ -2370,6 +2390,37 @@ async fn index_reads_go_to_the_keys_group_and_listings_walk_across_groups() {
         }
         other => panic!("{other:?}"),
     }
+    // Writes of one key go to the group owning it, from any node; an upload named by id
+    // by the key its caller gives; DeleteObjects split by group, each key's answer in
+    // the order asked.
+    retried(|| {
+        nodes[0].execute(Command::DeleteObject {
+            bucket: "b".into(),
+            key: "s/1".into(),
+            now_secs: 2,
+        })
+    })
+    .await;
+    assert_eq!(retried(|| nodes[2].object("b", "s/1")).await, None);
+    retried(|| {
+        nodes[2].execute_at(
+            "b",
+            "zz",
+            Command::AbortUpload {
+                upload_id: "up15".into(),
+                now_secs: 2,
+            },
+        )
+    })
+    .await;
+    assert_eq!(retried(|| nodes[0].upload("b", "zz", "up15")).await, None);
+    let keys: Vec<String> = ["a", "m", "u", "nope", "t/1"].map(String::from).to_vec();
+    let existed = retried(|| nodes[2].delete_objects("b".into(), keys.clone(), 2)).await;
+    assert_eq!(existed, [true, true, true, false, true]);
+    for key in ["a", "m", "u", "t/1"] {
+        assert_eq!(retried(|| nodes[1].object("b", key)).await, None, "{key}");
+    }
+
     for group in [ROOT, from_m, from_t] {
         let holders: Vec<&Arc<Replicas>> =
             nodes.iter().filter(|n| n.get(group).is_some()).collect();

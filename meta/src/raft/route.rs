@@ -8,10 +8,13 @@
 //! reference. A `Moved` answer (the map changed under the write) is tried again on the
 //! map root has applied since, a bounded number of times.
 
+use std::collections::BTreeMap;
+use std::time::Instant;
+
 use rand::RngExt as _;
 
 use super::config::CrashPoint;
-use super::replicas::Replicas;
+use super::replicas::{MOVED_PAUSE_MAX, MOVED_PAUSE_MIN, MOVED_WAIT, Replicas};
 use super::timeouts::now_ms;
 use crate::command::ContentRef;
 use crate::groups::{GroupId, ShardMap};
@@ -51,8 +54,11 @@ pub async fn referencing_write(
 
 impl Replicas {
     /// Runs `cmd` in the group the map gives it: a FileDB command (see
-    /// [`Command::filedb_sha1`]) in its content's group, any other in root, where the S3
-    /// index, PairDB, buckets and keys live until index groups exist. A write that
+    /// [`Command::filedb_sha1`]) in its content's group; a change of a bucket's record in
+    /// root, then copied to the bucket's index groups; a write of one key of the index
+    /// ([`Command::index_key`]) in the group owning the key; any other in root (PairDB,
+    /// buckets, keys, and the index's writes of several keys, which
+    /// [`Replicas::split_by_index_group`] sends where index groups exist). A write that
     /// references content is routed by its key ([`Replicas::execute_at`]) and refused
     /// here.
     pub async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
@@ -66,6 +72,10 @@ impl Replicas {
                 let bucket = bucket.to_string();
                 // Boxed: its listings and copies would make every command's future large.
                 return Box::pin(self.change_bucket(&bucket, cmd)).await;
+            }
+            if let Some((bucket, key)) = cmd.index_key() {
+                let (bucket, key) = (bucket.to_string(), key.to_string());
+                return self.execute_in_index(&bucket, &key, cmd).await;
             }
             return self.root().execute(cmd).await;
         };
@@ -100,9 +110,100 @@ impl Replicas {
     ) -> Result<Response, MetaError> {
         if cmd.content_reference().is_some() {
             referencing_write(self, bucket, key, cmd).await
-        } else {
+        } else if cmd.filedb_sha1().is_some()
+            || cmd.changed_bucket().is_some()
+            || cmd.index_key().is_some()
+        {
             self.execute(cmd).await
+        } else {
+            self.execute_in_index(bucket, key, cmd).await
         }
+    }
+
+    /// Runs `cmd`, a write of the index at (`bucket`, `key`), in the group owning the key.
+    async fn execute_in_index(
+        &self,
+        bucket: &str,
+        key: &str,
+        cmd: Command,
+    ) -> Result<Response, MetaError> {
+        let cmd = &cmd;
+        self.on_the_map(|map| async move {
+            self.send_on(&map, map.index_group(bucket, key), cmd.clone())
+                .await
+        })
+        .await
+    }
+}
+
+impl Replicas {
+    /// Runs a write of several keys of `bucket` (`items`, each naming its key by `key_of`)
+    /// as one command per index group (`command` makes it from the group's items, in
+    /// their order) and answers each item's result in the order given. Items a group
+    /// answers `Moved` for are routed again on the newer map, the others are not sent
+    /// again (a key deleted twice would report it was absent). With one index group, one
+    /// command, as before index groups.
+    pub(crate) async fn split_by_index_group<T, R>(
+        &self,
+        bucket: &str,
+        items: Vec<T>,
+        key_of: impl Fn(&T) -> &str,
+        command: impl Fn(Vec<T>) -> Command,
+        answer: impl Fn(Response) -> Result<Vec<R>, MetaError>,
+    ) -> Result<Vec<R>, MetaError>
+    where
+        T: Clone,
+    {
+        let mut out: Vec<Option<R>> = items.iter().map(|_| None).collect();
+        let mut left: Vec<usize> = (0..items.len()).collect();
+        let deadline = Instant::now() + MOVED_WAIT;
+        let mut pause = MOVED_PAUSE_MIN;
+        loop {
+            let map = self.shard_map().await?;
+            let mut by_group: BTreeMap<GroupId, Vec<usize>> = BTreeMap::new();
+            for i in left {
+                by_group
+                    .entry(map.index_group(bucket, key_of(&items[i])))
+                    .or_default()
+                    .push(i);
+            }
+            let mut moved = Vec::new();
+            for (group, chunk) in by_group {
+                let cmd = command(chunk.iter().map(|i| items[*i].clone()).collect());
+                match self.send_on(&map, group, cmd).await {
+                    Ok(response) => {
+                        let results = answer(response)?;
+                        if results.len() != chunk.len() {
+                            return Err(MetaError::Unexpected(format!(
+                                "{} answers for {} keys",
+                                results.len(),
+                                chunk.len()
+                            )));
+                        }
+                        for (i, r) in chunk.into_iter().zip(results) {
+                            out[i] = Some(r);
+                        }
+                    }
+                    Err(MetaError::Moved { .. }) => moved.extend(chunk),
+                    Err(e) => return Err(e),
+                }
+            }
+            if moved.is_empty() {
+                break;
+            }
+            if Instant::now() + pause >= deadline {
+                return Err(MetaError::Moved {
+                    map_version: map.version,
+                });
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MOVED_PAUSE_MAX);
+            self.refresh_map().await?;
+            left = moved;
+        }
+        out.into_iter()
+            .collect::<Option<Vec<R>>>()
+            .ok_or_else(|| MetaError::Unexpected("a key got no answer".into()))
     }
 }
 
