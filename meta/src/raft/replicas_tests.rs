@@ -2113,9 +2113,11 @@ async fn a_move_to_a_dead_node_is_cancelled_and_the_next_change_goes_through() {
 }
 
 /// Three nodes with bucket `b` (made in root) whose keys lie in three groups: root below
-/// "m", an index group on nodes 2 and 3 from "m", another on nodes 1 and 2 from "t", once
-/// every node follows the map; the map and the two index groups.
-async fn bucket_b_over_three_index_groups() -> (
+/// "m", an index group on `from_m` from "m", another on `from_t` from "t", once every
+/// node follows the map; the map and the two index groups.
+async fn bucket_b_over_three_index_groups(
+    (on_m, on_t): (Vec<NodeId>, Vec<NodeId>),
+) -> (
     tempfile::TempDir,
     Arc<Loopback>,
     Vec<Arc<Replicas>>,
@@ -2127,24 +2129,37 @@ async fn bucket_b_over_three_index_groups() -> (
     let root = nodes[0].root().clone();
     let (map, from_m) = ShardMap::single(vec![1, 2, 3])
         .unwrap()
-        .split(ROOT, SplitAt::Key(IndexStart::new("b", "m")), vec![2, 3])
+        .split(ROOT, SplitAt::Key(IndexStart::new("b", "m")), on_m.clone())
         .unwrap();
     execute(&root, Command::SetShardMap { map: map.clone() })
         .await
         .unwrap();
     let (map, from_t) = map
-        .split(from_m, SplitAt::Key(IndexStart::new("b", "t")), vec![1, 2])
+        .split(
+            from_m,
+            SplitAt::Key(IndexStart::new("b", "t")),
+            on_t.clone(),
+        )
         .unwrap();
     execute(&root, Command::SetShardMap { map: map.clone() })
         .await
         .unwrap();
     wait_map_version(&nodes, map.version).await;
+    let holder = |on: &[NodeId]| &nodes[on[0] as usize - 1];
     wait_owned(
-        &[(&nodes[0], ROOT), (&nodes[1], from_m), (&nodes[1], from_t)],
+        &[
+            (&nodes[0], ROOT),
+            (holder(&on_m), from_m),
+            (holder(&on_t), from_t),
+        ],
         map.version,
     )
     .await;
-    assert!(nodes[0].get(from_m).is_none() && nodes[2].get(from_t).is_none());
+    for node in &nodes {
+        let id = node.root().node_id();
+        assert_eq!(node.get(from_m).is_some(), on_m.contains(&id));
+        assert_eq!(node.get(from_t).is_some(), on_t.contains(&id));
+    }
     (dir, net, nodes, map, [from_m, from_t])
 }
 
@@ -2165,7 +2180,8 @@ async fn index_reads_go_to_the_keys_group_and_listings_walk_across_groups() {
     use crate::{ContentSource, MetaError, NewObject, UploadRecord};
     use placement::{Magic, Sha1};
 
-    let (_dir, net, nodes, map, [from_m, from_t]) = bucket_b_over_three_index_groups().await;
+    let (_dir, net, nodes, map, [from_m, from_t]) =
+        bucket_b_over_three_index_groups((vec![2, 3], vec![1, 2])).await;
     // Root's leader's round copies bucket b's record to both index groups.
     for (node, group) in [(&nodes[1], from_m), (&nodes[1], from_t)] {
         let meta = node.get(group).unwrap();
@@ -2428,14 +2444,16 @@ async fn index_reads_go_to_the_keys_group_and_listings_walk_across_groups() {
     }
 }
 
-/// Bucket records on their way to the index groups, on real Rafts (bucket `b` over root
-/// and two index groups, as above), through node 3, which holds no replica of the group
-/// from "t" nor of root's leader perhaps: a bucket created after the split, and versioning
-/// enabled, are answered only once the bucket's index groups hold the new record, so a
-/// PUT right after finds it; a change made straight in root's log (a saga cut short)
-/// reaches them by root's leader's round; a stale copy changes nothing; DeleteBucket is
-/// refused while an index group holds a key of the bucket, and an empty bucket's deletion
-/// reaches its index group (a PUT there then finds no bucket).
+/// Bucket records on their way to the index groups, on real Rafts (bucket `b` over root,
+/// a group on all three nodes from "m" and one on nodes 1 and 3 from "t"), through node
+/// 2, which holds no replica of the group from "t": a bucket created after the split, and
+/// versioning enabled, are answered only once the bucket's index groups hold the new
+/// record, so a PUT right after finds it; a change made straight in root's log (a saga
+/// cut short) reaches them by root's leader's round; a stale copy changes nothing;
+/// DeleteBucket is refused while an index group holds a key of the bucket, and an empty
+/// bucket's deletion reaches its index group (a PUT there then finds no bucket). Then
+/// node 2 is stopped, the others write on until their logs are purged past it, and node 2
+/// restarted catches up by snapshot install, bucket copies included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bucket_records_reach_their_index_groups_by_the_saga_and_by_roots_round() {
     use crate::bucket_copies::BucketCopy;
@@ -2445,8 +2463,10 @@ async fn bucket_records_reach_their_index_groups_by_the_saga_and_by_roots_round(
     use crate::{ContentSource, MetaError, NewObject, Response};
     use placement::{Magic, Sha1};
 
-    let (_dir, _net, nodes, _map, [from_m, from_t]) = bucket_b_over_three_index_groups().await;
-    let n3 = nodes[2].clone();
+    // Node 2 holds no replica of the group from "t" (nor, perhaps, root's leader).
+    let (dir, net, mut nodes, _map, [from_m, from_t]) =
+        bucket_b_over_three_index_groups((vec![1, 2, 3], vec![1, 3])).await;
+    let n3 = nodes[1].clone();
     let put = |bucket: &str, key: &str, n: u8| Command::PutObject {
         bucket: bucket.into(),
         key: key.into(),
@@ -2530,7 +2550,7 @@ async fn bucket_records_reach_their_index_groups_by_the_saga_and_by_roots_round(
     .await
     .unwrap();
     for group in [from_m, from_t] {
-        let meta = nodes[1].get(group).unwrap();
+        let meta = nodes[2].get(group).unwrap();
         eventually("root's leader's round copies the change", || {
             let meta = meta.clone();
             async move {
@@ -2565,7 +2585,7 @@ async fn bucket_records_reach_their_index_groups_by_the_saga_and_by_roots_round(
         )
     })
     .await;
-    let record = nodes[1]
+    let record = nodes[2]
         .get(from_m)
         .unwrap()
         .read(|s| s.bucket("b"))
@@ -2585,10 +2605,67 @@ async fn bucket_records_reach_their_index_groups_by_the_saga_and_by_roots_round(
         .unwrap();
     assert_eq!(write("d", "x", 4).await, Err(MetaError::NoSuchBucket));
     assert!(retried(|| n3.object("c", "k")).await.is_some());
+    drop(n3);
+
+    // Node 2 stopped; through node 1, versioning enabled again and 24 PUTs in the group
+    // from "m" (snapshots every 4 entries), until root's and that group's logs on both
+    // survivors start past what node 2 holds; node 2 restarted on its folder catches up
+    // by snapshot install, the bucket copies and their revisions with it.
+    let stopped = nodes.remove(1);
+    let stopped_at = [ROOT, from_m].map(|g| stopped.get(g).unwrap().status().last_applied.unwrap());
+    net.unregister(&addr(2));
+    stopped.shutdown().await;
+    drop(stopped);
+    let n1 = nodes[0].clone();
+    retried(|| {
+        n1.execute(Command::SetBucketVersioning {
+            bucket: "b".into(),
+            state: Versioning::Enabled,
+        })
+    })
+    .await;
+    for i in 0..24u8 {
+        let key = format!("p/{i}");
+        let r = retried(|| referencing_write(&n1, "b", &key, put("b", &key, 10 + i))).await;
+        assert!(matches!(r, Response::VersionStored { .. }), "{r:?}");
+    }
+    let survivors: Vec<&Arc<Replicas>> = nodes.iter().collect();
+    for (group, at) in [ROOT, from_m].into_iter().zip(stopped_at) {
+        settle(&survivors, group).await;
+        eventually("the survivors purge past the stopped node", || {
+            let purged: Vec<Option<u64>> = survivors
+                .iter()
+                .map(|n| n.get(group).unwrap().status().purged)
+                .collect();
+            async move { purged.iter().all(|p| p.is_some_and(|p| p > at)) }
+        })
+        .await;
+    }
+    let restarted = start(dir.path(), 2, &net).await;
+    nodes.insert(1, restarted.clone());
+    let replica = restarted.get(from_m).unwrap();
+    eventually("the restarted replica has the new record", || {
+        let replica = replica.clone();
+        async move {
+            let record = replica.read_local(|s| s.bucket("b")).await.unwrap();
+            record.is_some_and(|r| r.versioning == Versioning::Enabled)
+        }
+    })
+    .await;
+    for i in 0..24u8 {
+        let key = format!("p/{i}");
+        assert!(
+            retried(|| restarted.object("b", &key)).await.is_some(),
+            "{key}"
+        );
+    }
 
     for group in [ROOT, from_m, from_t] {
         let holders: Vec<&Arc<Replicas>> =
             nodes.iter().filter(|n| n.get(group).is_some()).collect();
         assert_same_digest(&holders, group).await;
+    }
+    for node in &nodes {
+        node.shutdown().await;
     }
 }
