@@ -94,35 +94,46 @@ pub(crate) async fn copy_where_behind(
             }
         }
     }
+    // Each group on its own (logged here): one that cannot be reached holds back no
+    // other, and is tried again next round.
     for (group, wanted) in groups {
-        let held = match r.read_in(map, group, ReadQuery::BucketRevisions).await? {
-            ReadAnswer::BucketRevisions(held) => held,
-            other => {
-                return Err(MetaError::Unexpected(format!(
-                    "bucket revisions answered {other:?}"
-                )));
-            }
-        };
-        let behind: Vec<BucketCopy> = wanted
-            .into_iter()
-            .filter(|c| held.get(&c.bucket).is_none_or(|h| *h < c.revision))
-            .cloned()
-            .collect();
-        for chunk in behind.chunks(COPIES_MAX) {
-            r.send_on(
-                map,
-                group,
-                Command::CopyBuckets {
-                    copies: chunk.to_vec(),
-                },
-            )
-            .await?;
-            tracing::info!(
-                group,
-                buckets = chunk.len(),
-                "bucket records copied to an index group"
-            );
+        if let Err(e) = copy_to(r, map, group, wanted).await {
+            tracing::warn!(group, error = %e, "copying bucket records to an index group");
         }
+    }
+    Ok(())
+}
+
+/// The copies of `wanted` that `group` holds at an older revision, or not at all.
+async fn copy_to(
+    r: &Replicas,
+    map: &ShardMap,
+    group: GroupId,
+    wanted: Vec<&BucketCopy>,
+) -> Result<(), MetaError> {
+    let held = match r.read_in(map, group, ReadQuery::BucketRevisions).await? {
+        ReadAnswer::BucketRevisions(held) => held,
+        other => {
+            return Err(MetaError::Unexpected(format!(
+                "bucket revisions answered {other:?}"
+            )));
+        }
+    };
+    let behind: Vec<BucketCopy> = wanted
+        .into_iter()
+        .filter(|c| held.get(&c.bucket).is_none_or(|h| *h < c.revision))
+        .cloned()
+        .collect();
+    for chunk in behind.chunks(COPIES_MAX) {
+        let cmd = Command::CopyBuckets {
+            copies: chunk.to_vec(),
+        };
+        r.send_on(map, group, cmd).await?;
+        tracing::info!(
+            group,
+            buckets = chunk.len(),
+            "bucket records copied to an index group"
+        );
     }
     Ok(())
 }
