@@ -131,18 +131,15 @@ impl ObjectStore {
         Ok(upload_id)
     }
 
-    /// The upload must belong to bucket/key, as S3 checks.
+    /// The upload must belong to bucket/key, as S3 checks: the index read answers none
+    /// for an upload of another key (`IndexQuery::Upload`).
     pub async fn check_upload(
         &self,
         bucket: &str,
         key: &str,
         upload_id: &str,
     ) -> Result<UploadRecord, StoreError> {
-        let upload = self.upload_record(bucket, key, upload_id).await?;
-        if upload.bucket != bucket || upload.key != key {
-            return Err(StoreError::NoSuchUpload);
-        }
-        Ok(upload)
+        self.upload_record(bucket, key, upload_id).await
     }
 
     /// An upload's checksum declaration and its parts' checksums.
