@@ -79,12 +79,20 @@ impl HttpPeers {
             PeerClient::Tls(client) => client.request(req),
         }
         .await
-        .map_err(|e| RpcError::Unreachable(addr.to_string(), e.to_string()))?;
+        .map_err(|e| {
+            // Only a failed connection is certain to have delivered nothing; a request
+            // that left may have been acted on (see `RpcError::delivered_nothing`).
+            if e.is_connect() {
+                RpcError::Unreachable(addr.to_string(), e.to_string())
+            } else {
+                RpcError::Lost(addr.to_string(), e.to_string())
+            }
+        })?;
         let status = resp.status();
         let bytes = Limited::new(resp.into_body(), RESPONSE_BYTES_MAX)
             .collect()
             .await
-            .map_err(|e| RpcError::Unreachable(addr.to_string(), e.to_string()))?
+            .map_err(|e| RpcError::Lost(addr.to_string(), e.to_string()))?
             .to_bytes();
         if !status.is_success() {
             let text = String::from_utf8_lossy(&bytes[..bytes.len().min(REFUSAL_TEXT_MAX)]);

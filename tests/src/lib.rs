@@ -5,6 +5,11 @@
 //! `$GATEWAY_BIN`) and panics with "build it first: cargo build -p gateway" if the binary
 //! is missing. Every wait is bounded; every address is 127.0.0.1, unless a test places a
 //! gateway elsewhere (see [`Placement`] and [`netns`]).
+//!
+//! A gateway's log is kept in memory and its tail printed when a test fails. Set
+//! `E2E_STDERR_DIR` to a folder to have each gateway write its whole log (stderr) to a file
+//! there instead, named after its data folder: for a failure whose cause scrolled out of
+//! the tail (`RUST_LOG` chooses the level, as for the gateway).
 
 pub mod cluster;
 pub mod netns;
@@ -48,6 +53,8 @@ pub const REGION: &str = "us-east-1";
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many log lines (stdout and stderr) are kept for failure messages.
 const LOG_LINES_KEPT: usize = 2000;
+/// A folder to write every gateway's whole log to (see the module's documentation).
+const STDERR_DIR_ENV: &str = "E2E_STDERR_DIR";
 /// Timeouts of a raw request's socket.
 const RAW_IO_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -244,6 +251,12 @@ impl Gateway {
     /// Spawns the binary listening on `HOST:port` (inside the placement's namespace, if any)
     /// and waits for its `listening on` line.
     fn spawn(&mut self, port: u16) -> Result<u16, String> {
+        if self.stderr_file.is_none()
+            && let Some(d) = std::env::var_os(STDERR_DIR_ENV)
+        {
+            let name = self.dir.path().to_string_lossy().replace('/', "_");
+            self.stderr_file = Some(std::path::PathBuf::from(d).join(name));
+        }
         let stderr_to = match &self.stderr_file {
             Some(path) => Stdio::from(
                 fs::OpenOptions::new()

@@ -136,7 +136,11 @@ async fn one_round(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<u64, MetaEr
                 "read index not confirmed within {ROUND_BUDGET:?} ({attempts} attempts)"
             )),
         };
-        if tokio::time::Instant::now() + RETRY_PAUSE >= deadline {
+        // A stopped Raft (its replica dropped after a move) never confirms anything: the
+        // caller goes to another replica instead of waiting out the budget here.
+        if tokio::time::Instant::now() + RETRY_PAUSE >= deadline
+            || raft.metrics().borrow().state == openraft::ServerState::Shutdown
+        {
             return Err(error);
         }
         tracing::debug!(attempts, %error, "read index not confirmed; trying again");

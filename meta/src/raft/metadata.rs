@@ -16,7 +16,7 @@ use super::config::ClusterConfig;
 use super::elector::{self, Elector, LeaderContact, PreVoteRequest, PreVoteResponse};
 use super::log::LogStore;
 use super::machine::{self, SnapshotDir, StateMachine};
-use super::members::member_addr;
+use super::members::{member_addr, member_leader};
 use super::network::{self, Call, Network, Rpc};
 use super::proposer::{self, Proposer};
 use super::timeouts::{LEADER_WAIT, READ_TIMEOUT, WRITE_TIMEOUT};
@@ -533,17 +533,35 @@ impl Metadata {
     /// A command of a format the group has not reached yet (a rolling upgrade in
     /// progress) is refused before it is proposed: some member could not read it.
     pub async fn execute(&self, cmd: Command) -> Result<Response, MetaError> {
+        self.execute_answer(cmd)
+            .await
+            .unwrap_or_else(|unsent| Err(unsent.into()))
+    }
+
+    /// [`Metadata::execute`], saying apart a command that reached no log (which another
+    /// replica may take) from one whose outcome is unknown.
+    pub(crate) async fn execute_answer(&self, cmd: Command) -> proposer::Answer {
         let need = cmd.format_version();
         if need > cluster_version::FORMAT_VERSION_INITIAL {
-            let have = self.read_local(|m| m.cluster_version()).await?;
+            let have = match self.read_local(|m| m.cluster_version()).await {
+                Ok(have) => have,
+                Err(e) => return Ok(Err(e)),
+            };
             if need > have {
-                return Err(unavailable(format!(
+                return Ok(Err(unavailable(format!(
                     "this command needs format version {need} and the cluster runs {have}: \
                      a node of an older release is still a member (finish the upgrade)"
-                )));
+                ))));
             }
         }
-        self.proposer.submit(cmd).await
+        self.proposer.submit_answer(cmd).await
+    }
+
+    /// Whether this replica's Raft has stopped (its node shuts down, or a move took the
+    /// replica off this node and it is being dropped): a call that took it before then
+    /// goes to the group's other replicas.
+    pub fn stopped(&self) -> bool {
+        self.raft.metrics().borrow().state == openraft::ServerState::Shutdown
     }
 
     /// The newest format every member knows now: this binary's, lowered by each other
@@ -665,6 +683,18 @@ impl Metadata {
     /// The leader's read index, answered only by the leader (a follower's barrier asks
     /// it over `/_cluster/read-index`).
     pub async fn leader_read_index(&self) -> Result<u64, MetaError> {
+        // A leader whose log holds its own removal (a move takes its replica off this
+        // node) may hold entries past it that will never commit: a read index raised to
+        // its log's end (see `local_read_index`) would make the follower wait for an index
+        // that the next leader reaches only with later writes, up to the read's timeout.
+        // The follower asks the group's next leader instead.
+        if member_leader(&self.raft.metrics().borrow()) != Some(self.node_id()) {
+            return Err(unavailable(format!(
+                "node {} leads group {} no more (a membership change removes it)",
+                self.node_id(),
+                self.rpc.group()
+            )));
+        }
         barrier::local_read_index(&self.raft).await
     }
 
@@ -699,14 +729,27 @@ impl Metadata {
         results.resize_with(slots.len() + refused.len(), || {
             Err(unavailable("no answer"))
         });
+        let none_refused = refused.is_empty();
         for (slot, cmd) in refused {
             let need = cmd.format_version();
             results[slot] = Err(unavailable(format!(
                 "this command needs format version {need} and the group runs {have}"
             )));
         }
-        for (slot, answer) in slots.into_iter().zip(self.proposer.submit_all(cmds).await) {
-            results[slot] = answer;
+        let answers = self.proposer.submit_all(cmds).await;
+        // Appended nowhere (this node stopped leading, or its replica is being dropped after
+        // a move took it out of the group, between the sender's choice and the append):
+        // the sender may send the batch again, to the leader it learns of next.
+        if none_refused
+            && !answers.is_empty()
+            && answers
+                .iter()
+                .all(|a| matches!(a, Err(proposer::Unsent::NotAppended(_))))
+        {
+            return proposer::WriteReply::NotLeader(None);
+        }
+        for (slot, answer) in slots.into_iter().zip(answers) {
+            results[slot] = answer.unwrap_or_else(|unsent| Err(unsent.into()));
         }
         proposer::WriteReply::Done(BatchResult(results))
     }
@@ -1071,6 +1114,35 @@ mod tests {
             "{refused:?}"
         );
         assert_eq!(version().await.unwrap(), 1, "nothing was applied");
+        meta.shutdown().await;
+    }
+
+    /// A batch forwarded to a node that finds no leader before it appends it (a leader
+    /// that stepped down between the sender's choice and the append: a move took its
+    /// replica out of the group) is answered "not the leader", which the sender may send
+    /// again to the leader it learns of next; before, each command failed, a 503 to the
+    /// client. Here a node of two voters whose peer cannot be reached never has a leader.
+    #[tokio::test]
+    async fn a_batch_forwarded_to_a_node_without_a_leader_is_refused_as_not_appended() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = ClusterConfig {
+            node_id: 1,
+            peers: std::collections::BTreeMap::from([
+                (1, "127.0.0.1:1".to_string()),
+                (2, "127.0.0.1:2".to_string()),
+            ]),
+            ..ClusterConfig::single("127.0.0.1:1".into())
+        };
+        let meta = open(dir.path(), cluster, Arc::new(network::NoPeers))
+            .await
+            .unwrap();
+        let reply = meta
+            .forwarded_write(Batch(vec![put("b", "k", 1), put("b", "l", 2)]))
+            .await;
+        assert!(
+            matches!(reply, proposer::WriteReply::NotLeader(None)),
+            "{reply:?}"
+        );
         meta.shutdown().await;
     }
 

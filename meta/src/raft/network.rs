@@ -131,8 +131,12 @@ pub const RESPONSE_BYTES_MAX: usize = 64 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RpcError {
+    /// No connection to the peer could be made: the request never reached it.
     #[error("cannot reach {0}: {1}")]
     Unreachable(String, String),
+    /// The connection broke off after the request left: the peer may have acted on it.
+    #[error("{0}: the exchange broke off: {1}")]
+    Lost(String, String),
     #[error("{0}: no answer within {1:?}")]
     Timeout(String, Duration),
     /// The peer answered with a status other than success (an HTTP status code).
@@ -140,6 +144,20 @@ pub enum RpcError {
     Status(String, u16, String),
     #[error("{0}: bad answer: {1}")]
     Decode(String, String),
+}
+
+impl RpcError {
+    /// Whether the peer certainly did nothing with the request: it was never reached, it
+    /// holds no replica of the group (404), or it could not read the request (400). A
+    /// command so refused was appended nowhere and may be sent again; after any other
+    /// failure (a timeout, a broken-off exchange, an unreadable answer) its outcome is
+    /// unknown.
+    pub fn delivered_nothing(&self) -> bool {
+        matches!(
+            self,
+            RpcError::Unreachable(..) | RpcError::Status(_, 400 | 404, _)
+        )
+    }
 }
 
 /// What [`Transport::post`] returns.

@@ -72,9 +72,31 @@ pub enum WriteReply {
     Unavailable(String),
 }
 
+/// Why a batch has no answer from a log.
+#[derive(Clone, Debug)]
+pub(crate) enum Unsent {
+    /// Appended to no log (no leader found, its deadline passed first, the proposer
+    /// stopped): safe to send again.
+    NotAppended(String),
+    /// Its outcome is unknown (a timeout, a leader lost while it held the batch): it may
+    /// still commit.
+    Unknown(String),
+}
+
+impl From<Unsent> for MetaError {
+    fn from(u: Unsent) -> Self {
+        match u {
+            Unsent::NotAppended(why) | Unsent::Unknown(why) => MetaError::Unavailable(why),
+        }
+    }
+}
+
+/// A command's answer from the proposer: the state machine's result, or why it has none.
+pub(crate) type Answer = Result<Result<Response, MetaError>, Unsent>;
+
 struct Pending {
     cmd: Command,
-    reply: oneshot::Sender<Result<Response, MetaError>>,
+    reply: oneshot::Sender<Answer>,
     /// Not appended to a log after this instant (see [`APPEND_DEADLINE`]).
     deadline: Instant,
 }
@@ -116,8 +138,15 @@ impl Proposer {
     }
 
     pub async fn submit(&self, cmd: Command) -> Result<Response, MetaError> {
+        self.submit_answer(cmd)
+            .await
+            .unwrap_or_else(|unsent| Err(unsent.into()))
+    }
+
+    /// [`Proposer::submit`], with why a command has no answer from the log.
+    pub(crate) async fn submit_answer(&self, cmd: Command) -> Answer {
         let rx = self.enqueue(cmd, Instant::now() + APPEND_DEADLINE).await?;
-        rx.await.map_err(|_| shutting_down())?
+        rx.await.unwrap_or_else(|_| Err(shutting_down()))
     }
 
     /// Queues every command of a batch forwarded by a follower, in its order, and answers
@@ -125,7 +154,7 @@ impl Proposer {
     /// the next log entry: each entry costs the leader one serial fsync (openraft's core
     /// awaits each append), so a batch of a few commands from each follower appended as an
     /// entry of its own would cap the group at the fsyncs per second.
-    pub async fn submit_all(&self, cmds: Vec<Command>) -> Vec<Result<Response, MetaError>> {
+    pub(crate) async fn submit_all(&self, cmds: Vec<Command>) -> Vec<Answer> {
         // The follower that sent them gives up after WRITE_TIMEOUT; so does this node.
         let deadline = Instant::now() + WRITE_TIMEOUT;
         let mut waiting = Vec::with_capacity(cmds.len());
@@ -146,7 +175,7 @@ impl Proposer {
         &self,
         cmd: Command,
         deadline: Instant,
-    ) -> Result<oneshot::Receiver<Result<Response, MetaError>>, MetaError> {
+    ) -> Result<oneshot::Receiver<Answer>, Unsent> {
         let (reply, rx) = oneshot::channel();
         self.queue
             .send(Pending {
@@ -160,8 +189,10 @@ impl Proposer {
     }
 }
 
-fn shutting_down() -> MetaError {
-    MetaError::Unavailable("metadata is shutting down".into())
+/// The proposer's task ended before the command reached it, or before it answered (its
+/// node shuts down: the task stops taking batches before any could be sent).
+fn shutting_down() -> Unsent {
+    Unsent::NotAppended("metadata is shutting down".into())
 }
 
 async fn commit(raft: &MetaRaft, rpc: &Rpc, me: NodeId, pending: Vec<Pending>) {
@@ -176,18 +207,18 @@ async fn commit(raft: &MetaRaft, rpc: &Rpc, me: NodeId, pending: Vec<Pending>) {
     match outcome {
         Ok(BatchResult(results)) if results.len() == n => {
             for (reply, result) in replies.into_iter().zip(results) {
-                let _ = reply.send(result);
+                let _ = reply.send(Ok(result));
             }
         }
         Ok(BatchResult(results)) => {
             let e = MetaError::Storage(format!("{} results for {n} commands", results.len()));
             for reply in replies {
-                let _ = reply.send(Err(e.clone()));
+                let _ = reply.send(Ok(Err(e.clone())));
             }
         }
-        Err(e) => {
+        Err(unsent) => {
             for reply in replies {
-                let _ = reply.send(Err(e.clone()));
+                let _ = reply.send(Err(unsent.clone()));
             }
         }
     }
@@ -207,25 +238,29 @@ pub async fn fence(raft: &MetaRaft, rpc: &Rpc, me: NodeId) -> Result<(), MetaErr
     )
     .await
     .map(drop)
+    .map_err(MetaError::from)
 }
 
 /// Commits a batch on whichever node leads, following redirects a bounded number of times;
-/// never sends it to a log after `deadline` (it then fails, appended nowhere).
+/// never sends it to a log after `deadline` (it then fails, appended nowhere). A leader
+/// that answers it was not appended (it leads no more, or its replica left the group with
+/// a move) costs a wait for the leader this node knows next, within the deadline.
 async fn send(
     raft: &MetaRaft,
     rpc: &Rpc,
     me: NodeId,
     batch: Batch,
     deadline: Instant,
-) -> Result<BatchResult, MetaError> {
+) -> Result<BatchResult, Unsent> {
     let mut hint: Option<NodeId> = None;
-    for _ in 0..=REDIRECTS_MAX {
+    let mut redirects = 0;
+    loop {
         let leader = match hint.take() {
             Some(l) => l,
             None => wait_leader(raft, rpc.group()).await?,
         };
         if Instant::now() >= deadline {
-            return Err(MetaError::Unavailable(
+            return Err(Unsent::NotAppended(
                 "the command reached no leader before its append deadline; not appended".into(),
             ));
         }
@@ -248,6 +283,8 @@ async fn send(
             tokio::select! {
                 r = rpc.call(&addr, Call::Write, &batch, WRITE_TIMEOUT) => match r {
                     Ok(r) => r,
+                    // Never received (unreachable, or its replica is gone): as a refusal.
+                    Err(e) if e.delivered_nothing() => WriteReply::NotLeader(None),
                     Err(e) => WriteReply::Unavailable(e.to_string()),
                 },
                 () = leader_gone(raft, leader) => WriteReply::Unavailable(format!(
@@ -257,23 +294,27 @@ async fn send(
         };
         match reply {
             WriteReply::Done(r) => return Ok(r),
-            WriteReply::Unavailable(e) => return Err(MetaError::Unavailable(e)),
+            WriteReply::Unavailable(e) => return Err(Unsent::Unknown(e)),
             WriteReply::NotLeader(next) => {
                 // Not appended anywhere: safe to send again, to the leader it named, or
-                // after waiting for a new one.
+                // after waiting for a new one (bounded by the deadline above).
                 hint = next.filter(|n| *n != leader);
-                if hint.is_none() {
+                if hint.is_some() {
+                    redirects += 1;
+                    if redirects > REDIRECTS_MAX {
+                        return Err(Unsent::NotAppended("the leader kept changing".into()));
+                    }
+                } else {
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
             }
         }
     }
-    Err(MetaError::Unavailable("the leader kept changing".into()))
 }
 
-async fn wait_leader(raft: &MetaRaft, group: crate::groups::GroupId) -> Result<NodeId, MetaError> {
+async fn wait_leader(raft: &MetaRaft, group: crate::groups::GroupId) -> Result<NodeId, Unsent> {
     wait_group_leader(raft, group).await.map_err(|waited| {
-        MetaError::Unavailable(format!(
+        Unsent::NotAppended(format!(
             "no metadata leader within {waited:?} (is a majority of the nodes up?)"
         ))
     })

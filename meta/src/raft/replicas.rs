@@ -35,7 +35,7 @@ use super::metadata::{
     self, GroupStatus, GroupsStatus, KeyInterval, MembershipOp, Metadata, Sha1Interval,
 };
 use super::network::{Call, Rpc, Transport};
-use super::proposer::WriteReply;
+use super::proposer::{Unsent, WriteReply};
 use super::timeouts::{READ_TIMEOUT, WRITE_TIMEOUT};
 use super::types::{Batch, BatchResult, NodeId};
 use crate::cluster_version::FORMAT_VERSION;
@@ -531,7 +531,13 @@ impl Replicas {
         cmd: Command,
     ) -> Result<Response, MetaError> {
         if let Some(replica) = self.routed_led(group).await? {
-            return replica.execute(cmd).await;
+            match replica.execute_answer(cmd.clone()).await {
+                Ok(answer) => return answer,
+                // The replica was dropped under the call (a move took it off this node)
+                // before the command reached a log: the group's other replicas take it.
+                Err(Unsent::NotAppended(_)) if replica.stopped() => {}
+                Err(unsent) => return Err(unsent.into()),
+            }
         }
         let Remote {
             replicas,
@@ -580,6 +586,11 @@ impl Replicas {
                     return Err(MetaError::Unavailable(e));
                 }
                 Ok(WriteReply::Unavailable(e)) => last = e,
+                // The same for a failed exchange: a replica that never received the batch
+                // (unreachable, or it holds no replica any more) appended nothing.
+                Err(e) if !applies_once && !e.delivered_nothing() => {
+                    return Err(MetaError::Unavailable(e.to_string()));
+                }
                 Err(e) => last = e.to_string(),
             }
             if hint.is_none() {
@@ -808,7 +819,12 @@ impl Replicas {
         query: ReadQuery,
     ) -> Result<ReadAnswer, MetaError> {
         if let Some(replica) = self.routed_led(group).await? {
-            return read_query(&replica, query).await;
+            match read_query(&replica, query.clone()).await {
+                // Dropped under the read (a move took it off this node): a read is asked
+                // again of the group's other replicas.
+                Err(MetaError::Unavailable(_)) if replica.stopped() => {}
+                answer => return answer,
+            }
         }
         let Remote {
             replicas,

@@ -256,7 +256,9 @@ impl Replicas {
                 .await
             {
                 Err(RpcError::Status(_, 404, _)) => {}
-                Err(RpcError::Unreachable(..) | RpcError::Timeout(..)) => return false,
+                Err(RpcError::Unreachable(..) | RpcError::Lost(..) | RpcError::Timeout(..)) => {
+                    return false;
+                }
                 Ok(_) | Err(_) => return true,
             }
         }
