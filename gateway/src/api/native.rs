@@ -48,6 +48,15 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::internal(e).hide_internal()
 }
 
+/// A metadata failure: 404 for content not stored, 503 to retry (no leader or quorum, a
+/// node still starting), else internal.
+fn meta_error(e: MetaError) -> ApiError {
+    match e {
+        MetaError::NotFound => not_stored(),
+        e => ApiError::from(e).hide_internal(),
+    }
+}
+
 /// A store failure: 400 for a body the store refused, 503 to retry, else internal.
 fn store_error(e: StoreError) -> ApiError {
     ApiError::from(e).hide_internal()
@@ -84,8 +93,7 @@ async fn inc(
     let (sha1, magic) = (parse_sha1(&sha1)?, parse_magic(&q)?);
     match app.store.replicas().inc(sha1, magic).await {
         Ok(f) => Ok(refs_answer(f.refs)),
-        Err(MetaError::NotFound) => Err(not_stored()),
-        Err(e) => Err(internal(e)),
+        Err(e) => Err(meta_error(e)),
     }
 }
 
@@ -98,10 +106,7 @@ async fn dec(
     let now_secs = now_ms() / 1000;
     let outcome = match app.store.replicas().dec(sha1, magic, now_secs).await {
         Ok(o) => o,
-        Err(MetaError::NotFound) => {
-            return Err(not_stored());
-        }
-        Err(e) => return Err(internal(e)),
+        Err(e) => return Err(meta_error(e)),
     };
     let (refs, state) = match outcome {
         DecOutcome::Live { refs } => (refs, "live"),
@@ -171,7 +176,7 @@ async fn upload(
         .await
     {
         Ok(f) => Ok(refs_answer(f.refs)),
-        Err(CommitError::Meta(e)) => Err(internal(e)),
+        Err(CommitError::Meta(e)) => Err(meta_error(e)),
         // A body held in memory meets the pair choice only now: no writable pair is 503
         // here as it is for a streamed body.
         Err(CommitError::Write(e)) => Err(store_error(StoreError::from(e))),
@@ -262,6 +267,29 @@ mod tests {
         );
         assert_eq!(
             told(StoreError::Meta(MetaError::RefsOverflow)),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
+        );
+    }
+
+    /// A native upload, inc or dec that meets a group without a leader, or a node whose
+    /// metadata is still starting, is told to retry (503), as the S3 API is; it was a 500
+    /// (a crash-torture run caught it right after a restart).
+    #[test]
+    fn metadata_errors_become_native_statuses() {
+        let told = |e: MetaError| {
+            let e = meta_error(e);
+            (e.status(), e.to_string())
+        };
+        assert_eq!(
+            told(MetaError::Unavailable(
+                "this node is not a member of the cluster yet".into()
+            ))
+            .0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(told(MetaError::NotFound).0, StatusCode::NOT_FOUND);
+        assert_eq!(
+            told(MetaError::Storage("disk".into())),
             (StatusCode::INTERNAL_SERVER_ERROR, "internal error".into())
         );
     }
