@@ -23,7 +23,8 @@
 //! index group's side of cross-group references (`ownership.rs`, `outbox.rs`); 7 a change
 //! of the map planned and carried out while serving (splits, moves); 8 the nodes leaving
 //! the cluster (`SetLeaving`), the audit's alarm (`AuditMark`) and the cancel of a move
-//! (`CancelPlan`).
+//! (`CancelPlan`); 9 the bucket records' copies in index groups (`CopyBuckets`); 10 an
+//! index group's split (`IngestIndex`, the hand-off of key intervals).
 
 use redb::WriteTransaction;
 
@@ -32,7 +33,7 @@ use super::command::{Command, WritePrecondition};
 use super::tables::RAFT_STATE;
 
 /// The newest format this binary reads and writes.
-pub const FORMAT_VERSION: u32 = 9;
+pub const FORMAT_VERSION: u32 = 10;
 /// The format of a group that never recorded one (every release before the raise).
 pub const FORMAT_VERSION_INITIAL: u32 = 1;
 /// Key of the group's version in `raft_state` (postcard `u32`).
@@ -80,6 +81,7 @@ impl Command {
                 8
             }
             Command::CopyBuckets { .. } => 9,
+            Command::IngestIndex { .. } => 10,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

@@ -565,6 +565,14 @@ pub enum Command {
         group: crate::groups::GroupId,
         rows: Vec<crate::handoff::FileRow>,
     },
+    /// Rows copied from the index group that handed their keys to `group` (at most
+    /// [`crate::handoff::ROWS_MAX`], see [`crate::index_handoff`]), written as they were
+    /// there; refused with `Moved` unless `group` owns every row's key. Answers
+    /// `Ingested`, or `Sealed` with nothing written once the copy is sealed. Format 10.
+    IngestIndex {
+        group: crate::groups::GroupId,
+        rows: Vec<crate::index_handoff::IndexRow>,
+    },
     /// Ends the copy into `group`: no `Ingest` is taken from now on (a driver that lost
     /// root's leadership mid-copy cannot write stale rows after the commit). Answers
     /// `MapVersion`, the version sealed under. Format 7.
@@ -762,6 +770,7 @@ impl Command {
                 | Command::HandOff { .. }
                 | Command::EndHandOff { .. }
                 | Command::Ingest { .. }
+                | Command::IngestIndex { .. }
                 | Command::Seal { .. }
         )
     }

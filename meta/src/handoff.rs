@@ -23,9 +23,15 @@
 //! Writes of the interval wait from step 2 to step 5 (the copy's length); reads only from
 //! step 4 to step 5 (two commands).
 //!
+//! An index group's split moves (bucket, key) intervals the same way: the hand-off row
+//! names them too, and their rows are [`crate::index_handoff`]'s.
+//!
 //! The hand-off is a second row of the `ownership` table, so that it travels in
 //! snapshots and joins the digest with the ownership itself. Record format: a format
-//! byte, then postcard ([`crate::tables::encode_versioned`]).
+//! byte, then postcard. Format 1 ([`crate::tables::encode_versioned`]) holds sha1
+//! intervals only; format 2 (metadata format 10) adds the key intervals and where the
+//! drop of their uploads has come to, and is written only when key intervals are handed
+//! off, so a FileDB split's row stays what it was.
 
 use placement::Sha1;
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
@@ -33,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
 use crate::native_refs::{NATIVE_REFS, NativeRefs};
-use crate::ownership::OWNERSHIP;
+use crate::ownership::{KeyInterval, OWNERSHIP};
 use crate::ref_log::{REF_LOG, RefState};
 use crate::tables::{DELETING, DeletingRecord, FILES, FileRecord};
 
@@ -58,19 +64,63 @@ pub struct HandOff {
     pub sha1: Intervals,
     /// Whether reads of the intervals are still answered here (until `EndHandOff`).
     pub readable: bool,
+    /// The (bucket, key) intervals handed off (an index split), ascending.
+    pub keys: Vec<KeyInterval>,
+    /// The last upload the drop of the key intervals' rows has gone past (the uploads
+    /// table is keyed by id, not by key: the drop walks it once, in id order).
+    pub uploads_dropped_to: Option<String>,
 }
+
+/// Format 1 of the row: sha1 intervals only.
+#[derive(Serialize, Deserialize)]
+struct HandOffV1 {
+    map_version: u64,
+    sha1: Intervals,
+    readable: bool,
+}
+
+/// Format byte of a row with key intervals.
+const HANDOFF_V2: u8 = 2;
 
 impl HandOff {
     pub fn contains(&self, sha1: &[u8; 20]) -> bool {
         within(&self.sha1, sha1)
     }
 
+    /// Whether (`bucket`, `key`) lies in a handed-off key interval whose rows are still
+    /// read here.
+    pub fn reads_key(&self, bucket: &str, key: &[u8]) -> bool {
+        self.readable && crate::ownership::keys_within(&self.keys, bucket, key)
+    }
+
     pub fn encode(&self) -> Result<Vec<u8>, MetaError> {
-        crate::tables::encode_versioned(self)
+        if self.keys.is_empty() && self.uploads_dropped_to.is_none() {
+            return crate::tables::encode_versioned(&HandOffV1 {
+                map_version: self.map_version,
+                sha1: self.sha1.clone(),
+                readable: self.readable,
+            });
+        }
+        let mut out = vec![HANDOFF_V2];
+        out.extend(postcard::to_stdvec(self).map_err(|e| MetaError::Corrupt(e.to_string()))?);
+        Ok(out)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<HandOff, MetaError> {
-        crate::tables::decode_versioned("ownership/handoff", bytes)
+        match bytes.split_first() {
+            Some((&HANDOFF_V2, rest)) => postcard::from_bytes(rest)
+                .map_err(|e| MetaError::Corrupt(format!("ownership/handoff: {e}"))),
+            _ => {
+                let v1: HandOffV1 = crate::tables::decode_versioned("ownership/handoff", bytes)?;
+                Ok(HandOff {
+                    map_version: v1.map_version,
+                    sha1: v1.sha1,
+                    readable: v1.readable,
+                    keys: Vec::new(),
+                    uploads_dropped_to: None,
+                })
+            }
+        }
     }
 }
 
@@ -271,33 +321,37 @@ fn page<const N: usize>(
     Ok(())
 }
 
-/// The part of `have` that `keep` leaves out: what a group gives away.
-pub fn given_away(have: &Intervals, keep: &Intervals) -> Intervals {
+/// The part of `have` that `keep` leaves out: what a group gives away (sha1 or key
+/// intervals, `[start, end)` ascending, an `end` of None running to the top).
+pub fn given_away<T: Ord + Clone>(
+    have: &[(T, Option<T>)],
+    keep: &[(T, Option<T>)],
+) -> Vec<(T, Option<T>)> {
     let mut out = Vec::new();
-    for &(start, end) in have {
-        let mut at = start;
-        for &(k_start, k_end) in keep {
+    for (start, end) in have {
+        let mut at = start.clone();
+        for (k_start, k_end) in keep {
             // The kept interval ends at or before `at`: nothing of it here.
-            if k_end.is_some_and(|e| e <= at) {
+            if k_end.as_ref().is_some_and(|e| *e <= at) {
                 continue;
             }
             // It starts past the end of this interval: the rest is given away.
-            if end.is_some_and(|e| k_start >= e) {
+            if end.as_ref().is_some_and(|e| k_start >= e) {
                 break;
             }
-            if k_start > at {
-                out.push((at, Some(k_start)));
+            if *k_start > at {
+                out.push((at.clone(), Some(k_start.clone())));
             }
             match k_end {
-                Some(e) => at = e,
+                Some(e) => at = e.clone(),
                 None => return out,
             }
-            if end.is_some_and(|e| at >= e) {
+            if end.as_ref().is_some_and(|e| at >= *e) {
                 break;
             }
         }
-        if end.is_none_or(|e| at < e) {
-            out.push((at, end));
+        if end.as_ref().is_none_or(|e| at < *e) {
+            out.push((at, end.clone()));
         }
     }
     out

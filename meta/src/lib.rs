@@ -25,6 +25,7 @@ pub mod extras;
 pub mod filedb;
 pub mod groups;
 pub mod handoff;
+pub mod index_handoff;
 pub mod jobs;
 pub mod keys;
 pub mod lifecycle;

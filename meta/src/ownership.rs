@@ -45,6 +45,18 @@ pub struct Ownership {
     pub keys: Vec<KeyInterval>,
 }
 
+/// Whether (`bucket`, `key`) lies in one of `intervals`: bytes, as a listing's cursor
+/// may be.
+pub fn keys_within(intervals: &[KeyInterval], bucket: &str, key: &[u8]) -> bool {
+    let at = (bucket, key);
+    fn pair(s: &IndexStart) -> (&str, &[u8]) {
+        (s.bucket.as_str(), s.key.as_bytes())
+    }
+    intervals
+        .iter()
+        .any(|(start, end)| pair(start) <= at && end.as_ref().is_none_or(|e| at < pair(e)))
+}
+
 /// Format 1 of the row: the sha1 intervals only.
 #[derive(Serialize, Deserialize)]
 struct OwnershipV1 {
@@ -92,13 +104,23 @@ impl Ownership {
 
     /// Whether the group owns (`bucket`, `key`): bytes, as a listing's cursor may be.
     pub fn owns_key(&self, bucket: &str, key: &[u8]) -> bool {
-        let at = (bucket, key);
-        fn pair(s: &IndexStart) -> (&str, &[u8]) {
-            (s.bucket.as_str(), s.key.as_bytes())
+        keys_within(&self.keys, bucket, key)
+    }
+
+    /// The group's key intervals with `more` (the key intervals it handed off and still
+    /// reads), adjacent ones joined: so a listing's span across the cut is one interval.
+    pub fn with_keys(mut self, more: &[KeyInterval]) -> Ownership {
+        self.keys.extend(more.iter().cloned());
+        self.keys.sort();
+        let mut joined: Vec<KeyInterval> = Vec::with_capacity(self.keys.len());
+        for (start, end) in std::mem::take(&mut self.keys) {
+            match joined.last_mut() {
+                Some((_, last_end)) if last_end.as_ref() == Some(&start) => *last_end = end,
+                _ => joined.push((start, end)),
+            }
         }
-        self.keys
-            .iter()
-            .any(|(start, end)| pair(start) <= at && end.as_ref().is_none_or(|e| at < pair(e)))
+        self.keys = joined;
+        self
     }
 
     pub fn owns_sha1(&self, sha1: &[u8; 20]) -> bool {
@@ -194,42 +216,11 @@ pub(crate) fn write_in(txn: &WriteTransaction, own: &Ownership) -> Result<(), Me
 }
 
 /// What the group of a read transaction owns (None: everything).
-fn read_at(txn: &redb::ReadTransaction) -> Result<Option<Ownership>, MetaError> {
+pub(crate) fn read_at(txn: &redb::ReadTransaction) -> Result<Option<Ownership>, MetaError> {
     match txn.open_table(OWNERSHIP) {
         Ok(table) => read(&table),
         Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
         Err(e) => Err(e.into()),
-    }
-}
-
-/// Refuses with `Moved` an index read of (`bucket`, `key`) in a group that does not own
-/// it, in the snapshot the read reads: so a read of a key a split has just given away
-/// never answers from the rows left behind.
-pub(crate) fn check_key(
-    txn: &redb::ReadTransaction,
-    bucket: &str,
-    key: &[u8],
-) -> Result<(), MetaError> {
-    match read_at(txn)? {
-        Some(own) if !own.owns_key(bucket, key) => Err(MetaError::Moved {
-            map_version: own.map_version,
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// [`check_key`] for a listing's span (see [`Ownership::owns_span`]).
-pub(crate) fn check_span(
-    txn: &redb::ReadTransaction,
-    bucket: &str,
-    from: &[u8],
-    until: Option<&[u8]>,
-) -> Result<(), MetaError> {
-    match read_at(txn)? {
-        Some(own) if !own.owns_span(bucket, from, until) => Err(MetaError::Moved {
-            map_version: own.map_version,
-        }),
-        _ => Ok(()),
     }
 }
 

@@ -24,7 +24,7 @@ pub(super) fn hand_off(
         .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
     let new = Ownership::of(map, group)?;
     let have = ownership::read_in(txn)?;
-    let owned = match &have {
+    let (owned, owned_keys) = match &have {
         Some(have) if have.group != group => {
             return Err(MetaError::InvalidCommand(format!(
                 "group {} cannot hand off group {group}'s ranges",
@@ -32,8 +32,11 @@ pub(super) fn hand_off(
             )));
         }
         Some(have) if have.map_version >= map.version => return Ok(have.map_version),
-        Some(have) => have.sha1.clone(),
-        None => vec![(SHA1_MIN, None)],
+        Some(have) => (have.sha1.clone(), have.keys.clone()),
+        None => (
+            vec![(SHA1_MIN, None)],
+            vec![(crate::groups::IndexStart::default(), None)],
+        ),
     };
     if let Some(under_way) = handoff::read_in(txn)? {
         return Err(MetaError::InvalidCommand(format!(
@@ -42,12 +45,17 @@ pub(super) fn hand_off(
         )));
     }
     let given = handoff::given_away(&owned, &new.sha1);
+    // An index split gives key intervals away; their writes are refused from here on as
+    // any key the ownership row leaves out is (`check_owner`), their reads still answered.
+    let given_keys = handoff::given_away(&owned_keys, &new.keys);
     ownership::write_in(txn, &new)?;
-    if !given.is_empty() {
+    if !given.is_empty() || !given_keys.is_empty() {
         let row = HandOff {
             map_version: map.version,
             sha1: given,
             readable: true,
+            keys: given_keys,
+            uploads_dropped_to: None,
         };
         handoff::write(txn, Some(&row))?;
     }
@@ -97,6 +105,7 @@ pub(super) fn drop_handed_off(
             h.map_version
         )));
     }
+    let mut h = h;
     let mut left = limit.clamp(1, ROWS_MAX);
     let mut removed = 0;
     for &(start, end) in &h.sha1 {
@@ -107,6 +116,15 @@ pub(super) fn drop_handed_off(
         removed += drain_keys(&mut txn.open_table(NATIVE_REFS)?, range, &mut left)?;
         removed += drain_ref_log(txn, (start, end), &mut left)?;
         if left == 0 {
+            return Ok((removed, false));
+        }
+    }
+    if !h.keys.is_empty() {
+        let (gone, done) = super::index_handoff::drop_keys(txn, &mut h, &mut left)?;
+        removed += gone;
+        if !done {
+            // Where the walk of the uploads has come to.
+            handoff::write(txn, Some(&h))?;
             return Ok((removed, false));
         }
     }

@@ -179,6 +179,8 @@ fn a_split_copies_every_row_and_hands_the_interval_over() {
             map_version: map.version,
             sha1: vec![UPPER],
             readable: true,
+            keys: Vec::new(),
+            uploads_dropped_to: None,
         })
     );
     let inc = |c: u8| Command::Inc {
@@ -341,22 +343,28 @@ fn what_a_group_gives_away_is_what_it_no_longer_keeps() {
     use crate::handoff::given_away;
     let s = |n: u8| [n; 20];
     assert_eq!(
-        given_away(&vec![(s(0), None)], &vec![(s(0), Some(s(0x80)))]),
+        given_away(&[(s(0), None)], &[(s(0), Some(s(0x80)))]),
         vec![(s(0x80), None)]
     );
     assert_eq!(
-        given_away(&vec![(s(0), None)], &vec![(s(0x80), None)]),
+        given_away(&[(s(0), None)], &[(s(0x80), None)]),
         vec![(s(0), Some(s(0x80)))]
     );
     assert_eq!(
         given_away(
-            &vec![(s(0x10), Some(s(0x40))), (s(0x60), None)],
-            &vec![(s(0x10), Some(s(0x20))), (s(0x60), Some(s(0x70)))]
+            &[(s(0x10), Some(s(0x40))), (s(0x60), None)],
+            &[(s(0x10), Some(s(0x20))), (s(0x60), Some(s(0x70)))]
         ),
         vec![(s(0x20), Some(s(0x40))), (s(0x70), None)]
     );
-    assert_eq!(given_away(&vec![(s(0), None)], &vec![(s(0), None)]), vec![]);
-    assert_eq!(given_away(&vec![(s(0), None)], &vec![]), vec![(s(0), None)]);
+    assert_eq!(given_away(&[(s(0), None)], &[(s(0), None)]), vec![]);
+    assert_eq!(given_away(&[(s(0), None)], &[]), vec![(s(0), None)]);
+    // Key intervals alike: root keeps b's keys below k30 and gives the rest away.
+    let k = |b: &str, key: &str| crate::groups::IndexStart::new(b, key);
+    assert_eq!(
+        given_away(&[(k("", ""), None)], &[(k("", ""), Some(k("b", "k30")))]),
+        vec![(k("b", "k30"), None)]
+    );
     // Against a sampled membership check.
     let have = vec![(s(0x10), Some(s(0x50))), (s(0x90), None)];
     let keep = vec![(s(0x20), Some(s(0x30))), (s(0x40), Some(s(0xa0)))];
@@ -456,8 +464,30 @@ fn the_split_commands_and_rows_round_trip_and_travel_in_snapshots() {
         map_version: 5,
         sha1: vec![(CUT, Some([0xc0; 20])), ([0xd0; 20], None)],
         readable: false,
+        keys: Vec::new(),
+        uploads_dropped_to: None,
     };
-    assert_eq!(HandOff::decode(&record.encode().unwrap()).unwrap(), record);
+    // A FileDB split's row keeps format 1, byte for byte what it was.
+    let v1 = record.encode().unwrap();
+    assert_eq!(v1[0], 1);
+    assert_eq!(HandOff::decode(&v1).unwrap(), record);
+    // An index split's row (format 2): key intervals and the drop's place among uploads.
+    let keys = HandOff {
+        map_version: 6,
+        sha1: Vec::new(),
+        readable: true,
+        keys: vec![
+            (
+                crate::groups::IndexStart::new("b", "k30"),
+                Some(crate::groups::IndexStart::new("c", "")),
+            ),
+            (crate::groups::IndexStart::new("d", "a/b"), None),
+        ],
+        uploads_dropped_to: Some("up-7".into()),
+    };
+    let v2 = keys.encode().unwrap();
+    assert_eq!(v2[0], 2);
+    assert_eq!(HandOff::decode(&v2).unwrap(), keys);
     assert!(HandOff::decode(&[9, 0]).is_err());
 
     // A hand-off under way, through a snapshot.

@@ -19,6 +19,7 @@ mod cross;
 mod file_rows;
 mod files;
 mod handoff;
+mod index_handoff;
 mod jobs;
 mod keys;
 mod objects;
@@ -37,6 +38,8 @@ mod conditional_tests;
 mod cross_tests;
 #[cfg(test)]
 mod handoff_tests;
+#[cfg(test)]
+mod index_handoff_tests;
 #[cfg(test)]
 mod ref_log_tests;
 #[cfg(test)]
@@ -414,6 +417,12 @@ fn dispatch(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError
             Some(n) => Response::Ingested(n),
             None => Response::Sealed,
         }),
+        Command::IngestIndex { group, rows } => {
+            index_handoff::ingest(txn, *group, rows).map(|n| match n {
+                Some(n) => Response::Ingested(n),
+                None => Response::Sealed,
+            })
+        }
         Command::Seal { group, map_version } => {
             handoff::seal(txn, *group, *map_version).map(Response::MapVersion)
         }

@@ -37,11 +37,30 @@ impl Replicas {
             }
             let name = bucket.to_string();
             let copy = self.root().read(move |s| s.bucket_copy(&name)).await?;
-            for group in groups {
+            for &group in &groups {
                 let cmd = Command::CopyBuckets {
                     copies: vec![copy.clone()],
                 };
                 self.send_on(&map, group, cmd).await?;
+            }
+            // A group an index split under way creates: it takes copies once it owns its
+            // keys, and the split's own copy of the records follows that; so a refusal
+            // here (too early) is that copy's business, and no client's.
+            // A group an index split under way creates takes copies once it owns its
+            // keys, and the split copies the records itself after that: a refusal here
+            // (too early) is the split's business, and no client's.
+            if let Some(plan) = self.root().read_local(|s| s.planned_map()).await? {
+                for group in plan.index_groups_of(bucket) {
+                    if group == ROOT || map.group(group).is_some() {
+                        continue;
+                    }
+                    let cmd = Command::CopyBuckets {
+                        copies: vec![copy.clone()],
+                    };
+                    if let Err(e) = self.send_on(&plan, group, cmd).await {
+                        tracing::debug!(group, error = %e, "a bucket record not yet copied to a group a split creates");
+                    }
+                }
             }
             Ok(())
         })
@@ -102,6 +121,22 @@ pub(crate) async fn copy_where_behind(
         }
     }
     Ok(())
+}
+
+/// A split's step: `group`, which `plan` creates, gets the records of the buckets it
+/// will hold keys of, before any write of them reaches it (the map is not committed).
+pub(crate) async fn copy_to_new(
+    r: &Replicas,
+    plan: &ShardMap,
+    root: &Metadata,
+    group: GroupId,
+) -> Result<(), MetaError> {
+    let copies = root.read_local(|s| s.bucket_copies()).await?;
+    let wanted: Vec<&BucketCopy> = copies
+        .iter()
+        .filter(|c| plan.index_groups_of(&c.bucket).contains(&group))
+        .collect();
+    copy_to(r, plan, group, wanted).await
 }
 
 /// The copies of `wanted` that `group` holds at an older revision, or not at all.

@@ -108,6 +108,15 @@ pub enum ReadQuery {
     Index(IndexQuery),
     /// The revision of every bucket copy an index group holds (`bucket_copies.rs`).
     BucketRevisions,
+    /// A page of the rows an index split copies (see [`crate::index_handoff::rows`]).
+    IndexRows {
+        interval: crate::ownership::KeyInterval,
+        from: Option<crate::index_handoff::IndexCursor>,
+        limit: u32,
+    },
+    /// Where a split of a key interval halves its objects (see
+    /// [`crate::index_handoff::middle_key`]).
+    MiddleKey(crate::ownership::KeyInterval),
 }
 
 /// The answer to a [`ReadQuery`], of the same variant.
@@ -120,6 +129,8 @@ pub enum ReadAnswer {
     Rows(Vec<FileRow>),
     Index(IndexAnswer),
     BucketRevisions(BTreeMap<String, u64>),
+    IndexRows(crate::index_handoff::IndexPage),
+    MiddleKey(Option<crate::groups::IndexStart>),
 }
 
 /// How long a command answered `Moved` is tried again on newer maps: longer than a split's
@@ -209,6 +220,18 @@ async fn read_query(meta: &Metadata, query: ReadQuery) -> Result<ReadAnswer, Met
             .read(|s| s.bucket_revisions())
             .await
             .map(ReadAnswer::BucketRevisions),
+        ReadQuery::IndexRows {
+            interval,
+            from,
+            limit,
+        } => meta
+            .read(move |s| s.index_rows(&interval, from.as_ref(), limit))
+            .await
+            .map(ReadAnswer::IndexRows),
+        ReadQuery::MiddleKey(interval) => meta
+            .read(move |s| s.middle_key(&interval))
+            .await
+            .map(ReadAnswer::MiddleKey),
     }
 }
 

@@ -2669,3 +2669,266 @@ async fn bucket_records_reach_their_index_groups_by_the_saga_and_by_roots_round(
         node.shutdown().await;
     }
 }
+
+/// An index group's split on real Rafts while it serves (metadata format 10): root holds
+/// every key of buckets `b` and `c`, with objects, a deleted one, uploads with parts, and
+/// a writer putting new keys of `b` through node 2 all along; root's keys from `b/k30` on
+/// go to a new index group. Every object acknowledged before, during or after reads back
+/// from every node; a listing of each bucket walks root and the new group to exactly the
+/// keys written; the new group holds the moved keys' objects and uploads (their parts
+/// with them), on identical replicas, and root none of them once it dropped its rows; the
+/// new group numbers versions above every one it received; writes of moved keys go to the
+/// new group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_index_group_splits_while_it_serves() {
+    use crate::groups::IndexStart;
+    use crate::index_handoff::IndexRow;
+    use crate::list::ListQuery;
+    use crate::raft::route::referencing_write;
+    use crate::{ContentSource, NewObject, PartRecord, UploadRecord};
+    use placement::{Magic, Sha1};
+
+    let (_dir, _net, nodes) = three_nodes_with_bucket_b().await;
+    let root = nodes[0].root().clone();
+    execute(
+        &root,
+        Command::CreateBucket {
+            bucket: "c".into(),
+            created_ms: 1,
+        },
+    )
+    .await
+    .unwrap();
+    let object = |n: u64| {
+        NewObject::new(
+            Sha1([(n % 251) as u8 + 1; 20]),
+            Magic::new(n as u32 + 1).unwrap(),
+            n,
+            0,
+            [0; 16],
+        )
+    };
+    let put = |bucket: &str, key: &str, n: u64| Command::PutObject {
+        bucket: bucket.into(),
+        key: key.into(),
+        object: object(n),
+        source: ContentSource::Stored(PairId(0)),
+        now_secs: 1,
+        precondition: None,
+    };
+    // What every node must read: (bucket, key) -> size.
+    let mut want: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for n in 0..40u64 {
+        let key = format!("k{n:02}");
+        let via = nodes[n as usize % 3].clone();
+        retried(|| referencing_write(&via, "b", &key, put("b", &key, n))).await;
+        want.insert(("b".into(), key), n);
+    }
+    for n in 0..10u64 {
+        let key = format!("x{n}");
+        retried(|| referencing_write(&nodes[0], "c", &key, put("c", &key, 100 + n))).await;
+        want.insert(("c".into(), key), 100 + n);
+    }
+    let delete = Command::DeleteObject {
+        bucket: "b".into(),
+        key: "k33".into(),
+        now_secs: 1,
+    };
+    retried(|| nodes[1].execute(delete.clone())).await;
+    want.remove(&("b".to_string(), "k33".to_string()));
+    let uploads = [
+        ("b", "k05", "up-low"),
+        ("b", "k35", "up-high"),
+        ("c", "x1", "up-c"),
+    ];
+    for (bucket, key, id) in uploads {
+        let create = Command::CreateUpload {
+            upload_id: id.into(),
+            upload: UploadRecord {
+                bucket: bucket.into(),
+                key: key.into(),
+                content_type: None,
+                user_meta: Vec::new(),
+                headers: Vec::new(),
+                created_ms: 1,
+            },
+        };
+        retried(|| nodes[2].execute(create.clone())).await;
+        for part_number in 1..=2u32 {
+            let part = Command::PutPart {
+                upload_id: id.into(),
+                part_number,
+                part: PartRecord {
+                    sha1: Sha1([200 + part_number as u8; 20]),
+                    magic: Magic::new(1000 + part_number).unwrap(),
+                    size_bytes: 5,
+                    md5: [0; 16],
+                    crc32: 0,
+                    created_ms: 1,
+                },
+                source: ContentSource::Stored(PairId(0)),
+                now_secs: 1,
+            };
+            retried(|| referencing_write(&nodes[2], bucket, key, part.clone())).await;
+        }
+    }
+
+    // A writer of new keys of b all along, through node 2: "w..." keys land above the cut.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = tokio::spawn({
+        let (n2, stop) = (nodes[1].clone(), stop.clone());
+        async move {
+            let mut acked = Vec::new();
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 5_000 {
+                let key = format!("w{n:03}");
+                let cmd = Command::PutObject {
+                    bucket: "b".into(),
+                    key: key.clone(),
+                    object: NewObject::new(
+                        Sha1([(n % 251) as u8 + 1; 20]),
+                        Magic::new(5000 + n as u32).unwrap(),
+                        1000 + n,
+                        0,
+                        [0; 16],
+                    ),
+                    source: ContentSource::Stored(PairId(0)),
+                    now_secs: 1,
+                    precondition: None,
+                };
+                if referencing_write(&n2, "b", &key, cmd).await.is_ok() {
+                    acked.push((key, 1000 + n));
+                }
+                n += 1;
+            }
+            acked
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let seq_before = root
+        .store()
+        .index_rows(&(IndexStart::default(), None), None, 1024)
+        .unwrap()
+        .rows
+        .into_iter()
+        .find_map(|r| match r {
+            IndexRow::Seq { value } => Some(value),
+            _ => None,
+        });
+    let cut = IndexStart::new("b", "k30");
+    let (plan, h) = retried(|| nodes[0].plan_index_split(ROOT, Some(cut.clone()))).await;
+    assert_eq!(plan.index_group("b", "k30"), h);
+    assert_eq!(plan.index_group("b", "k29"), ROOT);
+    wait_map_version(&nodes, plan.version).await;
+    eventually("root dropped the index rows it handed off", || {
+        let root = root.clone();
+        async move { root.read_local(|s| s.handoff()).await.unwrap().is_none() }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writer.await.unwrap();
+    println!("{} PUTs acknowledged during the index split", acked.len());
+    assert!(!acked.is_empty());
+    for (key, size) in acked {
+        want.insert(("b".into(), key), size);
+    }
+    // After the split: a moved key's write goes to the new group.
+    retried(|| referencing_write(&nodes[0], "b", "k99", put("b", "k99", 99))).await;
+    want.insert(("b".into(), "k99".into()), 99);
+
+    for node in &nodes {
+        for ((bucket, key), size) in &want {
+            let found = retried(|| node.object(bucket, key)).await;
+            assert_eq!(found.map(|o| o.size_bytes), Some(*size), "{bucket}/{key}");
+        }
+        assert_eq!(retried(|| node.object("b", "k33")).await, None);
+        for bucket in ["b", "c"] {
+            // Pages of 97 keys: several end inside each group, one across the cut.
+            let mut listed: Vec<String> = Vec::new();
+            let mut after = None;
+            for _ in 0..1_000 {
+                let q = ListQuery {
+                    max_keys: 97,
+                    after: after.clone(),
+                    ..Default::default()
+                };
+                let page = retried(|| node.list_objects(bucket, &q)).await;
+                listed.extend(page.objects.into_iter().map(|(key, _)| key));
+                if !page.truncated {
+                    break;
+                }
+                after = page.last;
+            }
+            let expected: Vec<String> = want
+                .keys()
+                .filter(|(b, _)| b == bucket)
+                .map(|(_, k)| k.clone())
+                .collect();
+            assert_eq!(listed, expected, "listing of {bucket}");
+        }
+        for (bucket, key, id) in uploads {
+            let parts = retried(|| node.parts(bucket, key, id)).await;
+            assert_eq!(parts.len(), 2, "{bucket}/{key} {id}");
+        }
+    }
+
+    // The new group holds the moved rows on identical replicas; root none of them.
+    let replicas: Vec<&Arc<Replicas>> = plan
+        .group(h)
+        .unwrap()
+        .replicas
+        .iter()
+        .map(|&id| &nodes[id as usize - 1])
+        .collect();
+    assert_same_digest(&replicas, h).await;
+    assert_same_digest(&members(&nodes, &NODES), ROOT).await;
+    let moved = (cut.clone(), None);
+    // Every row of `interval` in `store`, page after page.
+    let all_rows = |store: &crate::MetaStore, interval: &crate::ownership::KeyInterval| {
+        let (mut rows, mut from) = (Vec::new(), None);
+        for _ in 0..10_000 {
+            let page = store.index_rows(interval, from.as_ref(), 1024).unwrap();
+            rows.extend(page.rows);
+            match page.next {
+                Some(next) => from = Some(next),
+                None => return rows,
+            }
+        }
+        panic!("the pages never end");
+    };
+    let root_rows = all_rows(root.store(), &moved);
+    assert!(
+        root_rows.iter().all(|r| matches!(r, IndexRow::Seq { .. })),
+        "{root_rows:?}"
+    );
+    let h_store = replicas[0].get(h).unwrap().store().clone();
+    let h_rows = all_rows(&h_store, &moved);
+    let count = |rows: &[IndexRow], f: fn(&IndexRow) -> bool| rows.iter().filter(|r| f(r)).count();
+    let above = want
+        .keys()
+        .filter(|(b, k)| (b.as_str(), k.as_str()) >= ("b", "k30"))
+        .count();
+    assert_eq!(
+        count(&h_rows, |r| matches!(r, IndexRow::Object { .. })),
+        above
+    );
+    assert_eq!(count(&h_rows, |r| matches!(r, IndexRow::Upload { .. })), 2);
+    assert_eq!(count(&h_rows, |r| matches!(r, IndexRow::Part { .. })), 4);
+    let below = all_rows(&h_store, &(IndexStart::default(), Some(cut.clone())));
+    assert!(
+        below.iter().all(|r| matches!(r, IndexRow::Seq { .. })),
+        "{below:?}"
+    );
+    let h_seq = h_rows.iter().find_map(|r| match r {
+        IndexRow::Seq { value } => Some(*value),
+        _ => None,
+    });
+    assert!(h_seq >= seq_before, "{h_seq:?} < {seq_before:?}");
+    // Where a split of the new group would cut: inside its keys.
+    let middle = h_store.middle_key(&moved).unwrap().unwrap();
+    assert!(middle > cut, "{middle:?}");
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}

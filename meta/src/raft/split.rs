@@ -23,9 +23,11 @@ use super::metadata::{MembershipOp, Metadata};
 use super::network::{Call, Rpc, RpcError};
 use super::replicas::{ReadAnswer, ReadQuery, Replicas};
 use crate::groups::{
-    Group, GroupId, GroupKind, NodeId, ROOT, ShardMap, SplitAt, rebalance, sha1_midpoint,
+    Group, GroupId, GroupKind, IndexStart, NodeId, ROOT, ShardMap, SplitAt, rebalance,
+    sha1_midpoint,
 };
 use crate::handoff::{ROWS_MAX, RowTable};
+use crate::ownership::KeyInterval;
 use crate::{Command, MetaError, Response};
 
 /// What [`Replicas::leave`] decided.
@@ -63,8 +65,13 @@ impl Replicas {
             .map(|g| g.kind)
             .ok_or_else(|| MetaError::InvalidCommand(format!("no group {group}")))?;
         if kind == GroupKind::Index {
+            // `plan_index_split` moves key intervals; it is not offered to operators
+            // until the lifecycle expiry, the bulk-delete jobs, the audit's index
+            // references and fsck read every index group (they read root's today).
             return Err(MetaError::InvalidCommand(
-                "splitting an index group is not built yet".into(),
+                "splitting an index group is not offered yet: the lifecycle expiry, \
+                 bulk-delete jobs, the audit and fsck still read root's index only"
+                    .into(),
             ));
         }
         let first = map
@@ -90,6 +97,74 @@ impl Replicas {
             at = %hex::encode(at),
             version = planned.version,
             "planned a split"
+        );
+        Ok((planned, new))
+    }
+
+    /// Plans the split of the index interval group `group` (root included, which owns every
+    /// key it has not given away) holds first, at `at`, or where it halves the interval's
+    /// objects: a new index group on `--replication-factor` nodes (the fewest-loaded first)
+    /// owns the keys from there to the interval's end once root's leader has moved their
+    /// rows ([`crate::index_handoff`]). Needs metadata format 10 in root (every node runs a
+    /// binary that hands key intervals off). Answers the planned map and the new group.
+    pub async fn plan_index_split(
+        &self,
+        group: GroupId,
+        at: Option<IndexStart>,
+    ) -> Result<(ShardMap, GroupId), MetaError> {
+        let map = self.refresh_map().await?.ok_or_else(|| {
+            MetaError::Unavailable("this node is not a member of the cluster yet".into())
+        })?;
+        if map.group(group).is_none() {
+            return Err(MetaError::InvalidCommand(format!("no group {group}")));
+        }
+        let have = self.root().read_local(|m| m.cluster_version()).await?;
+        if have < 10 {
+            return Err(MetaError::InvalidCommand(format!(
+                "an index split needs metadata format 10 and the cluster runs {have}: \
+                 finish the upgrade of every node first"
+            )));
+        }
+        let first: KeyInterval = map
+            .index_intervals()
+            .find(|(_, _, owner)| *owner == group)
+            .map(|(start, end, _)| (start.clone(), end.cloned()))
+            .ok_or_else(|| {
+                MetaError::InvalidCommand(format!("group {group} owns no key interval"))
+            })?;
+        let at = match at {
+            Some(at) => at,
+            None => match self
+                .read_in(&map, group, ReadQuery::MiddleKey(first.clone()))
+                .await?
+            {
+                ReadAnswer::MiddleKey(Some(at)) => at,
+                ReadAnswer::MiddleKey(None) => {
+                    return Err(MetaError::InvalidCommand(format!(
+                        "group {group} holds too few objects in {} to split it",
+                        crate::index_handoff::describe(&first)
+                    )));
+                }
+                other => return Err(MetaError::Unexpected(format!("{other:?}"))),
+            },
+        };
+        let leaving = self.root().read_local(|s| s.leaving()).await?;
+        let replicas = self.least_loaded(&map, &leaving);
+        let (planned, new) = map
+            .split(group, SplitAt::Key(at.clone()), replicas)
+            .map_err(|e| MetaError::InvalidCommand(e.to_string()))?;
+        self.root()
+            .execute(Command::PlanMap {
+                map: planned.clone(),
+            })
+            .await?;
+        tracing::info!(
+            group,
+            new,
+            bucket = at.bucket,
+            key = at.key,
+            version = planned.version,
+            "planned an index split"
         );
         Ok((planned, new))
     }
@@ -314,6 +389,7 @@ pub(super) async fn drive(
         .collect();
     for group in new {
         copied += move_rows(r, map, &plan, group.id).await?;
+        copied += move_index_rows(r, map, &plan, root, group.id).await?;
     }
     // A step waits at most `CATCH_UP_WAIT` for a learner (one on a node that died never
     // catches up): a cancel asked meanwhile is taken next round.
@@ -494,6 +570,103 @@ async fn move_rows(
     )
     .await?;
     tracing::info!(from, new, rows = copied, "rows of a split copied");
+    Ok(copied)
+}
+
+/// Moves to `new` the rows of the key intervals `plan` gives it (an index split, see
+/// [`crate::index_handoff`]): ownership in `new`, the records of the buckets it will hold
+/// keys of, the hand-off in the group that owns them in `map`, the copy, the seal, the end
+/// of the hand-off. Each step answers at once when it is done already.
+async fn move_index_rows(
+    r: &Replicas,
+    map: &ShardMap,
+    plan: &ShardMap,
+    root: &Metadata,
+    new: GroupId,
+) -> Result<u64, MetaError> {
+    let intervals: Vec<KeyInterval> = plan
+        .index_intervals()
+        .filter(|(_, _, owner)| *owner == new)
+        .map(|(start, end, _)| (start.clone(), end.cloned()))
+        .collect();
+    let Some((first, _)) = intervals.first() else {
+        return Ok(0);
+    };
+    let from = map.index_group(&first.bucket, &first.key);
+    step(
+        r,
+        plan,
+        new,
+        Command::SetOwnership {
+            group: new,
+            map: plan.clone(),
+        },
+    )
+    .await?;
+    super::buckets::copy_to_new(r, plan, root, new).await?;
+    step(
+        r,
+        plan,
+        from,
+        Command::HandOff {
+            group: from,
+            map: plan.clone(),
+        },
+    )
+    .await?;
+    let mut copied = 0u64;
+    'copy: for interval in &intervals {
+        let mut cursor = None;
+        loop {
+            let query = ReadQuery::IndexRows {
+                interval: interval.clone(),
+                from: cursor.clone(),
+                limit: r.split_page_rows(),
+            };
+            let page = match r.read_in(plan, from, query).await? {
+                ReadAnswer::IndexRows(page) => page,
+                other => return Err(MetaError::Unexpected(format!("{other:?}"))),
+            };
+            let count = page.rows.len() as u64;
+            if count > 0 {
+                let cmd = Command::IngestIndex {
+                    group: new,
+                    rows: page.rows,
+                };
+                match r.send_on(plan, new, cmd).await? {
+                    Response::Ingested(_) => copied += count,
+                    // An earlier run of this step finished the copy and sealed it.
+                    Response::Sealed => break 'copy,
+                    other => return Err(MetaError::Unexpected(format!("{other:?}"))),
+                }
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+    }
+    step(
+        r,
+        plan,
+        new,
+        Command::Seal {
+            group: new,
+            map_version: plan.version,
+        },
+    )
+    .await?;
+    step(
+        r,
+        plan,
+        from,
+        Command::EndHandOff {
+            group: from,
+            map_version: plan.version,
+        },
+    )
+    .await?;
+    tracing::info!(from, new, rows = copied, "index rows of a split copied");
     Ok(copied)
 }
 

@@ -101,6 +101,28 @@ impl MetaStore {
         handoff::rows(&txn, table, interval, after, limit)
     }
 
+    /// A page of the rows of the key interval `interval` from `from` (see
+    /// [`crate::index_handoff::rows`]): what an index split copies.
+    pub fn index_rows(
+        &self,
+        interval: &crate::ownership::KeyInterval,
+        from: Option<&crate::index_handoff::IndexCursor>,
+        limit: u32,
+    ) -> Result<crate::index_handoff::IndexPage, MetaError> {
+        let txn = self.db().begin_read()?;
+        crate::index_handoff::rows(&txn, interval, from, limit)
+    }
+
+    /// Where a split of the key interval `interval` halves its objects (see
+    /// [`crate::index_handoff::middle_key`]).
+    pub fn middle_key(
+        &self,
+        interval: &crate::ownership::KeyInterval,
+    ) -> Result<Option<crate::groups::IndexStart>, MetaError> {
+        let txn = self.db().begin_read()?;
+        crate::index_handoff::middle_key(&txn, interval)
+    }
+
     /// The outbox's first `limit` rows, in (bucket, key, ref_id) order.
     pub fn outbox(&self, limit: usize) -> Result<Vec<OutboxEntry>, MetaError> {
         let txn = self.db().begin_read()?;

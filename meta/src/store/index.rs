@@ -19,9 +19,9 @@ use crate::MetaError;
 use crate::checksums::UploadChecksums;
 use crate::list::{ListPage, ListQuery, Span, list_span};
 use crate::list_versions::{Tables, VersionsPage, VersionsQuery, list_versions_span};
-use crate::ownership;
 use crate::tables::{NULL_VERSIONS, OBJECTS, ObjectRecord, PartRecord, UploadRecord, VERSIONS};
 use crate::versions::{VersionId, VersionView};
+use crate::{handoff, ownership};
 
 /// A read of the index at one key, or of one span of a bucket's keys.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,15 +93,15 @@ impl MetaStore {
         let txn = self.db().begin_read()?;
         match query {
             IndexQuery::Object { bucket, key } => {
-                ownership::check_key(&txn, bucket, key.as_bytes())?;
+                check_key(&txn, bucket, key.as_bytes())?;
                 object_in(&txn, bucket, key).map(IndexAnswer::Object)
             }
             IndexQuery::Current { bucket, key } => {
-                ownership::check_key(&txn, bucket, key.as_bytes())?;
+                check_key(&txn, bucket, key.as_bytes())?;
                 current_version_in(&txn, bucket, key).map(IndexAnswer::Current)
             }
             IndexQuery::Version { bucket, key, id } => {
-                ownership::check_key(&txn, bucket, key.as_bytes())?;
+                check_key(&txn, bucket, key.as_bytes())?;
                 version_in(&txn, bucket, key, *id).map(IndexAnswer::Version)
             }
             IndexQuery::Upload {
@@ -109,7 +109,7 @@ impl MetaStore {
                 key,
                 upload_id,
             } => {
-                ownership::check_key(&txn, bucket, key.as_bytes())?;
+                check_key(&txn, bucket, key.as_bytes())?;
                 let upload = upload_in(&txn, upload_id)?;
                 Ok(IndexAnswer::Upload(
                     upload.filter(|u| &u.bucket == bucket && &u.key == key),
@@ -120,7 +120,7 @@ impl MetaStore {
                 key,
                 upload_id,
             } => {
-                ownership::check_key(&txn, bucket, key.as_bytes())?;
+                check_key(&txn, bucket, key.as_bytes())?;
                 parts_in(&txn, upload_id).map(IndexAnswer::Parts)
             }
             IndexQuery::UploadChecksums {
@@ -128,7 +128,7 @@ impl MetaStore {
                 key,
                 upload_id,
             } => {
-                ownership::check_key(&txn, bucket, key.as_bytes())?;
+                check_key(&txn, bucket, key.as_bytes())?;
                 upload_checksums_in(&txn, upload_id).map(IndexAnswer::UploadChecksums)
             }
             IndexQuery::List {
@@ -166,6 +166,37 @@ impl MetaStore {
     }
 }
 
+/// What the group answers index reads of, in the snapshot `txn` reads: its own key
+/// intervals and those it handed off in a split whose copy still reads them (None: it owns
+/// everything). Outside them a read is `Moved`, so it never answers from rows a split left
+/// behind.
+fn readable(txn: &redb::ReadTransaction) -> Result<Option<ownership::Ownership>, MetaError> {
+    let Some(own) = ownership::read_at(txn)? else {
+        return Ok(None);
+    };
+    let handed = handoff::read(&txn.open_table(ownership::OWNERSHIP)?)?;
+    Ok(Some(match handed {
+        Some(h) if h.readable && !h.keys.is_empty() => own.with_keys(&h.keys),
+        _ => own,
+    }))
+}
+
+fn check_key(txn: &redb::ReadTransaction, bucket: &str, key: &[u8]) -> Result<(), MetaError> {
+    match readable(txn)? {
+        Some(own) if !own.owns_key(bucket, key) => Err(MetaError::Moved {
+            map_version: own.map_version,
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn check_span(txn: &redb::ReadTransaction, bucket: &str, span: &Span) -> Result<(), MetaError> {
-    ownership::check_span(txn, bucket, span.from.key(), span.until.as_deref())
+    match readable(txn)? {
+        Some(own) if !own.owns_span(bucket, span.from.key(), span.until.as_deref()) => {
+            Err(MetaError::Moved {
+                map_version: own.map_version,
+            })
+        }
+        _ => Ok(()),
+    }
 }
