@@ -55,7 +55,7 @@ impl Tally {
 }
 
 /// What an index group's entries name in a slice (one read transaction).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexRefs {
     pub named: BTreeMap<Sha1, Tally>,
     /// References counted in flight: pending ones no entry holds, decs owed.
@@ -63,7 +63,7 @@ pub struct IndexRefs {
 }
 
 /// A reference pending in a FileDB group's `ref_log`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pending {
     pub sha1: Sha1,
     pub ref_id: u64,
@@ -205,8 +205,13 @@ pub fn slices(n: u32) -> Vec<Slice> {
 pub fn index_refs(
     txn: &ReadTransaction,
     slice: &Slice,
-    filedb: &FileDbRefs,
+    released: &BTreeSet<(Sha1, u64)>,
+    pending: &[Pending],
 ) -> Result<IndexRefs, MetaError> {
+    // Only the keys this group owns: rows a split left behind (dropped in batches after
+    // the map's commit) are counted by the group that owns them now.
+    let own = crate::ownership::read_at(txn)?;
+    let owns = |bucket: &str, key: &[u8]| own.as_ref().is_none_or(|o| o.owns_key(bucket, key));
     let mut out = IndexRefs::default();
     let mut named: BTreeMap<Sha1, Tally> = BTreeMap::new();
     let mut add = |sha1: Sha1, magic: u32| {
@@ -215,34 +220,65 @@ pub fn index_refs(
         }
     };
     for row in txn.open_table(OBJECTS)?.iter()? {
-        let (_, v) = row?;
-        let o = crate::versions::decode_object(v.value())?;
-        add(o.sha1, o.magic.get());
+        let (k, v) = row?;
+        let (bucket, key) = k.value();
+        if owns(bucket, key) {
+            let o = crate::versions::decode_object(v.value())?;
+            add(o.sha1, o.magic.get());
+        }
     }
     for row in txn.open_table(VERSIONS)?.iter()? {
-        let (_, v) = row?;
+        let (k, v) = row?;
+        let (bucket, key, _) = k.value();
+        if !owns(bucket, key) {
+            continue;
+        }
         if let VersionRecord::Object { record, .. } = VersionRecord::decode(v.value())? {
             add(record.sha1, record.magic.get());
         }
     }
+    let uploads = txn.open_table(crate::tables::UPLOADS)?;
+    // Whether each upload met is of a key this group owns (one entry per upload).
+    let mut upload_owned: BTreeMap<String, bool> = BTreeMap::new();
     for row in txn.open_table(PARTS)?.iter()? {
-        let (_, v) = row?;
-        let p: crate::tables::PartRecord = crate::tables::decode_versioned("parts", v.value())?;
-        add(p.sha1, p.magic.get());
+        let (k, v) = row?;
+        let (id, _) = k.value();
+        let owned = match upload_owned.get(id) {
+            Some(owned) => *owned,
+            None => {
+                let owned = match uploads.get(id)? {
+                    Some(u) => {
+                        let u: crate::tables::UploadRecord =
+                            crate::tables::decode_versioned("uploads", u.value())?;
+                        owns(&u.bucket, u.key.as_bytes())
+                    }
+                    None => own.is_none(),
+                };
+                upload_owned.insert(id.to_string(), owned);
+                owned
+            }
+        };
+        if owned {
+            let p: crate::tables::PartRecord = crate::tables::decode_versioned("parts", v.value())?;
+            add(p.sha1, p.magic.get());
+        }
     }
     let outbox = txn.open_table(crate::outbox::OUTBOX)?;
     for row in outbox.iter()? {
         let (k, v) = row?;
+        let (bucket, key, ref_id) = k.value();
+        if !owns(bucket, key) {
+            continue;
+        }
         let (sha1, magic) = crate::outbox::decode_value(&v.value())?;
         let sha1 = Sha1(sha1);
-        let (_, _, ref_id) = k.value();
-        if !filedb.released.contains(&(sha1, ref_id)) {
+        if !released.contains(&(sha1, ref_id)) {
             add(sha1, magic.get());
             out.in_flight += 1;
         }
     }
     let held = txn.open_table(crate::outbox::HELD)?;
-    for p in &filedb.pending {
+    for p in pending.iter().filter(|p| owns(&p.bucket, p.key.as_bytes())) {
         let at = (p.bucket.as_str(), p.key.as_bytes(), p.ref_id);
         if held.get(at)?.is_none() && outbox.get(at)?.is_none() {
             add(p.sha1, p.magic);

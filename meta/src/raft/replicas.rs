@@ -117,6 +117,14 @@ pub enum ReadQuery {
     /// Where a split of a key interval halves its objects (see
     /// [`crate::index_handoff::middle_key`]).
     MiddleKey(crate::ownership::KeyInterval),
+    /// What an index group's entries name in an audit's slice (see
+    /// [`crate::audit::index_refs`]): the slice, the references FileDB released, and the
+    /// pending ones of keys the group owns.
+    IndexRefs {
+        slice: crate::audit::Slice,
+        released: std::collections::BTreeSet<(Sha1, u64)>,
+        pending: Vec<crate::audit::Pending>,
+    },
 }
 
 /// The answer to a [`ReadQuery`], of the same variant.
@@ -131,6 +139,7 @@ pub enum ReadAnswer {
     BucketRevisions(BTreeMap<String, u64>),
     IndexRows(crate::index_handoff::IndexPage),
     MiddleKey(Option<crate::groups::IndexStart>),
+    IndexRefs(crate::audit::IndexRefs),
 }
 
 /// How long a command answered `Moved` is tried again on newer maps: longer than a split's
@@ -232,6 +241,14 @@ async fn read_query(meta: &Metadata, query: ReadQuery) -> Result<ReadAnswer, Met
             .read(move |s| s.middle_key(&interval))
             .await
             .map(ReadAnswer::MiddleKey),
+        ReadQuery::IndexRefs {
+            slice,
+            released,
+            pending,
+        } => meta
+            .read(move |s| s.index_refs(&slice, &released, &pending))
+            .await
+            .map(ReadAnswer::IndexRefs),
     }
 }
 

@@ -2928,6 +2928,12 @@ async fn an_index_group_splits_while_it_serves() {
     // Where a split of the new group would cut: inside its keys.
     let middle = h_store.middle_key(&moved).unwrap().unwrap();
     assert!(middle > cut, "{middle:?}");
+    // The audit reads both groups: every reference FileDB counts is named once (root's
+    // rows of the moved keys, dropped or not, are the new group's to count).
+    let report = retried(|| nodes[2].audit(true)).await;
+    assert_eq!(report.confirmed, 0, "{report:?}");
+    assert!(report.marked.is_empty());
+    assert_eq!(report.references, want.len() as u64 + 6, "{report:?}");
     for node in &nodes {
         node.shutdown().await;
     }

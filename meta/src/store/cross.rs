@@ -59,10 +59,11 @@ impl MetaStore {
     pub fn index_refs(
         &self,
         slice: &crate::audit::Slice,
-        filedb: &crate::audit::FileDbRefs,
+        released: &std::collections::BTreeSet<(placement::Sha1, u64)>,
+        pending: &[crate::audit::Pending],
     ) -> Result<crate::audit::IndexRefs, MetaError> {
         let txn = self.db().begin_read()?;
-        crate::audit::index_refs(&txn, slice, filedb)
+        crate::audit::index_refs(&txn, slice, released, pending)
     }
 
     /// The index's entries that may name content (objects, versions, parts): the tables'
