@@ -1087,12 +1087,8 @@ mod tests {
         .unwrap()
     }
 
-    /// A command of a format the group has not reached is refused before it is proposed:
-    /// here a two-voter group whose other member cannot be reached, so the leader's raise
-    /// can never happen and the group stays at format 1.
-    #[tokio::test]
-    async fn a_command_of_a_newer_format_is_refused_before_the_raise() {
-        let dir = tempfile::tempdir().unwrap();
+    /// Node 1 of a two-voter group whose other member cannot be reached: it never leads.
+    async fn alone_of_two(dir: &Path) -> Arc<Metadata> {
         let cluster = ClusterConfig {
             node_id: 1,
             peers: std::collections::BTreeMap::from([
@@ -1101,9 +1097,18 @@ mod tests {
             ]),
             ..ClusterConfig::single("127.0.0.1:1".into())
         };
-        let meta = open(dir.path(), cluster, Arc::new(network::NoPeers))
+        open(dir, cluster, Arc::new(network::NoPeers))
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// A command of a format the group has not reached is refused before it is proposed:
+    /// here a two-voter group whose other member cannot be reached, so the leader's raise
+    /// can never happen and the group stays at format 1.
+    #[tokio::test]
+    async fn a_command_of_a_newer_format_is_refused_before_the_raise() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = alone_of_two(dir.path()).await;
         let version = || meta.read_local(|m| m.cluster_version());
         assert_eq!(version().await.unwrap(), 1);
         let cmd = Command::SetClusterVersion { version: 2 };
@@ -1125,17 +1130,7 @@ mod tests {
     #[tokio::test]
     async fn a_batch_forwarded_to_a_node_without_a_leader_is_refused_as_not_appended() {
         let dir = tempfile::tempdir().unwrap();
-        let cluster = ClusterConfig {
-            node_id: 1,
-            peers: std::collections::BTreeMap::from([
-                (1, "127.0.0.1:1".to_string()),
-                (2, "127.0.0.1:2".to_string()),
-            ]),
-            ..ClusterConfig::single("127.0.0.1:1".into())
-        };
-        let meta = open(dir.path(), cluster, Arc::new(network::NoPeers))
-            .await
-            .unwrap();
+        let meta = alone_of_two(dir.path()).await;
         let reply = meta
             .forwarded_write(Batch(vec![put("b", "k", 1), put("b", "l", 2)]))
             .await;

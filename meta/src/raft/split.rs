@@ -549,26 +549,7 @@ async fn move_rows(
             }
         }
     }
-    step(
-        r,
-        plan,
-        new,
-        Command::Seal {
-            group: new,
-            map_version: plan.version,
-        },
-    )
-    .await?;
-    step(
-        r,
-        plan,
-        from,
-        Command::EndHandOff {
-            group: from,
-            map_version: plan.version,
-        },
-    )
-    .await?;
+    end_copy(r, plan, from, new).await?;
     tracing::info!(from, new, rows = copied, "rows of a split copied");
     Ok(copied)
 }
@@ -646,13 +627,27 @@ async fn move_index_rows(
             }
         }
     }
+    end_copy(r, plan, from, new).await?;
+    tracing::info!(from, new, rows = copied, "index rows of a split copied");
+    Ok(copied)
+}
+
+/// The end of a split's copy: `Seal` in `new` (no copy is taken after it), then
+/// `EndHandOff` in `from` (its reads of the moved interval end).
+async fn end_copy(
+    r: &Replicas,
+    plan: &ShardMap,
+    from: GroupId,
+    new: GroupId,
+) -> Result<(), MetaError> {
+    let map_version = plan.version;
     step(
         r,
         plan,
         new,
         Command::Seal {
             group: new,
-            map_version: plan.version,
+            map_version,
         },
     )
     .await?;
@@ -662,12 +657,10 @@ async fn move_index_rows(
         from,
         Command::EndHandOff {
             group: from,
-            map_version: plan.version,
+            map_version,
         },
     )
-    .await?;
-    tracing::info!(from, new, rows = copied, "index rows of a split copied");
-    Ok(copied)
+    .await
 }
 
 /// One step of a split in `group`: a command whose answer is the version it holds under,
