@@ -17,25 +17,25 @@
 //! API (no object or part carries its size) has its size read from its disk, at most
 //! [`SIZE_LOOKUPS_MAX`] per scan; any left over is counted in `unsized_contents`.
 //!
-//! The objects and parts are root's (this node's root replica holds every index entry);
-//! FileDB and `deleting` are read across the FileDB groups, each for the sha1s the shard
-//! map gives it ([`Replicas::each_filedb_row`]), from this node's replicas or over the
-//! network, in linearizable pages of [`SCAN_BATCH`].
+//! The objects and parts are read across the index groups, each key interval in the group
+//! the shard map gives it ([`Replicas::each_index_row`]), and FileDB and `deleting` across
+//! the FileDB groups, each for the sha1s the map gives it ([`Replicas::each_filedb_row`]):
+//! from this node's replicas or over the network, in linearizable pages of at most
+//! [`SCAN_BATCH`] rows (a page of the index is at most `meta::handoff::ROWS_MAX`).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::ops::Bound;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use placement::Sha1;
 use placement::pairdb::PairTable;
-use redb::ReadableDatabase;
 
+use meta::MetaError;
 use meta::handoff::{FileRow, RowTable};
+use meta::index_handoff::IndexRow;
 use meta::raft::Replicas;
-use meta::tables::{self, OBJECTS, ObjectRecord, PARTS, PartRecord};
-use meta::{MetaError, MetaStore};
+use meta::tables::{self, ObjectRecord, PartRecord};
 
 /// Records read per read transaction.
 pub const SCAN_BATCH: usize = 4096;
@@ -144,10 +144,7 @@ async fn scan_in_batches(
     batch: usize,
 ) -> Result<StoredStats, MetaError> {
     let started = Instant::now();
-    let root = replicas.root().store().clone();
-    let (mut stats, sizes) = tokio::task::spawn_blocking(move || scan_index(&root, batch))
-        .await
-        .map_err(|e| MetaError::Unavailable(format!("stats scan: {e}")))??;
+    let (mut stats, sizes) = scan_index(replicas, batch).await?;
     let unsized_list = scan_filedb(replicas, &mut stats, &sizes, batch).await?;
     let mut found: HashMap<Sha1, u64> = HashMap::new();
     for (sha1, pair) in unsized_list {
@@ -175,71 +172,45 @@ async fn scan_in_batches(
 
 type Unsized = Vec<(Sha1, placement::PairId)>;
 
-/// The objects and parts of root's store: their counts, logical bytes, and the size of each
-/// content they reference.
-fn scan_index(
-    meta: &MetaStore,
+/// The objects and parts of every index group: their counts, logical bytes, and the size
+/// of each content they reference. Each key interval is read in the group the map gives it
+/// ([`Replicas::each_index_row`]), so a key a split moved counts once.
+async fn scan_index(
+    replicas: &Replicas,
     batch: usize,
 ) -> Result<(StoredStats, HashMap<Sha1, u64>), MetaError> {
-    let db = meta.db();
     let mut stats = StoredStats::default();
     let mut sizes: HashMap<Sha1, u64> = HashMap::new();
-
-    // Objects: logical bytes and the size of each content they reference.
-    let mut after: Option<(String, Vec<u8>)> = None;
-    loop {
-        let txn = db.begin_read()?;
-        let table = txn.open_table(OBJECTS)?;
-        let range = match &after {
-            Some((b, k)) => table.range::<(&str, &[u8])>((
-                Bound::Excluded((b.as_str(), k.as_slice())),
-                Bound::Unbounded,
-            ))?,
-            None => table.range::<(&str, &[u8])>(..)?,
-        };
-        let mut n = 0;
-        for entry in range.take(batch) {
-            let (k, v) = entry?;
-            let o: ObjectRecord = meta::versions::decode_object(v.value())?;
-            stats.objects += 1;
-            stats.logical_bytes += o.size_bytes;
-            sizes.insert(o.sha1, o.size_bytes);
-            let (b, key) = k.value();
-            after = Some((b.to_owned(), key.to_vec()));
-            n += 1;
-        }
-        if n < batch {
-            break;
-        }
-    }
-
-    // Parts of uploads in progress hold references (and sizes) too.
-    let mut after: Option<(String, u32)> = None;
-    loop {
-        let txn = db.begin_read()?;
-        let table = txn.open_table(PARTS)?;
-        let range = match &after {
-            Some((u, p)) => {
-                table.range::<(&str, u32)>((Bound::Excluded((u.as_str(), *p)), Bound::Unbounded))?
+    let mut bad: Option<MetaError> = None;
+    let page = u32::try_from(batch).unwrap_or(u32::MAX);
+    replicas
+        .each_index_row(page, |row| {
+            let decoded = match row {
+                IndexRow::Object { value, .. } => {
+                    meta::versions::decode_object(&value).map(|o: ObjectRecord| {
+                        stats.objects += 1;
+                        stats.logical_bytes += o.size_bytes;
+                        sizes.insert(o.sha1, o.size_bytes);
+                    })
+                }
+                // Parts of uploads in progress hold references (and sizes) too.
+                IndexRow::Part { value, .. } => {
+                    tables::decode_versioned::<PartRecord>("parts", &value).map(|p| {
+                        stats.parts += 1;
+                        sizes.insert(p.sha1, p.size_bytes);
+                    })
+                }
+                _ => Ok(()),
+            };
+            if let Err(e) = decoded {
+                bad.get_or_insert(e);
             }
-            None => table.range::<(&str, u32)>(..)?,
-        };
-        let mut n = 0;
-        for entry in range.take(batch) {
-            let (k, v) = entry?;
-            let p: PartRecord = tables::decode_versioned("parts", v.value())?;
-            stats.parts += 1;
-            sizes.insert(p.sha1, p.size_bytes);
-            let (u, number) = k.value();
-            after = Some((u.to_owned(), number));
-            n += 1;
-        }
-        if n < batch {
-            break;
-        }
+        })
+        .await?;
+    match bad {
+        Some(e) => Err(e),
+        None => Ok((stats, sizes)),
     }
-
-    Ok((stats, sizes))
 }
 
 /// FileDB across its groups: distinct contents, references, flags, the physical bytes of
@@ -305,7 +276,7 @@ mod tests {
     #[tokio::test]
     async fn a_scan_counts_logical_per_key_and_physical_per_content() {
         let dir = tempfile::tempdir().unwrap();
-        let meta = MetaStore::open(&dir.path().join("meta.redb")).unwrap();
+        let meta = meta::MetaStore::open(&dir.path().join("meta.redb")).unwrap();
         let m = |v| Magic::new(v).unwrap();
         meta.execute(&Command::CreateBucket {
             bucket: "b".into(),

@@ -850,6 +850,43 @@ impl Replicas {
         Ok(())
     }
 
+    /// Visits every row of the index (see [`crate::index_handoff::IndexRow`]), each key
+    /// interval read in the group the map gives it, in linearizable pages of `page` rows
+    /// (at most [`ROWS_MAX`]): rows a group still holds of keys it handed off are not seen
+    /// twice. A split committed meanwhile may hide the rows it moved from this walk.
+    pub async fn each_index_row(
+        &self,
+        page: u32,
+        mut visit: impl FnMut(crate::index_handoff::IndexRow),
+    ) -> Result<(), MetaError> {
+        let map = self.shard_map().await?;
+        let page = page.clamp(2, ROWS_MAX);
+        let intervals: Vec<(crate::ownership::KeyInterval, GroupId)> = map
+            .index_intervals()
+            .map(|(start, end, group)| ((start.clone(), end.cloned()), group))
+            .collect();
+        for (interval, group) in intervals {
+            let mut from = None;
+            loop {
+                let query = ReadQuery::IndexRows {
+                    interval: interval.clone(),
+                    from,
+                    limit: page,
+                };
+                let answer = match self.read_in(&map, group, query).await? {
+                    ReadAnswer::IndexRows(answer) => answer,
+                    other => return Err(MetaError::Unexpected(format!("{other:?}"))),
+                };
+                answer.rows.into_iter().for_each(&mut visit);
+                match answer.next {
+                    Some(next) => from = Some(next),
+                    None => break,
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Answers `query` in `group`: here if this node holds a replica, else from the first
     /// replica of the group that answers.
     pub(crate) async fn read_in(

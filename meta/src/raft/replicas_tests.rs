@@ -2994,6 +2994,18 @@ async fn an_index_group_splits_while_it_serves() {
     // Where a split of the new group would cut: inside its keys.
     let middle = h_store.middle_key(&moved).unwrap().unwrap();
     assert!(middle > cut, "{middle:?}");
+    // A walk of the whole index (the statistics' scan) counts each object once.
+    let objects = retried(|| async {
+        let mut objects = 0usize;
+        nodes[0]
+            .each_index_row(100, |row| {
+                objects += usize::from(matches!(row, IndexRow::Object { .. }));
+            })
+            .await
+            .map(|()| objects)
+    })
+    .await;
+    assert_eq!(objects, want.len());
     // The audit reads both groups: every reference FileDB counts is named once (root's
     // rows of the moved keys, dropped or not, are the new group's to count).
     let report = retried(|| nodes[2].audit(true)).await;
