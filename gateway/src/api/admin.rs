@@ -63,13 +63,8 @@ pub async fn file(State(app): State<Arc<AppState>>, Path(sha1): Path<String>) ->
     let sha1 = sha1
         .parse::<Sha1>()
         .map_err(|_| ApiError::bad_request("not a sha1"))?;
-    let meta = app.store.meta_store().clone();
-    let found = tokio::task::spawn_blocking(move || {
-        Ok::<_, meta::MetaError>((meta.file(&sha1)?, meta.deleting(&sha1)?))
-    })
-    .await
-    .map_err(ApiError::internal)?
-    .map_err(ApiError::internal)?;
+    // From the content's FileDB group, wherever it is (this node may hold no replica).
+    let found = app.store.replicas().file_state(sha1).await?;
     let sha1 = sha1.to_hex();
     match found {
         (Some(f), _) => Ok(json(

@@ -125,6 +125,8 @@ pub enum ReadQuery {
         released: std::collections::BTreeSet<(Sha1, u64)>,
         pending: Vec<crate::audit::Pending>,
     },
+    /// `sha1`'s FileDB record and its `deleting` entry (`GET /_admin/files/<sha1>`).
+    FileState(Sha1),
 }
 
 /// The answer to a [`ReadQuery`], of the same variant.
@@ -140,6 +142,7 @@ pub enum ReadAnswer {
     IndexRows(crate::index_handoff::IndexPage),
     MiddleKey(Option<crate::groups::IndexStart>),
     IndexRefs(crate::audit::IndexRefs),
+    FileState(Option<FileRecord>, Option<DeletingRecord>),
 }
 
 /// How long a command answered `Moved` is tried again on newer maps: longer than a split's
@@ -249,6 +252,10 @@ async fn read_query(meta: &Metadata, query: ReadQuery) -> Result<ReadAnswer, Met
             .read(move |s| s.index_refs(&slice, &released, &pending))
             .await
             .map(ReadAnswer::IndexRefs),
+        ReadQuery::FileState(sha1) => meta
+            .read(move |s| s.file_state_if_owned(&sha1))
+            .await
+            .map(|(file, deleting)| ReadAnswer::FileState(file, deleting)),
     }
 }
 
@@ -725,6 +732,25 @@ impl Replicas {
                 self.root.read_local(move |m| m.file_if_owned(&sha1)).await
             } else {
                 self.file_on(&map, sha1, ReadQuery::File(sha1)).await
+            }
+        })
+        .await
+    }
+
+    /// `sha1`'s FileDB record and its `deleting` entry as of now, from the group the map
+    /// gives it to (`GET /_admin/files/<sha1>`).
+    pub async fn file_state(
+        &self,
+        sha1: Sha1,
+    ) -> Result<(Option<FileRecord>, Option<DeletingRecord>), MetaError> {
+        self.on_the_map(|map| async move {
+            let group = map.filedb_group(&sha1.0);
+            match self
+                .read_in(&map, group, ReadQuery::FileState(sha1))
+                .await?
+            {
+                ReadAnswer::FileState(file, deleting) => Ok((file, deleting)),
+                other => Err(MetaError::Unexpected(format!("{other:?}"))),
             }
         })
         .await

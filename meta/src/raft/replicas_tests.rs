@@ -1460,6 +1460,10 @@ async fn a_filedb_group_splits_while_it_serves() {
                 w.magic = w.magic.wrapping_add(done);
             }
             assert_eq!(node.file(Sha1([c; 20])).await.unwrap(), want, "{c:#x}");
+            // What `GET /_admin/files/<sha1>` shows, from the content's group.
+            let (file, deleting) = node.file_state(Sha1([c; 20])).await.unwrap();
+            assert_eq!(file, want, "{c:#x}");
+            assert_eq!(deleting.is_some(), c % 3 == 0, "{c:#x}");
         }
     }
     // The new group holds exactly the upper rows, on identical replicas; root none.

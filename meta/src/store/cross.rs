@@ -33,16 +33,29 @@ impl MetaStore {
         sha1: &placement::Sha1,
     ) -> Result<Option<crate::FileRecord>, MetaError> {
         let txn = self.db().begin_read()?;
-        let table = txn.open_table(OWNERSHIP)?;
-        if let Some(own) = ownership::read(&table)?
-            && !own.owns_sha1(&sha1.0)
-            && !handoff::read(&table)?.is_some_and(|h| h.readable && h.contains(&sha1.0))
-        {
-            return Err(MetaError::Moved {
-                map_version: own.map_version,
-            });
-        }
+        check_sha1(&txn, sha1)?;
         super::files::file_in(&txn, sha1)
+    }
+
+    /// `sha1`'s FileDB record and its `deleting` entry, owned as for
+    /// [`MetaStore::file_if_owned`], from one read transaction.
+    pub fn file_state_if_owned(
+        &self,
+        sha1: &placement::Sha1,
+    ) -> Result<
+        (
+            Option<crate::FileRecord>,
+            Option<crate::tables::DeletingRecord>,
+        ),
+        MetaError,
+    > {
+        let txn = self.db().begin_read()?;
+        check_sha1(&txn, sha1)?;
+        let deleting = txn
+            .open_table(crate::tables::DELETING)?
+            .get(sha1.0)?
+            .map(|v| crate::tables::DeletingRecord::decode(&v.value()));
+        Ok((super::files::file_in(&txn, sha1)?, deleting))
     }
 
     /// Whether an entry or a part of (`bucket`, `key`) holds cross-group reference
@@ -167,4 +180,19 @@ impl MetaStore {
         }
         Ok(out)
     }
+}
+
+/// Refuses with `Moved` a read of `sha1` in a group that neither owns it nor still answers
+/// reads of it while it hands it off.
+fn check_sha1(txn: &redb::ReadTransaction, sha1: &placement::Sha1) -> Result<(), MetaError> {
+    let table = txn.open_table(OWNERSHIP)?;
+    if let Some(own) = ownership::read(&table)?
+        && !own.owns_sha1(&sha1.0)
+        && !handoff::read(&table)?.is_some_and(|h| h.readable && h.contains(&sha1.0))
+    {
+        return Err(MetaError::Moved {
+            map_version: own.map_version,
+        });
+    }
+    Ok(())
 }
