@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::members::{leader_gone, member_addr, wait_group_leader};
-use super::network::{Call, Rpc};
+use super::network::{Call, Rpc, RpcError};
 use super::timeouts::WRITE_TIMEOUT;
 use super::types::{Batch, BatchResult, MetaRaft, NodeId};
 use crate::{Command, MetaError, Response};
@@ -283,8 +283,12 @@ async fn send(
             tokio::select! {
                 r = rpc.call(&addr, Call::Write, &batch, WRITE_TIMEOUT) => match r {
                     Ok(r) => r,
-                    // Never received (unreachable, or its replica is gone): as a refusal.
-                    Err(e) if e.delivered_nothing() => WriteReply::NotLeader(None),
+                    // Its replica is gone (a move took it off that node), or it could not
+                    // read the batch: nothing appended there, and the group's next leader
+                    // takes it. (An unreachable leader fails the batch at once, as before:
+                    // in a minority cut off by a partition, waiting for another leader
+                    // would hold every request for the whole append deadline.)
+                    Err(RpcError::Status(_, 400 | 404, _)) => WriteReply::NotLeader(None),
                     Err(e) => WriteReply::Unavailable(e.to_string()),
                 },
                 () = leader_gone(raft, leader) => WriteReply::Unavailable(format!(
