@@ -146,7 +146,7 @@ impl Proposer {
     /// [`Proposer::submit`], with why a command has no answer from the log.
     pub(crate) async fn submit_answer(&self, cmd: Command) -> Answer {
         let rx = self.enqueue(cmd, Instant::now() + APPEND_DEADLINE).await?;
-        rx.await.unwrap_or_else(|_| Err(shutting_down()))
+        rx.await.unwrap_or_else(|_| Err(answer_lost()))
     }
 
     /// Queues every command of a batch forwarded by a follower, in its order, and answers
@@ -164,7 +164,7 @@ impl Proposer {
         let mut results = Vec::with_capacity(waiting.len());
         for w in waiting {
             results.push(match w {
-                Ok(rx) => rx.await.unwrap_or_else(|_| Err(shutting_down())),
+                Ok(rx) => rx.await.unwrap_or_else(|_| Err(answer_lost())),
                 Err(e) => Err(e),
             });
         }
@@ -189,10 +189,15 @@ impl Proposer {
     }
 }
 
-/// The proposer's task ended before the command reached it, or before it answered (its
-/// node shuts down: the task stops taking batches before any could be sent).
+/// The proposer's task ended before the command reached it (its node shuts down).
 fn shutting_down() -> Unsent {
     Unsent::NotAppended("metadata is shutting down".into())
+}
+
+/// The task committing the command's batch ended without an answer (its node shuts down):
+/// the batch may have been appended.
+fn answer_lost() -> Unsent {
+    Unsent::Unknown("metadata is shutting down; the command's outcome is unknown".into())
 }
 
 async fn commit(raft: &MetaRaft, rpc: &Rpc, me: NodeId, pending: Vec<Pending>) {

@@ -1806,6 +1806,33 @@ fn read_queries_and_answers_round_trip() {
             until: Some(Sha1([0xff; 20])),
             limit: u32::MAX,
         },
+        ReadQuery::IndexRows {
+            interval: (
+                crate::groups::IndexStart::new("b", "k30"),
+                Some(crate::groups::IndexStart::new("c", "")),
+            ),
+            from: Some(crate::index_handoff::IndexCursor {
+                table: crate::index_handoff::IndexTable::Parts,
+                at: Some(crate::index_handoff::IndexAt::Upload {
+                    id: "up".into(),
+                    part: 7,
+                }),
+            }),
+            limit: 9,
+        },
+        ReadQuery::MiddleKey((crate::groups::IndexStart::default(), None)),
+        ReadQuery::IndexRefs {
+            slice: ([0; 20], Some([0x80; 20])),
+            released: [(Sha1([1; 20]), 5)].into(),
+            pending: vec![crate::audit::Pending {
+                sha1: Sha1([2; 20]),
+                ref_id: 6,
+                magic: 7,
+                bucket: "b".into(),
+                key: "k".into(),
+            }],
+        },
+        ReadQuery::FileState(Sha1([9; 20])),
     ] {
         let bytes = postcard::to_stdvec(&query).unwrap();
         assert_eq!(postcard::from_bytes::<ReadQuery>(&bytes).unwrap(), query);
@@ -1826,6 +1853,24 @@ fn read_queries_and_answers_round_trip() {
             flags: 1,
             pair: PairId(9),
         }))),
+        Ok(ReadAnswer::MiddleKey(Some(crate::groups::IndexStart::new(
+            "b", "m",
+        )))),
+        Ok(ReadAnswer::IndexRows(crate::index_handoff::IndexPage {
+            rows: vec![crate::index_handoff::IndexRow::Seq { value: 3 }],
+            next: None,
+        })),
+        Ok(ReadAnswer::IndexRefs(crate::audit::IndexRefs {
+            named: [(Sha1([3; 20]), crate::audit::Tally { count: 2, magic: 9 })].into(),
+            in_flight: 1,
+        })),
+        Ok(ReadAnswer::FileState(
+            None,
+            Some(crate::tables::DeletingRecord {
+                pair: PairId(1),
+                since_secs: 2,
+            }),
+        )),
         Err(crate::MetaError::Moved { map_version: 4 }),
     ] {
         let bytes = postcard::to_stdvec(&answer).unwrap();
