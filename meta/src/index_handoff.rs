@@ -366,6 +366,10 @@ impl Page {
                 })
             }
             IndexTable::Seq => {
+                // The page may be exactly full: the counter then starts the next one.
+                if self.rows.len() >= self.limit {
+                    return Ok(Some(None));
+                }
                 if at.is_none() {
                     let value = txn
                         .open_table(COUNTERS)?

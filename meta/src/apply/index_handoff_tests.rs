@@ -354,3 +354,18 @@ fn index_rows_cursors_and_the_command_round_trip() {
     assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
     assert_eq!(cmd.format_version(), 10);
 }
+
+/// Pages of every size hold at most their limit and add up to the whole, in order.
+#[test]
+fn pages_of_every_size_hold_at_most_their_limit_and_add_up_to_the_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = filled(dir.path());
+    for interval in [moved(), (IndexStart::default(), None)] {
+        let (whole, _) = all_rows(&g, &interval, 1024);
+        for limit in 2..=40 {
+            let (rows, pages) = all_rows(&g, &interval, limit);
+            assert_eq!(rows, whole, "pages of {limit}");
+            assert!(pages >= whole.len() / limit as usize, "pages of {limit}");
+        }
+    }
+}
