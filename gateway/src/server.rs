@@ -443,7 +443,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     }
     follow_pairs(&state);
     follow_leadership(&state);
-    crate::lifecycle::worker::spawn(state.store.clone(), config.lifecycle.clone());
+    crate::lifecycle::worker::spawn(state.store.replicas().clone(), config.lifecycle.clone());
     crate::jobs::spawn(state.store.metadata().clone(), config.job_pace);
     state.store.refresh_space().await;
     {

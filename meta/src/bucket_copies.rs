@@ -10,9 +10,12 @@
 //!
 //! Root counts revisions from metadata format 9 on (the format of [`Command::CopyBuckets`]),
 //! so that replicas of two releases agree during a rolling upgrade; a bucket unchanged
-//! since is at revision 0.
+//! since is at revision 0. From format 11 a copy also carries the bucket's lifecycle rules
+//! ([`Command::CopyBucketsWithRules`]) and a change of them counts a revision: each index
+//! group's leader expires its own keys by them, keeping its own cursors (`lifecycle.rs`).
 //!
 //! [`Command::CopyBuckets`]: crate::Command::CopyBuckets
+//! [`Command::CopyBucketsWithRules`]: crate::Command::CopyBucketsWithRules
 
 use std::collections::BTreeMap;
 
@@ -21,6 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::MetaError;
 use crate::groups::ROOT;
+use crate::lifecycle::{self, LIFECYCLE, LifecycleRecord};
 use crate::tables::{BUCKETS, BucketRecord};
 
 /// bucket -> revision: in root, its record's; in an index group, its copy's.
@@ -28,6 +32,9 @@ pub const BUCKET_REVISIONS: TableDefinition<&str, u64> = TableDefinition::new("b
 
 /// The format from which root counts revisions.
 pub const REVISIONS_FORMAT: u32 = 9;
+
+/// The format from which copies carry lifecycle rules and their changes count revisions.
+pub const LIFECYCLE_FORMAT: u32 = 11;
 
 /// Bound on the copies one command carries.
 pub const COPIES_MAX: usize = 256;
@@ -39,6 +46,37 @@ pub struct BucketCopy {
     /// The encoded [`BucketRecord`]; None: the bucket was deleted.
     pub record: Option<Vec<u8>>,
     pub revision: u64,
+    /// The bucket's lifecycle rules: an encoded [`LifecycleRecord`] without cursors (None:
+    /// it has none). Not in this struct's encoding, which `CopyBuckets` of format 9 fixed:
+    /// it travels beside the copies in `CopyBucketsWithRules`.
+    #[serde(skip)]
+    pub lifecycle: Option<Vec<u8>>,
+}
+
+/// `bucket`'s lifecycle rules as a copy carries them.
+fn rules_of(
+    table: Option<&redb::ReadOnlyTable<&'static str, &'static [u8]>>,
+    bucket: &str,
+) -> Result<Option<Vec<u8>>, MetaError> {
+    let Some(table) = table else { return Ok(None) };
+    let Some(v) = table.get(bucket)? else {
+        return Ok(None);
+    };
+    let rules = LifecycleRecord {
+        rules: LifecycleRecord::decode(v.value())?.rules,
+        ..LifecycleRecord::default()
+    };
+    Ok(Some(rules.encode()?))
+}
+
+fn lifecycle_table(
+    txn: &ReadTransaction,
+) -> Result<Option<redb::ReadOnlyTable<&'static str, &'static [u8]>>, MetaError> {
+    match txn.open_table(LIFECYCLE) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `bucket`'s record and revision as `txn` sees them.
@@ -55,6 +93,7 @@ pub fn read(txn: &ReadTransaction, bucket: &str) -> Result<BucketCopy, MetaError
         bucket: bucket.to_string(),
         record,
         revision,
+        lifecycle: rules_of(lifecycle_table(txn)?.as_ref(), bucket)?,
     })
 }
 
@@ -70,6 +109,7 @@ pub fn read_all(txn: &ReadTransaction) -> Result<Vec<BucketCopy>, MetaError> {
                 bucket: k.value().to_string(),
                 record: Some(v.value().to_vec()),
                 revision: 0,
+                lifecycle: None,
             },
         );
     }
@@ -82,9 +122,14 @@ pub fn read_all(txn: &ReadTransaction) -> Result<Vec<BucketCopy>, MetaError> {
                     bucket: k.value().to_string(),
                     record: None,
                     revision: 0,
+                    lifecycle: None,
                 });
             copy.revision = v.value();
         }
+    }
+    let rules = lifecycle_table(txn)?;
+    for copy in out.values_mut() {
+        copy.lifecycle = rules_of(rules.as_ref(), &copy.bucket)?;
     }
     Ok(out.into_values().collect())
 }
@@ -111,10 +156,16 @@ fn revisions_table(
     }
 }
 
-/// Applies `CopyBuckets` in an index group: each copy newer than the one held (or the
-/// first) replaces it. Refused in root, whose records they are, and in a group that
-/// has no ownership row (a single group is root). Answers how many were taken.
-pub fn apply(txn: &WriteTransaction, copies: &[BucketCopy]) -> Result<u32, MetaError> {
+/// Applies `CopyBuckets` (`lifecycles` None) or `CopyBucketsWithRules` (one entry per
+/// copy) in an index group: each copy newer than the one held (or the first) replaces it,
+/// and with its rules, the bucket's lifecycle rules (their cursors kept if the rules are
+/// the same, restarted otherwise). Refused in root, whose records they are, and in a
+/// group that has no ownership row (a single group is root). Answers how many were taken.
+pub fn apply(
+    txn: &WriteTransaction,
+    copies: &[BucketCopy],
+    lifecycles: Option<&[Option<Vec<u8>>]>,
+) -> Result<u32, MetaError> {
     if crate::ownership::read_in(txn)?.is_none_or(|own| own.group == ROOT) {
         return Err(MetaError::InvalidCommand(
             "bucket copies go to index groups, not to root".into(),
@@ -126,27 +177,60 @@ pub fn apply(txn: &WriteTransaction, copies: &[BucketCopy]) -> Result<u32, MetaE
             copies.len()
         )));
     }
-    let mut revisions = txn.open_table(BUCKET_REVISIONS)?;
-    let mut buckets = txn.open_table(BUCKETS)?;
+    if lifecycles.is_some_and(|l| l.len() != copies.len()) {
+        return Err(MetaError::InvalidCommand(
+            "bucket copies and their lifecycle rules differ in number".into(),
+        ));
+    }
     let mut taken = 0;
-    for copy in copies {
-        let held = revisions.get(copy.bucket.as_str())?.map(|v| v.value());
+    for (i, copy) in copies.iter().enumerate() {
+        let held = txn
+            .open_table(BUCKET_REVISIONS)?
+            .get(copy.bucket.as_str())?
+            .map(|v| v.value());
         if held.is_some_and(|held| held >= copy.revision) {
             continue;
         }
+        let bucket = copy.bucket.as_str();
         match &copy.record {
             Some(bytes) => {
                 BucketRecord::decode(bytes)?;
-                buckets.insert(copy.bucket.as_str(), bytes.as_slice())?;
+                txn.open_table(BUCKETS)?.insert(bucket, bytes.as_slice())?;
             }
             None => {
-                buckets.remove(copy.bucket.as_str())?;
+                txn.open_table(BUCKETS)?.remove(bucket)?;
             }
         }
-        revisions.insert(copy.bucket.as_str(), copy.revision)?;
+        if let Some(lifecycles) = lifecycles {
+            take_rules(txn, bucket, copy.record.is_some(), &lifecycles[i])?;
+        }
+        txn.open_table(BUCKET_REVISIONS)?
+            .insert(bucket, copy.revision)?;
         taken += 1;
     }
     Ok(taken)
+}
+
+/// A copy's lifecycle rules in the group's own `lifecycle` table.
+fn take_rules(
+    txn: &WriteTransaction,
+    bucket: &str,
+    exists: bool,
+    rules: &Option<Vec<u8>>,
+) -> Result<(), MetaError> {
+    let rules = match rules {
+        Some(bytes) if exists => LifecycleRecord::decode(bytes)?.rules,
+        _ => return lifecycle::forget(txn, bucket),
+    };
+    let held = lifecycle::read(txn, bucket)?;
+    if held.as_ref().is_some_and(|h| h.rules == rules) {
+        return Ok(());
+    }
+    let record = LifecycleRecord {
+        rules,
+        ..LifecycleRecord::default()
+    };
+    lifecycle::write(txn, bucket, &record)
 }
 
 #[cfg(test)]
@@ -247,6 +331,7 @@ mod tests {
             bucket: "bad".into(),
             record: Some(vec![0xee]),
             revision: 9,
+            lifecycle: None,
         };
         assert!(index.execute(&copies(std::slice::from_ref(&bad))).is_err());
         assert!(index.bucket("bad").unwrap().is_none());
@@ -257,5 +342,122 @@ mod tests {
         let bytes = postcard::to_stdvec(&cmd).unwrap();
         assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
         assert_eq!(cmd.format_version(), 9);
+    }
+
+    /// From format 11 a change of a bucket's lifecycle rules counts a revision in root (not
+    /// before), and its copies carry the rules: an index group takes them into its own
+    /// `lifecycle` table, keeps its sweep's cursors while the rules stay the same, restarts
+    /// them when they change, and drops them with the rules or the bucket.
+    #[test]
+    fn copies_carry_the_lifecycle_rules_and_groups_keep_their_own_cursors() {
+        use crate::lifecycle::{Expiration, LifecycleRule, RuleFilter};
+        let dir = tempfile::tempdir().unwrap();
+        let root = store(dir.path(), "root.redb");
+        root.execute(&Command::SetClusterVersion { version: 10 })
+            .unwrap();
+        root.execute(&Command::CreateBucket {
+            bucket: "b".into(),
+            created_ms: 1,
+        })
+        .unwrap();
+        let rule = |days| LifecycleRule {
+            id: "r".into(),
+            enabled: true,
+            filter: RuleFilter::Prefix("logs/".into()),
+            expiration: Some(Expiration::Days(days)),
+            abort_upload_days: None,
+            versions: Default::default(),
+        };
+        let set = |rules: Option<Vec<LifecycleRule>>| Command::SetBucketLifecycle {
+            bucket: "b".into(),
+            rules,
+        };
+        root.execute(&set(Some(vec![rule(1)]))).unwrap();
+        assert_eq!(copy_of(&root, "b").revision, 1, "format 10 counts no rules");
+        root.execute(&Command::SetClusterVersion { version: 11 })
+            .unwrap();
+        root.execute(&set(Some(vec![rule(2)]))).unwrap();
+        let with_rules = copy_of(&root, "b");
+        assert_eq!(with_rules.revision, 2);
+        let carried = LifecycleRecord::decode(with_rules.lifecycle.as_deref().unwrap()).unwrap();
+        assert_eq!(carried.rules, vec![rule(2)]);
+        assert_eq!(root.bucket_copies().unwrap(), vec![with_rules.clone()]);
+
+        let index = store(dir.path(), "index.redb");
+        let (map, group) = ShardMap::single(vec![1])
+            .unwrap()
+            .split(ROOT, SplitAt::Key(IndexStart::new("b", "m")), vec![1])
+            .unwrap();
+        index
+            .execute(&Command::SetOwnership { group, map })
+            .unwrap();
+        let take = |copies: Vec<BucketCopy>| {
+            let lifecycles = copies.iter().map(|c| c.lifecycle.clone()).collect();
+            index.execute(&Command::CopyBucketsWithRules { copies, lifecycles })
+        };
+        take(vec![with_rules.clone()]).unwrap();
+        assert_eq!(index.lifecycle("b").unwrap().unwrap().rules, vec![rule(2)]);
+        // The group's sweep moves its own cursor.
+        let sweep = Command::ExpireObjects {
+            bucket: "b".into(),
+            objects: vec![],
+            resume_after: Some("n".into()),
+            day_secs: 1,
+            now_secs: 1,
+        };
+        index.execute(&sweep).unwrap();
+        let cursor = |s: &MetaStore| s.lifecycle("b").unwrap().unwrap().resume_after;
+        assert_eq!(cursor(&index), Some("n".into()));
+        // Another change of the bucket, the same rules: the cursor stays.
+        root.execute(&Command::SetBucketCors {
+            bucket: "b".into(),
+            rules: None,
+        })
+        .unwrap();
+        let cors = copy_of(&root, "b");
+        assert_eq!(cors.revision, 3);
+        take(vec![cors]).unwrap();
+        assert_eq!(cursor(&index), Some("n".into()));
+        // New rules restart it; an older copy arriving late changes nothing.
+        root.execute(&set(Some(vec![rule(3)]))).unwrap();
+        take(vec![copy_of(&root, "b")]).unwrap();
+        assert_eq!(cursor(&index), None);
+        take(vec![with_rules]).unwrap();
+        assert_eq!(index.lifecycle("b").unwrap().unwrap().rules, vec![rule(3)]);
+        // Copies and rules that differ in number, or rules that do not decode, change
+        // nothing.
+        root.execute(&set(None)).unwrap();
+        let removed = copy_of(&root, "b");
+        assert!(removed.lifecycle.is_none());
+        let cmd = Command::CopyBucketsWithRules {
+            copies: vec![removed.clone()],
+            lifecycles: vec![],
+        };
+        assert!(index.execute(&cmd).is_err());
+        let cmd = Command::CopyBucketsWithRules {
+            copies: vec![removed.clone()],
+            lifecycles: vec![Some(vec![0xee])],
+        };
+        assert!(index.execute(&cmd).is_err());
+        assert!(index.lifecycle("b").unwrap().is_some());
+        // Removed rules go, and so do a deleted bucket's.
+        take(vec![removed]).unwrap();
+        assert!(index.lifecycle("b").unwrap().is_none());
+        root.execute(&set(Some(vec![rule(4)]))).unwrap();
+        take(vec![copy_of(&root, "b")]).unwrap();
+        assert!(index.lifecycle("b").unwrap().is_some());
+        root.execute(&Command::DeleteBucket { bucket: "b".into() })
+            .unwrap();
+        take(vec![copy_of(&root, "b")]).unwrap();
+        assert!(index.lifecycle("b").unwrap().is_none());
+        assert!(index.bucket("b").unwrap().is_none());
+        // The command round-trips, at format 11.
+        let cmd = Command::CopyBucketsWithRules {
+            copies: vec![copy_of(&root, "b")],
+            lifecycles: vec![Some(carried.encode().unwrap())],
+        };
+        let bytes = postcard::to_stdvec(&cmd).unwrap();
+        assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
+        assert_eq!(cmd.format_version(), 11);
     }
 }

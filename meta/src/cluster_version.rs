@@ -24,7 +24,8 @@
 //! of the map planned and carried out while serving (splits, moves); 8 the nodes leaving
 //! the cluster (`SetLeaving`), the audit's alarm (`AuditMark`) and the cancel of a move
 //! (`CancelPlan`); 9 the bucket records' copies in index groups (`CopyBuckets`); 10 an
-//! index group's split (`IngestIndex`, the hand-off of key intervals).
+//! index group's split (`IngestIndex`, the hand-off of key intervals); 11 the lifecycle rules
+//! in the bucket copies (`CopyBucketsWithRules`), each index group sweeping its own keys.
 
 use redb::WriteTransaction;
 
@@ -33,7 +34,7 @@ use super::command::{Command, WritePrecondition};
 use super::tables::RAFT_STATE;
 
 /// The newest format this binary reads and writes.
-pub const FORMAT_VERSION: u32 = 10;
+pub const FORMAT_VERSION: u32 = 11;
 /// The format of a group that never recorded one (every release before the raise).
 pub const FORMAT_VERSION_INITIAL: u32 = 1;
 /// Key of the group's version in `raft_state` (postcard `u32`).
@@ -82,6 +83,7 @@ impl Command {
             }
             Command::CopyBuckets { .. } => 9,
             Command::IngestIndex { .. } => 10,
+            Command::CopyBucketsWithRules { .. } => 11,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

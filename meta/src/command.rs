@@ -612,6 +612,13 @@ pub enum Command {
     CopyBuckets {
         copies: Vec<BucketCopy>,
     },
+    /// `CopyBuckets` with each bucket's lifecycle rules (`lifecycles[i]` is
+    /// `copies[i]`'s: an encoded rules-only lifecycle record, None for none), which the
+    /// group's own lifecycle sweep expires its keys by. Format 11.
+    CopyBucketsWithRules {
+        copies: Vec<BucketCopy>,
+        lifecycles: Vec<Option<Vec<u8>>>,
+    },
 }
 
 /// A change to a version's object lock; None fields are left as they are.
@@ -644,7 +651,9 @@ impl Command {
             | Command::SetBucketCors { bucket, .. }
             | Command::DeleteBucket { bucket }
             | Command::SetBucketVersioning { bucket, .. }
-            | Command::SetObjectLockConfig { bucket, .. } => Some(bucket),
+            | Command::SetObjectLockConfig { bucket, .. }
+            | Command::SetBucketLifecycle { bucket, .. }
+            | Command::SetBucketLifecycleWithVersions { bucket, .. } => Some(bucket),
             Command::Tagged { command, .. } | Command::WithAcl { command, .. } => {
                 command.changed_bucket()
             }

@@ -149,26 +149,43 @@ async fn groups(State(app): State<Arc<AppState>>) -> ApiResult {
 #[serde(deny_unknown_fields)]
 struct SplitBody {
     group: meta::groups::GroupId,
-    /// The first sha1 (40 hex digits) the new group owns; none: the middle of the
-    /// group's first interval.
+    /// The first sha1 (40 hex digits) the new group owns, or with `index` its first key
+    /// (`BUCKET/KEY`); none: the middle of the group's first interval (by objects, for
+    /// keys).
     at: Option<String>,
+    /// Split the group's key interval rather than its sha1 interval (root holds both; an
+    /// index group only keys, so it needs no `index`).
+    #[serde(default)]
+    index: bool,
 }
 
 /// `POST /_admin/groups/split` with `{"group": N, "at": "HEX"}` (`at` optional): plans the
-/// split of FileDB group N (root included) and answers at once with the planned map's
-/// `version` and the new `group`; root's leader moves the rows and commits the map
-/// (`GET /_admin/groups` shows it).
+/// split of FileDB group N (root included); with `"index": true` and `"at":
+/// "BUCKET/KEY"`, or of an index group, the split of its first key interval. Answers at
+/// once with the planned map's `version` and the new `group`; root's leader moves the
+/// rows and commits the map (`GET /_admin/groups` shows it).
 async fn split(State(app): State<Arc<AppState>>, body: Bytes) -> ApiResult {
     let b = serde_json::from_slice::<SplitBody>(&body).map_err(ApiError::bad_request)?;
-    let at = match &b.at {
-        Some(hex) => Some(parse_sha1(hex).map_err(ApiError::bad_request)?),
-        None => None,
-    };
-    let (map, new) = app
+    let kind = app
         .replicas
-        .plan_split(b.group, at)
-        .await
-        .map_err(plan_error)?;
+        .shard_map()
+        .await?
+        .group(b.group)
+        .map(|g| g.kind);
+    let (map, new) = if b.index || kind == Some(meta::groups::GroupKind::Index) {
+        let at = match &b.at {
+            Some(at) => Some(parse_key_start(at).map_err(ApiError::bad_request)?),
+            None => None,
+        };
+        app.replicas.plan_index_split(b.group, at).await
+    } else {
+        let at = match &b.at {
+            Some(hex) => Some(parse_sha1(hex).map_err(ApiError::bad_request)?),
+            None => None,
+        };
+        app.replicas.plan_split(b.group, at).await
+    }
+    .map_err(plan_error)?;
     Ok(json_pretty(&serde_json::json!({
         "version": map.version,
         "group": new,
@@ -277,6 +294,22 @@ fn plan_error(e: MetaError) -> ApiError {
 }
 
 /// 40 hex digits as a sha1.
+/// The first key an index split gives the new group: `BUCKET/KEY` (a bucket name holds no
+/// `/`; KEY may be empty: the bucket's first key).
+fn parse_key_start(at: &str) -> Result<meta::groups::IndexStart, String> {
+    let Some((bucket, key)) = at.split_once('/') else {
+        return Err(format!("at: {at:?} is not BUCKET/KEY"));
+    };
+    if bucket.is_empty() {
+        return Err("at: the bucket is empty (BUCKET/KEY)".into());
+    }
+    // S3's own bounds on a bucket name and a key.
+    if bucket.len() > 63 || key.len() > 1024 {
+        return Err("at: a bucket name is at most 63 bytes and a key 1024".into());
+    }
+    Ok(meta::groups::IndexStart::new(bucket, key))
+}
+
 fn parse_sha1(hex: &str) -> Result<[u8; 20], String> {
     let bytes = hex::decode(hex).map_err(|e| format!("at: {e}"))?;
     <[u8; 20]>::try_from(bytes.as_slice()).map_err(|_| "at: a sha1 is 40 hex digits".to_string())

@@ -77,6 +77,7 @@ impl From<MetaError> for ApiError {
             M::NoSuchBucket | M::NotFound | M::NoSuchAccessKey => ApiError::not_found(e),
             M::AccessKeyExists | M::KeyLimit(_) | M::InvalidPart(_) => ApiError::bad_request(e),
             M::Unavailable(_) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e),
+            M::InvalidBucketState(_) => ApiError::new(StatusCode::CONFLICT, e),
             other => ApiError::internal(other),
         }
     }

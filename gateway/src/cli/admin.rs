@@ -556,11 +556,16 @@ pub enum GroupsCommand {
     List,
     /// Split FileDB group GROUP (0, root, owns every sha1 before any split) at AT (40 hex
     /// digits; default: the middle of its first interval): a new group on
-    /// --replication-factor nodes takes the sha1s from AT on. Answers once planned; root's
-    /// leader moves the rows and commits the map (see `groups list`).
+    /// --replication-factor nodes takes the sha1s from AT on. With --index, or for an
+    /// index group, split its first key interval at AT, `BUCKET/KEY` (default: where it
+    /// halves the interval's objects). Answers once planned; root's leader moves the rows
+    /// and commits the map (see `groups list`).
     Split {
         group: meta::groups::GroupId,
         at: Option<String>,
+        /// Split the group's keys (root holds both sha1s and keys).
+        #[arg(long)]
+        index: bool,
     },
     /// Move group GROUP's replica from node FROM to node TO (a node of the cluster that
     /// holds none): TO catches up as a learner, becomes a voter, FROM leaves the group and
@@ -592,8 +597,8 @@ impl AdminClient {
     pub async fn groups(&self, cmd: GroupsCommand) -> Result<String, String> {
         let v = match cmd {
             GroupsCommand::List => self.call(Method::GET, "/_admin/groups", None).await?,
-            GroupsCommand::Split { group, at } => {
-                let body = serde_json::json!({ "group": group, "at": at });
+            GroupsCommand::Split { group, at, index } => {
+                let body = serde_json::json!({ "group": group, "at": at, "index": index });
                 self.call(Method::POST, "/_admin/groups/split", Some(body.to_string()))
                     .await?
             }

@@ -1,11 +1,15 @@
 //! The lifecycle sweep: expires the objects bucket rules match and aborts abandoned
 //! multipart uploads, continuously, in bounded and paced batches.
 //!
-//! Only the Raft leader runs it ([`spawn`] follows leadership), so one node acts at a time.
-//! Every change is an ordinary command: `ExpireObjects` removes an object only if it is
-//! still the version the sweep read (its sequence number) and the rules as they are in
-//! that transaction expire it, and releases its content exactly once; `AbortUpload`
-//! releases an upload's parts in the same transaction that drops it.
+//! Each metadata group that holds keys of the S3 index (root, and the index groups of a
+//! split index) is swept by its own leader, over the keys its group owns, by the rules
+//! as its group holds them: root's own, and in an index group the copies root's bucket
+//! records bring (`meta::bucket_copies`, format 11). [`spawn`] keeps one sweep per such
+//! group this node leads, so one node acts on each key at a time. Every change is an
+//! ordinary command in that group: `ExpireObjects` removes an object only if it is still
+//! the version the sweep read (its sequence number) and the rules as they are in that
+//! transaction expire it, and releases its content exactly once; `AbortUpload` releases
+//! an upload's parts in the same transaction that drops it.
 //!
 //! On a versioned bucket, expiring a current version adds a delete marker (the same
 //! `ExpireObjects` command), and a second pass over the bucket's `versions` table sends
@@ -13,18 +17,22 @@
 //! NewerNoncurrentVersions kept) and delete markers left alone.
 //!
 //! Resuming: the object pass over each bucket keeps its cursor (the last key dealt with)
-//! in the bucket's `lifecycle` record (the version pass its (key, number) beside it), written by the same `ExpireObjects` commands, so a
-//! restart or a new leader continues where the last committed batch ended. The upload
-//! sweep keeps no cursor: uploads are few (bounded by `--upload-max-age-secs`), and
-//! restarting it from the first upload is cheap.
+//! in the bucket's `lifecycle` record of its group (the version pass its (key, number)
+//! beside it), written by the same `ExpireObjects` commands, so a restart or a new leader
+//! continues where the last committed batch ended. The upload sweep keeps no cursor:
+//! uploads are few (bounded by `--upload-max-age-secs`), and restarting it from the first
+//! upload is cheap.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::Settings;
 use super::pacing::Pacer;
 use super::rules;
-use crate::store::ObjectStore;
+use meta::groups::{GroupId, GroupKind};
+use meta::ownership::Ownership;
+use meta::raft::{Metadata, Replicas};
 use meta::versions::VersionRecord;
 use meta::{Command, MetaError, Response};
 
@@ -36,6 +44,10 @@ const UPLOAD_BATCH: usize = 100;
 const CURSOR_SAVE_BATCHES: u32 = 16;
 /// Pause after a failed pass (no leader, storage error) before the next.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// How often [`spawn`]'s task looks at which groups this node leads. A sweep goes on for
+/// at most this long after its node stopped leading: harmless, as every command is
+/// checked again where it is applied.
+const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -56,36 +68,87 @@ pub struct PassReport {
     pub uploads_aborted: u64,
 }
 
-/// The sweep of one node.
+/// The sweep of one group, on the node that leads it.
 pub struct LifecycleWorker {
-    store: Arc<ObjectStore>,
+    replicas: Arc<Replicas>,
+    group: GroupId,
+    /// This node's replica of the group: the sweep reads it, and proposes through it.
+    meta: Arc<Metadata>,
     settings: Settings,
     pacer: Pacer,
 }
 
-/// Runs the sweep on this node while it leads the metadata group.
-pub fn spawn(store: Arc<ObjectStore>, settings: Settings) {
+/// Runs a sweep of every group holding index keys that this node leads, for as long as
+/// it leads it.
+pub fn spawn(replicas: Arc<Replicas>, settings: Settings) {
     tokio::spawn(async move {
-        let mut leading = store.metadata().leadership();
+        // Per group: the replica swept (a replica moved off and back is another one) and
+        // its sweep.
+        let mut sweeps: BTreeMap<GroupId, (Arc<Metadata>, tokio::task::JoinHandle<()>)> =
+            BTreeMap::new();
         loop {
-            if *leading.borrow_and_update() {
-                let mut worker = LifecycleWorker::new(store.clone(), settings.clone());
-                tokio::select! {
-                    () = worker.run() => {}
-                    changed = leading.changed() => if changed.is_err() { return },
+            let led = index_groups_led(&replicas).await;
+            sweeps.retain(|id, (meta, task)| {
+                let keep =
+                    !task.is_finished() && led.get(id).is_some_and(|now| Arc::ptr_eq(now, meta));
+                if !keep {
+                    task.abort();
                 }
-            } else if leading.changed().await.is_err() {
-                return;
+                keep
+            });
+            for (id, meta) in led {
+                if sweeps.contains_key(&id) {
+                    continue;
+                }
+                let mut worker =
+                    LifecycleWorker::new(replicas.clone(), id, meta.clone(), settings.clone());
+                sweeps.insert(id, (meta, tokio::spawn(async move { worker.run().await })));
             }
+            tokio::time::sleep(FOLLOW_INTERVAL).await;
         }
     });
 }
 
+/// The replicas this node holds of groups holding index keys (root, index groups) that
+/// lead their group now.
+async fn index_groups_led(replicas: &Replicas) -> BTreeMap<GroupId, Arc<Metadata>> {
+    let map = match replicas.shard_map().await {
+        Ok(map) => map,
+        Err(e) => {
+            tracing::debug!(error = %e, "no shard map yet: no lifecycle sweep");
+            return BTreeMap::new();
+        }
+    };
+    replicas
+        .ids()
+        .into_iter()
+        .filter(|id| {
+            map.group(*id)
+                .is_some_and(|g| matches!(g.kind, GroupKind::Root | GroupKind::Index))
+        })
+        .filter_map(|id| replicas.get(id).map(|meta| (id, meta)))
+        .filter(|(_, meta)| meta.leads())
+        .collect()
+}
+
+/// Whether the group of `own` owns `bucket`/`key` (None: it owns every key).
+fn owns(own: &Option<Ownership>, bucket: &str, key: &str) -> bool {
+    own.as_ref()
+        .is_none_or(|o| o.owns_key(bucket, key.as_bytes()))
+}
+
 impl LifecycleWorker {
-    pub fn new(store: Arc<ObjectStore>, settings: Settings) -> Self {
+    pub fn new(
+        replicas: Arc<Replicas>,
+        group: GroupId,
+        meta: Arc<Metadata>,
+        settings: Settings,
+    ) -> Self {
         let pacer = Pacer::new(settings.deletes_per_sec);
         LifecycleWorker {
-            store,
+            replicas,
+            group,
+            meta,
             settings,
             pacer,
         }
@@ -98,6 +161,7 @@ impl LifecycleWorker {
             match self.pass().await {
                 Ok(r) if r != PassReport::default() => {
                     tracing::info!(
+                        group = self.group,
                         expired = r.objects_expired,
                         versions_expired = r.versions_expired,
                         uploads_aborted = r.uploads_aborted,
@@ -106,7 +170,7 @@ impl LifecycleWorker {
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::warn!(error = %e, "lifecycle pass stopped; retrying");
+                    tracing::warn!(group = self.group, error = %e, "lifecycle pass stopped; retrying");
                     tokio::time::sleep(RETRY_PAUSE).await;
                 }
             }
@@ -115,14 +179,14 @@ impl LifecycleWorker {
         }
     }
 
-    /// One pass: the upload sweep, then the object pass over every bucket with rules.
+    /// One pass: the upload sweep, then the object pass over every bucket with rules in
+    /// this group.
     pub async fn pass(&mut self) -> Result<PassReport, MetaError> {
         let mut report = PassReport {
             uploads_aborted: self.sweep_uploads().await?,
             ..PassReport::default()
         };
-        let meta = self.store.metadata().clone();
-        let configs = meta.read_local(|m| m.lifecycles()).await?;
+        let configs = self.meta.read_local(|m| m.lifecycles()).await?;
         for (bucket, record) in configs {
             if record
                 .rules
@@ -146,24 +210,33 @@ impl LifecycleWorker {
         Ok(report)
     }
 
-    /// Aborts uploads past the gateway's age bound, uploads a rule aborts, and uploads
-    /// whose bucket is gone. Returns how many it aborted.
+    /// Aborts this group's uploads past the gateway's age bound, uploads a rule aborts,
+    /// and uploads whose bucket is gone. Returns how many it aborted.
     async fn sweep_uploads(&mut self) -> Result<u64, MetaError> {
-        let meta = self.store.metadata().clone();
         let mut after: Option<String> = None;
         let mut aborted = 0;
         loop {
             let from = after.clone();
-            let batch = meta
+            let (batch, next) = self
+                .meta
                 .read_local(move |m| {
                     let uploads = m.uploads_after(from.as_deref(), UPLOAD_BATCH)?;
+                    let next = match uploads.last() {
+                        Some((id, _)) if uploads.len() == UPLOAD_BATCH => Some(id.clone()),
+                        _ => None,
+                    };
+                    let own = m.ownership()?;
                     let mut out = Vec::with_capacity(uploads.len());
                     for (id, u) in uploads {
+                        // Another group's (a split left it behind): its own sweep's.
+                        if !owns(&own, &u.bucket, &u.key) {
+                            continue;
+                        }
                         let rules = m.lifecycle(&u.bucket)?.map(|r| r.rules);
                         let bucket_gone = m.bucket(&u.bucket)?.is_none();
                         out.push((id, u, rules, bucket_gone));
                     }
-                    Ok(out)
+                    Ok((out, next))
                 })
                 .await?;
             let now_ms = now_ms();
@@ -185,10 +258,7 @@ impl LifecycleWorker {
                     upload_id: id.clone(),
                     now_secs: now,
                 };
-                let at = self
-                    .store
-                    .replicas()
-                    .execute_at(&upload.bucket, &upload.key, cmd);
+                let at = self.replicas.execute_at(&upload.bucket, &upload.key, cmd);
                 match at.await {
                     Ok(_) => {
                         tracing::info!(
@@ -207,9 +277,9 @@ impl LifecycleWorker {
             }
             aborted += done as u64;
             self.pacer.pace(done).await;
-            match batch.last() {
-                Some((id, ..)) if batch.len() == UPLOAD_BATCH => after = Some(id.clone()),
-                _ => return Ok(aborted),
+            match next {
+                Some(id) => after = Some(id),
+                None => return Ok(aborted),
             }
         }
     }
@@ -223,17 +293,18 @@ impl LifecycleWorker {
         bucket: &str,
         mut resume_after: Option<(String, u64)>,
     ) -> Result<u64, MetaError> {
-        let meta = self.store.metadata().clone();
         let day_secs = self.settings.day_secs;
         let mut expired = 0;
         let mut unsaved_batches = 0u32;
         loop {
             let (b, from) = (bucket.to_string(), resume_after.clone());
-            let (rules, entries) = meta
+            let (rules, entries, own) = self
+                .meta
                 .read_local(move |m| {
                     let rules = m.lifecycle(&b)?.map(|r| r.rules).unwrap_or_default();
                     let after = from.as_ref().map(|(k, n)| (k.as_str(), *n));
-                    Ok((rules, m.versions_after(&b, after, SCAN_BATCH)?))
+                    let entries = m.versions_after(&b, after, SCAN_BATCH)?;
+                    Ok((rules, entries, m.ownership()?))
                 })
                 .await?;
             if rules.is_empty() {
@@ -242,6 +313,7 @@ impl LifecycleWorker {
             let now = now_secs();
             let candidates: Vec<(String, u64)> = entries
                 .iter()
+                .filter(|(key, ..)| owns(&own, bucket, key))
                 .filter(|(key, _, entry)| match entry {
                     // Due by its days if nothing newer were kept: the command counts.
                     VersionRecord::Object {
@@ -299,19 +371,19 @@ impl LifecycleWorker {
         bucket: &str,
         mut resume_after: Option<String>,
     ) -> Result<u64, MetaError> {
-        let meta = self.store.metadata().clone();
         let day_secs = self.settings.day_secs;
         let mut expired = 0;
         let mut unsaved_batches = 0u32;
         loop {
             let (b, from) = (bucket.to_string(), resume_after.clone());
-            let page = meta
+            let (rules, objects, own) = self
+                .meta
                 .read_local(move |m| {
                     let rules = m.lifecycle(&b)?.map(|r| r.rules).unwrap_or_default();
-                    Ok((rules, m.objects_after(&b, from.as_deref(), SCAN_BATCH)?))
+                    let objects = m.objects_after(&b, from.as_deref(), SCAN_BATCH)?;
+                    Ok((rules, objects, m.ownership()?))
                 })
                 .await?;
-            let (rules, objects) = page;
             if rules.is_empty() {
                 // The configuration was removed meanwhile: nothing to continue.
                 return Ok(expired);
@@ -319,6 +391,7 @@ impl LifecycleWorker {
             let now = now_secs();
             let due: Vec<(String, u64)> = objects
                 .iter()
+                .filter(|(key, _)| owns(&own, bucket, key))
                 .filter(|(key, o)| {
                     // Tags are not read here: the command checks the object's own.
                     let object = (o.size_bytes, None);
@@ -371,7 +444,8 @@ impl LifecycleWorker {
             batch.due || *unsaved_batches >= CURSOR_SAVE_BATCHES || (batch.last && batch.resumed);
         let mut done = 0;
         if save {
-            match self.store.execute(cmd()).await {
+            // In this group, through its replica here: its keys and its cursor.
+            match self.meta.execute(cmd()).await {
                 Ok(Response::ObjectsDeleted(removed)) => {
                     done = removed.iter().filter(|r| **r).count();
                 }

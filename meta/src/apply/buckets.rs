@@ -6,6 +6,7 @@ use redb::{ReadableTable, WriteTransaction};
 use super::revisions;
 use super::uploads::drop_upload;
 use crate::acl::CannedAcl;
+use crate::bucket_copies::LIFECYCLE_FORMAT;
 use crate::extras::{self, BUCKET_EXTRAS, BUCKETS_OF};
 use crate::lifecycle::{self, LifecycleRule};
 use crate::tables::{self, BUCKETS, BucketRecord, CorsRule, check_bucket};
@@ -104,6 +105,7 @@ pub(super) fn set_lifecycle(
     rules: &Option<Vec<LifecycleRule>>,
 ) -> Result<Response, MetaError> {
     lifecycle::set(txn, bucket, rules)?;
+    revisions::count_change_from(txn, bucket, LIFECYCLE_FORMAT)?;
     Ok(Response::Done)
 }
 

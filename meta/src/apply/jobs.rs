@@ -6,17 +6,66 @@ use redb::{ReadableTable, WriteTransaction};
 use super::buckets::forget_bucket;
 use super::refs::{Holder, release};
 use super::uploads::drop_upload;
-use crate::jobs::{self, BucketEnd, JobOp, JobState};
-use crate::tables::BUCKETS;
+use crate::bucket_copies::LIFECYCLE_FORMAT;
+use crate::groups::{ROOT, ShardMap};
+use crate::jobs::{self, BucketEnd, JOBS, JobOp, JobRecord, JobState};
+use crate::shard_map::{self, SHARD_MAP};
+use crate::tables::{self, BUCKETS, RAFT_STATE};
 use crate::{MetaError, Response, lifecycle};
 
-/// `CreateJob`: answers the new job's id.
+/// `CreateJob`: answers the new job's id. From format 11 (index splits) refused for a
+/// bucket whose keys a group other than root owns or will own: a job's chunks delete
+/// root's keys only (`docs/scaling.md`, "What comes next").
 pub(super) fn create(
     txn: &WriteTransaction,
     op: &JobOp,
     now_ms: u64,
 ) -> Result<Response, MetaError> {
+    let (bucket, _) = op.scope();
+    if splits_checked(txn)? {
+        let table = txn.open_table(SHARD_MAP)?;
+        let maps = [shard_map::read(&table)?, shard_map::read_planned(&table)?];
+        if maps.iter().flatten().any(|m| beyond_root(m, bucket)) {
+            return Err(MetaError::InvalidBucketState(format!(
+                "the keys of bucket {bucket} are split over index groups, and bulk-delete \
+                 jobs do not run there yet"
+            )));
+        }
+    }
     jobs::create(txn, op, now_ms).map(Response::JobCreated)
+}
+
+/// `PlanMap`'s check, from format 11: a map that gives a key of a bucket with a running
+/// job to a group other than root waits for the job's end (see [`create`]).
+pub(super) fn check_plan(txn: &WriteTransaction, planned: &ShardMap) -> Result<(), MetaError> {
+    if !splits_checked(txn)? {
+        return Ok(());
+    }
+    // Jobs kept are bounded (`FINISHED_KEPT` and the running ones).
+    for row in txn.open_table(JOBS)?.iter()? {
+        let (id, v) = row?;
+        let job: JobRecord = tables::decode_versioned("jobs", v.value())?;
+        let (bucket, _) = job.op.scope();
+        if job.state == JobState::Running && beyond_root(planned, bucket) {
+            return Err(MetaError::InvalidCommand(format!(
+                "bulk-delete job {} runs on bucket {bucket}: split its keys after it ends",
+                id.value()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `map` gives a key of `bucket` to a group other than root.
+fn beyond_root(map: &ShardMap, bucket: &str) -> bool {
+    map.index_groups_of(bucket).iter().any(|g| *g != ROOT)
+}
+
+/// Whether the group's format checks jobs against index splits (11 on: replicas of two
+/// releases must apply the same).
+fn splits_checked(txn: &WriteTransaction) -> Result<bool, MetaError> {
+    let format = crate::cluster_version::read_in(&txn.open_table(RAFT_STATE)?)?;
+    Ok(format >= LIFECYCLE_FORMAT)
 }
 
 /// `JobChunk`: the objects the chunk removes are released.

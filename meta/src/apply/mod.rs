@@ -387,13 +387,17 @@ fn dispatch(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError
             cross::expire_fences(txn, *now_ms, *limit).map(Response::FencesExpired)
         }
         Command::PlanMap { map } => {
+            jobs::check_plan(txn, map)?;
             crate::shard_map::apply_plan(txn, map).map(Response::MapVersion)
         }
         Command::CancelPlan { version, done } => {
             crate::shard_map::apply_cancel(txn, *version, *done).map(Response::MapVersion)
         }
         Command::CopyBuckets { copies } => {
-            crate::bucket_copies::apply(txn, copies).map(|_| Response::Done)
+            crate::bucket_copies::apply(txn, copies, None).map(|_| Response::Done)
+        }
+        Command::CopyBucketsWithRules { copies, lifecycles } => {
+            crate::bucket_copies::apply(txn, copies, Some(lifecycles)).map(|_| Response::Done)
         }
         Command::AuditMark { sha1, refs, magic } => {
             files::audit_mark(txn, sha1, *refs, *magic).map(Response::Marked)

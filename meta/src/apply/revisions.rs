@@ -10,8 +10,18 @@ use crate::tables::RAFT_STATE;
 /// [`REVISIONS_FORMAT`] on, so that replicas of two releases agree during a
 /// rolling upgrade): its index groups take a copy only if newer than theirs.
 pub(crate) fn count_change(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
+    count_change_from(txn, bucket, REVISIONS_FORMAT)
+}
+
+/// [`count_change`] of a change that counts from format `since` on (lifecycle rules,
+/// which copies carry from format 11).
+pub(crate) fn count_change_from(
+    txn: &WriteTransaction,
+    bucket: &str,
+    since: u32,
+) -> Result<(), MetaError> {
     let format = crate::cluster_version::read_in(&txn.open_table(RAFT_STATE)?)?;
-    if format < REVISIONS_FORMAT {
+    if format < since {
         return Ok(());
     }
     let mut table = txn.open_table(BUCKET_REVISIONS)?;

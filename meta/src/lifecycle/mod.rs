@@ -143,7 +143,7 @@ pub(super) fn set(
 }
 
 /// Removes a deleted bucket's configuration.
-pub(super) fn forget(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
+pub(crate) fn forget(txn: &WriteTransaction, bucket: &str) -> Result<(), MetaError> {
     txn.open_table(LIFECYCLE)?.remove(bucket)?;
     Ok(())
 }

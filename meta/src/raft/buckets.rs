@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use super::metadata::Metadata;
 use super::replicas::{ReadAnswer, ReadQuery, Replicas};
-use crate::bucket_copies::{BucketCopy, COPIES_MAX};
+use crate::bucket_copies::{BucketCopy, COPIES_MAX, LIFECYCLE_FORMAT};
 use crate::groups::{GroupId, ROOT, ShardMap};
 use crate::{Command, MetaError};
 
@@ -37,15 +37,11 @@ impl Replicas {
             }
             let name = bucket.to_string();
             let copy = self.root().read(move |s| s.bucket_copy(&name)).await?;
+            let format = self.root().read_local(|s| s.cluster_version()).await?;
             for &group in &groups {
-                let cmd = Command::CopyBuckets {
-                    copies: vec![copy.clone()],
-                };
+                let cmd = copies_command(vec![copy.clone()], format);
                 self.send_on(&map, group, cmd).await?;
             }
-            // A group an index split under way creates: it takes copies once it owns its
-            // keys, and the split's own copy of the records follows that; so a refusal
-            // here (too early) is that copy's business, and no client's.
             // A group an index split under way creates takes copies once it owns its
             // keys, and the split copies the records itself after that: a refusal here
             // (too early) is the split's business, and no client's.
@@ -54,9 +50,7 @@ impl Replicas {
                     if group == ROOT || map.group(group).is_some() {
                         continue;
                     }
-                    let cmd = Command::CopyBuckets {
-                        copies: vec![copy.clone()],
-                    };
+                    let cmd = copies_command(vec![copy.clone()], format);
                     if let Err(e) = self.send_on(&plan, group, cmd).await {
                         tracing::debug!(group, error = %e, "a bucket record not yet copied to a group a split creates");
                     }
@@ -159,10 +153,9 @@ async fn copy_to(
         .filter(|c| held.get(&c.bucket).is_none_or(|h| *h < c.revision))
         .cloned()
         .collect();
+    let format = r.root().read_local(|s| s.cluster_version()).await?;
     for chunk in behind.chunks(COPIES_MAX) {
-        let cmd = Command::CopyBuckets {
-            copies: chunk.to_vec(),
-        };
+        let cmd = copies_command(chunk.to_vec(), format);
         r.send_on(map, group, cmd).await?;
         tracing::info!(
             group,
@@ -171,4 +164,14 @@ async fn copy_to(
         );
     }
     Ok(())
+}
+
+/// The command that takes `copies` in an index group of a cluster at metadata `format`:
+/// with their lifecycle rules from [`LIFECYCLE_FORMAT`] on.
+fn copies_command(copies: Vec<BucketCopy>, format: u32) -> Command {
+    if format < LIFECYCLE_FORMAT {
+        return Command::CopyBuckets { copies };
+    }
+    let lifecycles = copies.iter().map(|c| c.lifecycle.clone()).collect();
+    Command::CopyBucketsWithRules { copies, lifecycles }
 }

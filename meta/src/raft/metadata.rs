@@ -557,6 +557,14 @@ impl Metadata {
         self.proposer.submit_answer(cmd).await
     }
 
+    /// Whether this replica leads its group now (by its own metrics: a leader cut off
+    /// from its group believes it until its lease runs out; what it proposes then fails).
+    pub fn leads(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.state == ServerState::Leader && m.current_leader == Some(self.node_id)
+    }
+
     /// Whether this replica's Raft has stopped (its node shuts down, or a move took the
     /// replica off this node and it is being dropped): a call that took it before then
     /// goes to the group's other replicas.

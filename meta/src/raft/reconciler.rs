@@ -80,15 +80,11 @@ pub async fn round(r: &Replicas, expire: bool) {
     };
     for id in r.ids() {
         let Some(meta) = r.get(id) else { continue };
-        if !leads(&meta) {
+        if !meta.leads() {
             continue;
         }
         group_round(r, &map, id, &meta, expire).await;
     }
-}
-
-fn leads(meta: &Metadata) -> bool {
-    meta.raft().metrics().borrow().current_leader == Some(meta.node_id())
 }
 
 /// One round's steps on a group this node leads. Each stands alone (a FileDB group that

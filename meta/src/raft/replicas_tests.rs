@@ -157,15 +157,27 @@ async fn settle(nodes: &[&Arc<Replicas>], group: GroupId) -> u64 {
 }
 
 async fn assert_same_digest(nodes: &[&Arc<Replicas>], group: GroupId) {
-    settle(nodes, group).await;
-    let mut digests = Vec::new();
-    for n in nodes {
-        let meta = n.get(group).unwrap();
-        digests.push(meta.read_local(|s| s.digest()).await.unwrap());
-    }
-    for d in &digests[1..] {
-        assert_eq!(d.last_applied, digests[0].last_applied, "group {group}");
-        assert_eq!(d.tables, digests[0].tables, "group {group}");
+    // A group's leader may commit more (its reconciler's rounds) between two replicas'
+    // digests: they are read again until they were taken at one index.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        settle(nodes, group).await;
+        let mut digests = Vec::new();
+        for n in nodes {
+            let meta = n.get(group).unwrap();
+            digests.push(meta.read_local(|s| s.digest()).await.unwrap());
+        }
+        if digests
+            .iter()
+            .all(|d| d.last_applied == digests[0].last_applied)
+            || tokio::time::Instant::now() >= deadline
+        {
+            for d in &digests[1..] {
+                assert_eq!(d.last_applied, digests[0].last_applied, "group {group}");
+                assert_eq!(d.tables, digests[0].tables, "group {group}");
+            }
+            return;
+        }
     }
 }
 
@@ -197,6 +209,32 @@ async fn retried<T, Fut: std::future::Future<Output = Result<T, crate::MetaError
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             other => return other.unwrap(),
+        }
+    }
+}
+
+/// [`retried`] for a command that must not be applied twice: refused as unavailable (its
+/// outcome may be unknown: a leader replaced while it held it), it is sent again only if
+/// `applied` says it was not. None when it was, and its answer is lost.
+async fn retried_unless<T, Fut, Done>(
+    mut call: impl FnMut() -> Fut,
+    mut applied: impl FnMut() -> Done,
+) -> Option<T>
+where
+    Fut: std::future::Future<Output = Result<T, crate::MetaError>>,
+    Done: std::future::Future<Output = Result<bool, crate::MetaError>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match call().await {
+            Err(crate::MetaError::Unavailable(why)) => {
+                assert!(tokio::time::Instant::now() < deadline, "{why}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if retried(&mut applied).await {
+                    return None;
+                }
+            }
+            other => return Some(other.unwrap()),
         }
     }
 }
@@ -1211,11 +1249,23 @@ async fn fill_all_over(node: &Replicas) -> Vec<u8> {
     let m = |n: u32| Magic::new(n).unwrap();
     let contents = spread_contents();
     for &c in &contents {
-        retried(|| node.insert_or_inc(Sha1([c; 20]), m(3), PairId(0))).await;
+        let sha1 = Sha1([c; 20]);
+        // Refused as unavailable, the insert may still have been applied (its outcome is
+        // unknown): it is sent again only if the record is not there.
+        retried_unless(
+            || node.insert_or_inc(sha1, m(3), PairId(0)),
+            || async move { node.file(sha1).await.map(|r| r.is_some()) },
+        )
+        .await;
     }
     for &c in contents.iter().filter(|c| *c % 3 == 0) {
-        let out = retried(|| node.dec(Sha1([c; 20]), m(3), 100)).await;
-        assert_eq!(out, DecOutcome::Deleting);
+        let sha1 = Sha1([c; 20]);
+        let out = retried_unless(
+            || node.dec(sha1, m(3), 100),
+            || async move { node.file(sha1).await.map(|r| r.is_none()) },
+        )
+        .await;
+        assert!(matches!(out, None | Some(DecOutcome::Deleting)), "{out:?}");
     }
     for (i, &c) in contents.iter().filter(|c| *c % 3 == 1).enumerate() {
         let inc = Command::RefInc {
@@ -2624,6 +2674,7 @@ async fn bucket_records_reach_their_index_groups_by_the_saga_and_by_roots_round(
             .unwrap(),
         ),
         revision: 0,
+        lifecycle: None,
     };
     retried(|| {
         n3.send(

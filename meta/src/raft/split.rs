@@ -65,14 +65,9 @@ impl Replicas {
             .map(|g| g.kind)
             .ok_or_else(|| MetaError::InvalidCommand(format!("no group {group}")))?;
         if kind == GroupKind::Index {
-            // `plan_index_split` moves key intervals; it is not offered to operators
-            // until the lifecycle expiry, the bulk-delete jobs, the audit's index
-            // references and fsck read every index group (they read root's today).
-            return Err(MetaError::InvalidCommand(
-                "splitting an index group is not offered yet: the lifecycle expiry, \
-                 bulk-delete jobs, the audit and fsck still read root's index only"
-                    .into(),
-            ));
+            return Err(MetaError::InvalidCommand(format!(
+                "group {group} is an index group: it splits at a key"
+            )));
         }
         let first = map
             .filedb_intervals()
@@ -105,8 +100,9 @@ impl Replicas {
     /// key it has not given away) holds first, at `at`, or where it halves the interval's
     /// objects: a new index group on `--replication-factor` nodes (the fewest-loaded first)
     /// owns the keys from there to the interval's end once root's leader has moved their
-    /// rows ([`crate::index_handoff`]). Needs metadata format 10 in root (every node runs a
-    /// binary that hands key intervals off). Answers the planned map and the new group.
+    /// rows ([`crate::index_handoff`]). Needs metadata format 11 in root (every node runs a
+    /// binary that hands key intervals off, and copies the lifecycle rules each index
+    /// group sweeps its keys by). Answers the planned map and the new group.
     pub async fn plan_index_split(
         &self,
         group: GroupId,
@@ -119,10 +115,11 @@ impl Replicas {
             return Err(MetaError::InvalidCommand(format!("no group {group}")));
         }
         let have = self.root().read_local(|m| m.cluster_version()).await?;
-        if have < 10 {
+        if have < crate::bucket_copies::LIFECYCLE_FORMAT {
             return Err(MetaError::InvalidCommand(format!(
-                "an index split needs metadata format 10 and the cluster runs {have}: \
-                 finish the upgrade of every node first"
+                "an index split needs metadata format {} and the cluster runs {have}: \
+                 finish the upgrade of every node first",
+                crate::bucket_copies::LIFECYCLE_FORMAT
             )));
         }
         let first: KeyInterval = map
