@@ -704,4 +704,85 @@ mod tests {
         });
         assert!(matches!(r, Err(MetaError::InvalidCommand(_))), "{r:?}");
     }
+
+    /// From format 11 a job deletes root's keys only: it is refused for a bucket whose keys
+    /// a group other than root owns, or will own once the split under way commits; and a
+    /// split that would give such a group keys of a bucket with a running job waits for
+    /// the job's end. Before format 11 neither is checked (replicas of two releases apply
+    /// alike).
+    #[test]
+    fn jobs_and_index_splits_keep_out_of_each_others_way() {
+        use crate::groups::{IndexStart, ROOT, ShardMap, SplitAt};
+        let (_dir, s) = store();
+        s.execute(&Command::CreateBucket {
+            bucket: "archive".into(),
+            created_ms: 1,
+        })
+        .unwrap();
+        let job = |bucket: &str| Command::CreateJob {
+            op: JobOp::DeletePrefix {
+                bucket: bucket.into(),
+                prefix: "x/".into(),
+            },
+            now_ms: 1,
+        };
+        let one = ShardMap::single(vec![1]).unwrap();
+        let (split_mail, _) = one
+            .split(ROOT, SplitAt::Key(IndexStart::new("mail", "m")), vec![1])
+            .unwrap();
+        s.execute(&Command::SetShardMap {
+            map: split_mail.clone(),
+        })
+        .unwrap();
+        s.execute(&Command::SetClusterVersion { version: 10 })
+            .unwrap();
+        let old = s.execute(&job("mail"));
+        assert!(matches!(old, Ok(Response::JobCreated(_))), "{old:?}");
+        s.execute(&Command::SetClusterVersion { version: 11 })
+            .unwrap();
+        // The job created at format 10 still runs: a split of mail's keys waits for it.
+        let (split_again, _) = split_mail
+            .split(ROOT, SplitAt::Key(IndexStart::new("mail", "c")), vec![1])
+            .unwrap();
+        let refused = s.execute(&Command::PlanMap {
+            map: split_again.clone(),
+        });
+        assert!(
+            matches!(&refused, Err(MetaError::InvalidCommand(why)) if why.contains("bucket mail")),
+            "{refused:?}"
+        );
+        assert!(matches!(
+            s.execute(&job("mail")),
+            Err(MetaError::InvalidBucketState(_))
+        ));
+        // A bucket root holds alone (before `mail/m`) takes jobs; a plan giving its keys
+        // away is refused while one runs, and a job is refused once such a plan is under
+        // way.
+        let archive = match s.execute(&job("archive")).unwrap() {
+            Response::JobCreated(id) => id,
+            r => panic!("{r:?}"),
+        };
+        let (split_archive, _) = split_mail
+            .split(ROOT, SplitAt::Key(IndexStart::new("archive", "k")), vec![1])
+            .unwrap();
+        assert!(
+            s.execute(&Command::PlanMap {
+                map: split_archive.clone()
+            })
+            .is_err()
+        );
+        for id in [1, archive] {
+            s.execute(&Command::EndJob {
+                id,
+                state: JobState::Cancelled,
+                now_ms: 2,
+            })
+            .unwrap();
+        }
+        s.execute(&Command::PlanMap { map: split_archive }).unwrap();
+        assert!(matches!(
+            s.execute(&job("archive")),
+            Err(MetaError::InvalidBucketState(_))
+        ));
+    }
 }

@@ -738,6 +738,49 @@ impl Cluster {
         run_gateway(&all, &[("GATEWAY_ADMIN_TOKEN", node.admin_token())])
     }
 
+    /// `gateway admin groups list` through node `id`, as JSON.
+    pub fn groups(&self, id: usize) -> Value {
+        let run = self.admin_cli(id, &["groups", "list"]);
+        assert_eq!(run.code, Some(0), "groups list through node {id}: {run}");
+        serde_json::from_str(&run.stdout).expect("groups list prints JSON")
+    }
+
+    /// `gateway admin groups split ARGS` through node `via`, then a poll (at most
+    /// `timeout`) until every node reports the planned map's version with the new group,
+    /// of `kind`, led. Answers the plan (`version`, `group`, `from`).
+    pub fn split_and_wait(
+        &self,
+        via: usize,
+        args: &[&str],
+        kind: &str,
+        timeout: Duration,
+    ) -> Value {
+        let mut all = vec!["groups", "split"];
+        all.extend_from_slice(args);
+        let run = self.admin_cli(via, &all);
+        assert_eq!(run.code, Some(0), "groups split {args:?}: {run}");
+        let planned: Value = serde_json::from_str(&run.stdout).expect("groups split prints JSON");
+        let committed = crate::poll_until(timeout, || {
+            self.ids().iter().all(|&id| {
+                let v = self.groups(id);
+                v["version"] == planned["version"]
+                    && v["groups"].as_array().is_some_and(|g| {
+                        g.iter().any(|g| {
+                            g["id"] == planned["group"]
+                                && g["kind"] == kind
+                                && !g["leader"].is_null()
+                        })
+                    })
+            })
+        });
+        assert!(
+            committed,
+            "the split {planned} never showed on every node:\n{}",
+            self.describe()
+        );
+        planned
+    }
+
     /// What every node says, one line each (a paused node is not asked), for failure
     /// messages.
     pub fn describe(&self) -> String {

@@ -38,13 +38,6 @@ fn body(i: u64) -> Vec<u8> {
     random_body(i % BODIES, 700 + (i % BODIES) as usize * 53)
 }
 
-/// `gateway admin groups list` through node `id`, as JSON.
-fn groups(cluster: &Cluster, id: usize) -> serde_json::Value {
-    let run = cluster.admin_cli(id, &["groups", "list"]);
-    assert_eq!(run.code, Some(0), "groups list through node {id}: {run}");
-    serde_json::from_str(&run.stdout).expect("groups list prints JSON")
-}
-
 /// The lifecycle rules: `a/tmp/` (root's keys) and `z/tmp/` (the new group's) expire a
 /// lifecycle day after they were written.
 fn set_rules(cluster: &Cluster, id: usize) {
@@ -97,29 +90,17 @@ fn an_index_group_splits_under_s3_traffic_and_each_side_expires_its_own_keys() {
     let clients = cluster.put_get_clients(BUCKET, 60, body, &acked, &stop);
     thread::sleep(Duration::from_millis(500));
 
-    let run = cluster.admin_cli(2, &["groups", "split", "0", "--index", "mail/during/2"]);
-    assert_eq!(run.code, Some(0), "groups split 0 --index: {run}");
-    let planned: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON");
+    let planned = cluster.split_and_wait(
+        2,
+        &["0", "--index", "mail/during/2"],
+        "index",
+        SPLIT_TIMEOUT,
+    );
     assert_eq!(planned["version"], 2, "{planned}");
     assert_eq!(planned["group"], 1, "{planned}");
-
-    let committed = poll_until(SPLIT_TIMEOUT, || {
-        cluster.ids().iter().all(|&id| {
-            let v = groups(&cluster, id);
-            v["version"] == 2
-                && v["groups"].as_array().is_some_and(|g| {
-                    g.len() == 2 && g[1]["kind"] == "index" && !g[1]["leader"].is_null()
-                })
-        })
-    });
-    assert!(
-        committed,
-        "the split never showed on every node:\n{}",
-        cluster.describe()
-    );
     thread::sleep(Duration::from_millis(500));
     let slowest = clients.finish();
-    let v = groups(&cluster, 1);
+    let v = cluster.groups(1);
     assert_eq!(
         v["groups"][1]["index"],
         serde_json::json!([{"start": {"bucket": "mail", "key": "during/2"},

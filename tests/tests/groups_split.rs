@@ -13,7 +13,7 @@ use std::thread;
 use std::time::Duration;
 
 use e2e::cluster::{Cluster, ELECTION_TIMEOUT};
-use e2e::{assert_same_body, poll_until, random_body};
+use e2e::{assert_same_body, random_body};
 
 const BUCKET: &str = "mail";
 /// Distinct bodies: every object shares its content with many others.
@@ -23,13 +23,6 @@ const SPLIT_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn body(i: u64) -> Vec<u8> {
     random_body(i % BODIES, 700 + (i % BODIES) as usize * 53)
-}
-
-/// `gateway admin groups list` through node `id`, as JSON.
-fn groups(cluster: &Cluster, id: usize) -> serde_json::Value {
-    let run = cluster.admin_cli(id, &["groups", "list"]);
-    assert_eq!(run.code, Some(0), "groups list through node {id}: {run}");
-    serde_json::from_str(&run.stdout).expect("groups list prints JSON")
 }
 
 #[test]
@@ -51,26 +44,9 @@ fn a_filedb_group_splits_under_s3_traffic_and_every_object_reads_back() {
     let clients = cluster.put_get_clients(BUCKET, 90, body, &acked, &stop);
     thread::sleep(Duration::from_millis(500));
 
-    let run = cluster.admin_cli(2, &["groups", "split", "0"]);
-    assert_eq!(run.code, Some(0), "groups split 0: {run}");
-    let planned: serde_json::Value = serde_json::from_str(&run.stdout).expect("JSON");
+    let planned = cluster.split_and_wait(2, &["0"], "filedb", SPLIT_TIMEOUT);
     assert_eq!(planned["version"], 2, "{planned}");
     assert_eq!(planned["group"], 1, "{planned}");
-
-    let committed = poll_until(SPLIT_TIMEOUT, || {
-        cluster.ids().iter().all(|&id| {
-            let v = groups(&cluster, id);
-            v["version"] == 2
-                && v["groups"].as_array().is_some_and(|g| {
-                    g.len() == 2 && g[1]["kind"] == "filedb" && !g[1]["leader"].is_null()
-                })
-        })
-    });
-    assert!(
-        committed,
-        "the split never showed on every node:\n{}",
-        cluster.describe()
-    );
     thread::sleep(Duration::from_millis(500));
     let slowest = clients.finish();
     let acked = acked.lock().unwrap().clone();
@@ -108,7 +84,7 @@ fn a_filedb_group_splits_under_s3_traffic_and_every_object_reads_back() {
     // node: the replication factor is 3).
     cluster.wait_same_digest(&cluster.ids(), Duration::from_secs(30));
     for id in cluster.ids() {
-        let v = groups(&cluster, id);
+        let v = cluster.groups(id);
         let new = &v["groups"][1];
         assert_eq!(new["held"], true, "{v}");
         assert!(new["records"].as_u64().is_some_and(|r| r > 0), "{v}");
