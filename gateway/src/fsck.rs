@@ -16,11 +16,12 @@
 //! the references it counts include those in flight between groups: a dec owed in root's
 //! outbox still counts, and so does a reference taken for an entry that does not exist
 //! (pending: the reconciler releases it after its deadline). Objects whose content lies
-//! in a group this node holds no replica of are counted as unchecked. The S3 index is the
-//! keys root and each index group held here own (each store may keep rows a split left
-//! behind, which are not counted); when an index group is not held here, the references
-//! of its keys are unknown, and the refs of FileDB records are not compared at all
-//! (reported: the index groups not held), while records, copies and junk still are.
+//! in a group this node holds no replica of are counted as unchecked. The S3 index is, in
+//! root and each index group held here, the keys the committed map gives that group (a
+//! store may keep rows a split left behind, or hold a copy a split under way is still
+//! making: neither is counted); when an index group is not held here, the references of
+//! its keys are unknown, and the refs of FileDB records are not compared at all (reported:
+//! the index groups not held), while records, copies and junk still are.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -34,7 +35,6 @@ use valkyrie::walk::{Entry, Walk};
 
 use meta::groups::{GroupId, GroupKind, ROOT, ShardMap};
 use meta::native_refs::NativeRefs;
-use meta::ownership::Ownership;
 use meta::ref_log::RefState;
 use meta::versions::VersionRecord;
 use meta::{MetaError, MetaStore};
@@ -212,8 +212,8 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
     };
     let mut objects = Vec::new();
     report.index_groups_not_held = filedb.index_groups_not_held();
-    for (store, own) in filedb.index_stores()? {
-        let owns = |b: &str, k: &str| own.as_ref().is_none_or(|o| o.owns_key(b, k.as_bytes()));
+    for (group, store) in filedb.index_stores() {
+        let owns = |b: &str, k: &str| filedb.map.index_group(b, k) == group;
         store.for_each_object(|b, k, o| {
             if owns(b, k) {
                 add(o.sha1, 1, o.magic.get());
@@ -236,10 +236,11 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
         let mut parts = Vec::new();
         store.for_each_part(|upload, number, p| parts.push((upload.to_string(), number, p)))?;
         for (upload, number, p) in parts {
-            // A part is its upload's key's: an upload whose record is gone has no owner.
+            // A part is its upload's key's: an upload whose record is gone has no owner
+            // (the group's own mistake, counted where it lies).
             let owned = match store.upload(&upload)? {
                 Some(u) => owns(&u.bucket, &u.key),
-                None => own.is_none(),
+                None => true,
             };
             if owned {
                 add(p.sha1, 1, p.magic.get());
@@ -286,11 +287,13 @@ pub fn run(data_dir: &Path, grace_secs: u64) -> Result<Report, FsckError> {
         }
     }
     let mut owed_rows = Vec::new();
-    for (store, own) in filedb.index_stores()? {
-        owed_rows.extend(store.outbox(usize::MAX)?.into_iter().filter(|o| {
-            own.as_ref()
-                .is_none_or(|own| own.owns_key(&o.bucket, o.key.as_bytes()))
-        }));
+    for (group, store) in filedb.index_stores() {
+        owed_rows.extend(
+            store
+                .outbox(usize::MAX)?
+                .into_iter()
+                .filter(|o| filedb.map.index_group(&o.bucket, &o.key) == group),
+        );
     }
     for owed in owed_rows {
         let sha1 = Sha1(owed.sha1);
@@ -446,17 +449,17 @@ impl<'a> FileDb<'a> {
             .map_or(self.root, |(_, s)| s)
     }
 
-    /// The stores holding keys of the S3 index (root and the index groups held here), each
-    /// with what it owns (None: every key).
-    fn index_stores(&self) -> Result<Vec<(&MetaStore, Option<Ownership>)>, MetaError> {
-        let mut out = Vec::new();
-        for (id, store) in self.all() {
-            let kind = self.map.group(id).map(|g| g.kind);
-            if matches!(kind, Some(GroupKind::Root | GroupKind::Index)) {
-                out.push((store, store.ownership()?));
-            }
-        }
-        Ok(out)
+    /// The stores holding keys of the S3 index: root's and those of the index groups held
+    /// here, with their groups.
+    fn index_stores(&self) -> Vec<(GroupId, &MetaStore)> {
+        self.all()
+            .into_iter()
+            .filter(|(id, _)| {
+                self.map
+                    .group(*id)
+                    .is_some_and(|g| matches!(g.kind, GroupKind::Root | GroupKind::Index))
+            })
+            .collect()
     }
 
     /// The store of the index group owning `bucket`/`key`, if this folder holds it.

@@ -1297,6 +1297,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let meta = single(dir.path()).await;
         meta.wait_leader(Duration::from_secs(10)).await.unwrap();
+        // The format raiser's command would otherwise land between the backup and the
+        // digest it is compared with, at a moment of its own.
+        let raised = tokio::time::Instant::now() + Duration::from_secs(10);
+        while meta.store().cluster_version().unwrap() < cluster_version::FORMAT_VERSION {
+            assert!(
+                tokio::time::Instant::now() < raised,
+                "the format was never raised"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         meta.execute(pair(dir.path())).await.unwrap();
         meta.execute(Command::CreateBucket {
             bucket: "mail".into(),
