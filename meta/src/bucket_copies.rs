@@ -182,12 +182,11 @@ pub fn apply(
             "bucket copies and their lifecycle rules differ in number".into(),
         ));
     }
+    let mut revisions = txn.open_table(BUCKET_REVISIONS)?;
+    let mut buckets = txn.open_table(BUCKETS)?;
     let mut taken = 0;
     for (i, copy) in copies.iter().enumerate() {
-        let held = txn
-            .open_table(BUCKET_REVISIONS)?
-            .get(copy.bucket.as_str())?
-            .map(|v| v.value());
+        let held = revisions.get(copy.bucket.as_str())?.map(|v| v.value());
         if held.is_some_and(|held| held >= copy.revision) {
             continue;
         }
@@ -195,17 +194,16 @@ pub fn apply(
         match &copy.record {
             Some(bytes) => {
                 BucketRecord::decode(bytes)?;
-                txn.open_table(BUCKETS)?.insert(bucket, bytes.as_slice())?;
+                buckets.insert(bucket, bytes.as_slice())?;
             }
             None => {
-                txn.open_table(BUCKETS)?.remove(bucket)?;
+                buckets.remove(bucket)?;
             }
         }
         if let Some(lifecycles) = lifecycles {
             take_rules(txn, bucket, copy.record.is_some(), &lifecycles[i])?;
         }
-        txn.open_table(BUCKET_REVISIONS)?
-            .insert(bucket, copy.revision)?;
+        revisions.insert(bucket, copy.revision)?;
         taken += 1;
     }
     Ok(taken)
