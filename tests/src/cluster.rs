@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{self, Read};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1087,15 +1087,9 @@ pub fn run_gateway(args: &[&str], env: &[(&str, &str)]) -> Run {
     }
 }
 
-/// `n` distinct ports free right now on 127.0.0.1 (all held while choosing, then released).
+/// `n` distinct ports free right now on 127.0.0.1 (see [`crate::ports`]).
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("local addr").port())
-        .collect()
+    crate::ports::free_ports(n)
 }
 
 /// The TOML of [`PAIRS`] pairs of local disks under `disks` (created here).

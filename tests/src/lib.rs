@@ -15,6 +15,7 @@ pub mod cluster;
 pub mod netns;
 pub mod nginx;
 pub mod pki;
+pub mod ports;
 pub mod prom;
 pub mod remote;
 pub mod torture;

@@ -11,7 +11,7 @@
 //! CA (`ssl_verify_client on`).
 
 use std::fs;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -98,8 +98,7 @@ fn worker_user() -> Option<(String, u32, u32)> {
 }
 
 fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port on 127.0.0.1");
-    l.local_addr().expect("local addr").port()
+    super::ports::free_port()
 }
 
 impl Nginx {
