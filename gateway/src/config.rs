@@ -146,6 +146,8 @@ pub struct ClusterSection {
     pub replication_factor: Option<u64>,
     /// As `--group-split-files`.
     pub group_split_files: Option<u64>,
+    /// As `--group-split-objects`.
+    pub group_split_objects: Option<u64>,
     /// As `--group-split-ops`.
     pub group_split_ops: Option<u64>,
     /// As `--no-rebalance`.

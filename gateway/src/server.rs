@@ -62,6 +62,8 @@ pub struct Config {
     pub replication_factor: u64,
     /// `--group-split-files`: FileDB records of a group before its automatic split.
     pub group_split_files: u64,
+    /// `--group-split-objects`: index entries of a group before its automatic index split.
+    pub group_split_objects: u64,
     /// Not `--no-rebalance`: root's leader evens the groups' replicas out over the nodes.
     pub rebalance: bool,
     /// `--ref-deadline-ms`: how long a cross-group write's reference may stay pending.
@@ -329,6 +331,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
         snapshot_logs: config.snapshot_logs,
         replication_factor: config.replication_factor,
         group_split_files: config.group_split_files,
+        group_split_objects: config.group_split_objects,
         rebalance: config.rebalance,
         ref_deadline_ms: config.ref_deadline_ms,
         reconcile_grace_ms: config.reconcile_grace_ms,

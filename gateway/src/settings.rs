@@ -236,6 +236,10 @@ settings! {
     /// FileDB records a metadata group holds before its leader splits it in two
     /// [default: 5000000000, a group of 256 GiB per replica]
     [cluster] group_split_files: u64 = meta::raft::GROUP_SPLIT_FILES_DEFAULT;
+    /// Index entries (objects, versions, parts) a metadata group holding S3 keys holds
+    /// before its leader splits its keys in two [default: 1000000000, a group of 256 GiB
+    /// per replica]
+    [cluster] group_split_objects: u64 = meta::raft::GROUP_SPLIT_OBJECTS_DEFAULT;
     /// FileDB operations per second a metadata group may apply, over a minute, before
     /// its leader splits it where that divides the load (in a cluster of more than one
     /// node; never for one hot content); 0: never [default: 2000]
@@ -373,6 +377,7 @@ impl Settings {
             snapshot_logs: self.snapshot_logs,
             replication_factor,
             group_split_files: self.group_split_files,
+            group_split_objects: self.group_split_objects,
             rebalance: !self.no_rebalance,
             ref_deadline_ms,
             reconcile_grace_ms: self.reconcile_grace_ms,
@@ -469,6 +474,7 @@ impl Settings {
             replication_factor: self.replication_factor()?,
             split_page_rows: meta::handoff::ROWS_MAX,
             group_split_files: self.group_split_files,
+            group_split_objects: self.group_split_objects,
             group_split_ops: self.group_split_ops,
             split_rate_window_ms: meta::raft::SPLIT_RATE_WINDOW_MS_DEFAULT,
             rebalance: !self.no_rebalance,
@@ -628,6 +634,7 @@ mod tests {
         assert_eq!((d.snapshot_logs, d.election_timeout_ms), (20_000, 500));
         assert_eq!(d.replication_factor, 3);
         assert_eq!(d.group_split_files, 5_000_000_000);
+        assert_eq!(d.group_split_objects, 1_000_000_000);
         assert_eq!(d.group_split_ops, 2_000);
         assert_eq!((d.job_chunk_keys, d.job_pause_ms), (200, 5));
     }

@@ -103,6 +103,7 @@ SETTINGS = [
     ("gateway.electionTimeoutMs", "cluster", "election_timeout_ms", "int"),
     ("gateway.replicationFactor", "cluster", "replication_factor", "int"),
     ("gateway.groupSplitFiles", "cluster", "group_split_files", "int"),
+    ("gateway.groupSplitObjects", "cluster", "group_split_objects", "int"),
     ("gateway.groupSplitOps", "cluster", "group_split_ops", "int"),
     ("gateway.noRebalance", "cluster", "no_rebalance", "bool"),
     ("gateway.refDeadlineMs", "cluster", "ref_deadline_ms", "int"),

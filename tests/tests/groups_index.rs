@@ -210,3 +210,57 @@ fn an_index_group_splits_under_s3_traffic_and_each_side_expires_its_own_keys() {
         );
     }
 }
+
+/// `--group-split-objects 40`: root, past 40 index entries, splits its keys by itself
+/// while objects are written through every node; the keys from where root's objects
+/// halved on belong to a new index group, and every object reads back and lists exactly
+/// through every node.
+#[test]
+fn root_past_its_index_size_splits_its_keys_by_itself() {
+    let cluster = Cluster::start(3, &["--group-split-objects", "40"]);
+    cluster.create_bucket(1, BUCKET);
+    let mut acked = BTreeMap::new();
+    for i in 0..80u64 {
+        let key = format!("k/{i:03}");
+        let id = (i % 3) as usize + 1;
+        cluster
+            .put_until_ok(id, BUCKET, &key, &body(i), ELECTION_TIMEOUT)
+            .unwrap_or_else(|e| panic!("PUT {key}: {e}"));
+        acked.insert(key, i);
+    }
+    let split = poll_until(SPLIT_TIMEOUT, || {
+        let v = cluster.groups(1);
+        v["groups"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g["kind"] == "index"))
+    });
+    assert!(
+        split,
+        "no index group after 80 objects:\n{}",
+        cluster.describe()
+    );
+    let v = cluster.groups(1);
+    let index: Vec<&serde_json::Value> = v["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|g| g["kind"] == "index")
+        .collect();
+    assert_eq!(index.len(), 1, "one split, not more: {v:#}");
+    let start = &index[0]["index"][0]["start"];
+    assert_eq!(start["bucket"], BUCKET, "{v:#}");
+    let at = start["key"].as_str().unwrap_or_default();
+    assert!(at > "k/000" && at <= "k/079", "split at {at}: {v:#}");
+    println!("root split its keys at {BUCKET}/{at}");
+    cluster.assert_all_read_back(BUCKET, &acked, body);
+    let all: BTreeSet<String> = acked.keys().cloned().collect();
+    for id in cluster.ids() {
+        let listed: BTreeSet<String> = cluster
+            .remote(id)
+            .list_keys(BUCKET)
+            .expect("ListObjectsV2")
+            .into_iter()
+            .collect();
+        assert_eq!(listed, all, "the listing through node {id}");
+    }
+}

@@ -1,12 +1,12 @@
-//! FileDB spread over five nodes (issue #28, failure behaviour 1 for the FileDB half), with
-//! real processes on loopback: five gateways at `--replication-factor 3` and
-//! `--group-split-files 16`, so that the FileDB groups split by themselves while objects
-//! of 120 distinct bodies are written through every node, each new group placed on the
-//! three least loaded nodes and the rebalancer evening out the rest. Once the map settles:
-//! every object reads back byte-exact through every node, each FileDB group has exactly
-//! three replicas holding the same records, and each node holds about three fifths of the
-//! FileDB records (the figures are printed). Root, which still holds the S3 index, is on
-//! every node: the index groups are not built yet.
+//! Metadata spread over five nodes (issue #28, failure behaviour 1), with real processes
+//! on loopback: five gateways at `--replication-factor 3`, `--group-split-files 16` and
+//! `--group-split-objects 40`, so that the FileDB groups and the S3 index split by
+//! themselves while objects of 120 distinct bodies are written through every node, each
+//! new group placed on the three least loaded nodes and the rebalancer evening out the
+//! rest. Once the map settles: every object reads back byte-exact and lists exactly
+//! through every node, each FileDB and index group has exactly three replicas holding the
+//! same records, and each node holds about three fifths of the records of those groups
+//! (the figures are printed). Root, with the keys it kept, is on every node.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -63,10 +63,17 @@ fn bytes_under(dir: &std::path::Path) -> u64 {
 }
 
 #[test]
-fn five_nodes_each_hold_about_three_fifths_of_the_filedb_records() {
+fn five_nodes_each_hold_about_three_fifths_of_the_metadata() {
     let cluster = Cluster::start(
         NODES,
-        &["--group-split-files", "16", "--snapshot-logs", "64"],
+        &[
+            "--group-split-files",
+            "16",
+            "--group-split-objects",
+            "40",
+            "--snapshot-logs",
+            "64",
+        ],
     );
     cluster.create_bucket(1, BUCKET);
     let mut keys = BTreeMap::new();
@@ -100,17 +107,29 @@ fn five_nodes_each_hold_about_three_fifths_of_the_filedb_records() {
     assert!(settled, "the map never settled:\n{}", cluster.describe());
     cluster.wait_groups_quiet(Duration::from_secs(60));
     cluster.assert_all_read_back(BUCKET, &keys, body);
+    let all: std::collections::BTreeSet<String> = keys.keys().cloned().collect();
+    for id in cluster.ids() {
+        let listed: std::collections::BTreeSet<String> = cluster
+            .remote(id)
+            .list_keys(BUCKET)
+            .expect("ListObjectsV2")
+            .into_iter()
+            .collect();
+        assert_eq!(listed, all, "the listing through node {id}");
+    }
 
-    // Each FileDB group's records, as each of its replicas holds them.
+    // Each FileDB and index group's records, as each of its replicas holds them.
     let mut held: BTreeMap<u64, BTreeMap<usize, u64>> = BTreeMap::new();
     let mut placed: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+    let mut kinds: BTreeMap<u64, String> = BTreeMap::new();
     for id in cluster.ids() {
         let v = groups(&cluster, id).expect("groups list");
         for g in v["groups"].as_array().expect("groups") {
-            if g["kind"] != "filedb" {
+            if g["kind"] == "root" {
                 continue;
             }
             let gid = g["id"].as_u64().expect("id");
+            kinds.insert(gid, g["kind"].as_str().unwrap_or_default().to_string());
             let replicas: Vec<u64> = g["replicas"]
                 .as_array()
                 .expect("replicas")
@@ -124,10 +143,11 @@ fn five_nodes_each_hold_about_three_fifths_of_the_filedb_records() {
             }
         }
     }
+    let of_kind = |kind: &str| kinds.values().filter(|k| *k == kind).count();
+    let (filedb, index) = (of_kind("filedb"), of_kind("index"));
     assert!(
-        placed.len() >= 4,
-        "only {} FileDB groups: {placed:?}",
-        placed.len()
+        filedb >= 2 && index >= 2,
+        "{filedb} FileDB and {index} index groups: {kinds:?}"
     );
     let mut total = 0u64;
     let mut per_node: BTreeMap<usize, u64> = BTreeMap::new();
@@ -157,13 +177,13 @@ fn five_nodes_each_hold_about_three_fifths_of_the_filedb_records() {
         let share = per_node.get(&id).copied().unwrap_or(0) as f64 / total as f64;
         let bytes = bytes_under(&cluster.node(id).data_dir().join("groups"));
         println!(
-            "node {id}: {} of {total} FileDB records ({share:.2}; 3/5 = 0.60), FileDB group files {bytes} bytes",
+            "node {id}: {} of {total} records of the FileDB and index groups ({share:.2}; 3/5 = 0.60), group files {bytes} bytes",
             per_node.get(&id).copied().unwrap_or(0)
         );
         assert!(
             (0.4..=0.8).contains(&share),
-            "node {id} holds {share:.2} of the FileDB records: {per_node:?} of {total}"
+            "node {id} holds {share:.2} of the groups' records: {per_node:?} of {total}"
         );
     }
-    println!("{} FileDB groups: {placed:?}", placed.len());
+    println!("{filedb} FileDB and {index} index groups: {placed:?} ({kinds:?})");
 }

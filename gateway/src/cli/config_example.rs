@@ -175,6 +175,8 @@ fn cluster(t: &mut Example, d: &Settings) {
     t.example("replication_factor", &d.replication_factor);
     t.comment("FileDB records a metadata group holds before its leader splits it in two.");
     t.example("group_split_files", &d.group_split_files);
+    t.comment("Index entries (objects, versions, parts) a group holds before its keys split.");
+    t.example("group_split_objects", &d.group_split_objects);
     t.comment("FileDB operations per second a group may apply over a minute before it splits");
     t.comment("where that divides the load (a cluster only; 0: never).");
     t.example("group_split_ops", &d.group_split_ops);

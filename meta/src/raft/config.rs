@@ -57,6 +57,12 @@ pub const REPLICATION_FACTOR_MAX: u64 = 7;
 /// at 53.7 bytes per record on disk (S5) holds 5.1 × 10⁹ records; rounded down.
 pub const GROUP_SPLIT_FILES_DEFAULT: u64 = 5_000_000_000;
 
+/// Index entries (objects, versions, parts) a group holding S3 keys holds before its
+/// leader plans an index split (`--group-split-objects`), from the arithmetic of
+/// `docs/scaling.md`: S_split = 256 GiB per replica (A5) at about 270 bytes per entry on
+/// disk (its estimate of an S3 index record) holds 1.02 × 10⁹ entries; rounded down.
+pub const GROUP_SPLIT_OBJECTS_DEFAULT: u64 = 1_000_000_000;
+
 /// FileDB operations per second a group may sustain over [`SPLIT_RATE_WINDOW_MS_DEFAULT`]
 /// before its leader plans its split (`--group-split-ops`, 0: never), from the arithmetic
 /// of `docs/scaling.md`: a group commits about G = 4 000 operations per second (S6), and
@@ -87,6 +93,8 @@ pub struct ClusterConfig {
     pub replication_factor: u64,
     /// See [`GROUP_SPLIT_FILES_DEFAULT`].
     pub group_split_files: u64,
+    /// See [`GROUP_SPLIT_OBJECTS_DEFAULT`].
+    pub group_split_objects: u64,
     /// See [`GROUP_SPLIT_OPS_DEFAULT`].
     pub group_split_ops: u64,
     /// See [`SPLIT_RATE_WINDOW_MS_DEFAULT`] (tests make it short).
@@ -115,6 +123,7 @@ impl ClusterConfig {
             replication_factor: REPLICATION_FACTOR_DEFAULT,
             split_page_rows: crate::handoff::ROWS_MAX,
             group_split_files: GROUP_SPLIT_FILES_DEFAULT,
+            group_split_objects: GROUP_SPLIT_OBJECTS_DEFAULT,
             group_split_ops: GROUP_SPLIT_OPS_DEFAULT,
             split_rate_window_ms: SPLIT_RATE_WINDOW_MS_DEFAULT,
             rebalance: true,

@@ -12,7 +12,9 @@
 //!   each is asked (`Fence`), then each is settled: kept if its entry exists or its dec is
 //!   owed, released if it never will exist (the fence makes sure of that).
 //! - **Splits** (`split.rs`). A FileDB group's leader plans its split once it holds more
-//!   than `--group-split-files` records; root's leader drives a planned split to its
+//!   than `--group-split-files` records, and a group holding S3 keys (root or an index
+//!   group) plans an index split once its index entries pass `--group-split-objects`;
+//!   root's leader drives a planned split to its
 //!   commit; the leader of a group that handed rows off drops them once the map is
 //!   committed.
 //! - **Expiry.** `Released` rows past a day and fences past a week, in bounded batches,
@@ -105,6 +107,10 @@ async fn group_round(
     logged("ownership", follow_ownership(map, id, meta).await);
     logged("drop", split::drop_handed_off(map, id, meta).await);
     logged("size", split::split_when_full(r, map, id, meta).await);
+    logged(
+        "index size",
+        split::split_index_when_full(r, map, id, meta).await,
+    );
     logged("outbox", drain_outbox(r, map, meta).await);
     logged("reconcile", reconcile(r, map, meta).await);
     if expire {

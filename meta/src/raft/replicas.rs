@@ -494,6 +494,12 @@ impl Replicas {
         self.cluster.group_split_files
     }
 
+    /// Index entries a group holding S3 keys holds before its leader plans an index split
+    /// (see [`ClusterConfig::group_split_objects`]).
+    pub fn group_split_objects(&self) -> u64 {
+        self.cluster.group_split_objects
+    }
+
     /// FileDB operations per second over a window past which a group splits (0: never;
     /// [`ClusterConfig::group_split_ops`]), and the window.
     pub fn group_split_rate(&self) -> (u64, Duration) {

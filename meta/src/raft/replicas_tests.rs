@@ -86,6 +86,7 @@ fn config(id: NodeId) -> ClusterConfig {
         replication_factor: 2,
         split_page_rows: crate::handoff::ROWS_MAX,
         group_split_files: crate::raft::GROUP_SPLIT_FILES_DEFAULT,
+        group_split_objects: crate::raft::GROUP_SPLIT_OBJECTS_DEFAULT,
         group_split_ops: 0,
         split_rate_window_ms: 1_000,
         // The tests set the maps they check; `a_node_added_receives_its_share` turns it on.
@@ -1426,6 +1427,85 @@ async fn a_group_past_its_size_splits_by_itself() {
         assert_eq!(node.refresh_map().await.unwrap().unwrap().version, 2);
         assert_eq!(records(node, &contents).await, before);
     }
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+/// A group holding S3 keys whose leader finds it past `--group-split-objects` index
+/// entries splits its keys by itself, once: root filled with bucket b's 40 objects under a
+/// bound of 30 gives the keys from where its objects halved to a new index group, after
+/// which neither half is past the bound and the map stays; every object reads back from
+/// every node and root keeps none of the rows it handed off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_group_past_its_index_size_splits_its_keys_by_itself() {
+    use crate::groups::GroupKind;
+    use crate::raft::route::referencing_write;
+    use crate::{ContentSource, NewObject};
+    use placement::{Magic, Sha1};
+
+    let small = |id| ClusterConfig {
+        group_split_objects: 30,
+        ..config(id)
+    };
+    let (_dir, _net, nodes) = three_nodes_with(small).await;
+    let root = nodes[0].root().clone();
+    root.wait_leader(WAIT).await.unwrap();
+    let create = Command::CreateBucket {
+        bucket: "b".into(),
+        created_ms: 1,
+    };
+    retried(|| nodes[0].execute(create.clone())).await;
+    for n in 0..40u64 {
+        let key = format!("k{n:02}");
+        let put = Command::PutObject {
+            bucket: "b".into(),
+            key: key.clone(),
+            object: NewObject::new(
+                Sha1([n as u8 + 1; 20]),
+                Magic::new(n as u32 + 1).unwrap(),
+                n,
+                0,
+                [0; 16],
+            ),
+            source: ContentSource::Stored(PairId(0)),
+            now_secs: 1,
+            precondition: None,
+        };
+        let via = nodes[n as usize % 3].clone();
+        retried(|| referencing_write(&via, "b", &key, put.clone())).await;
+    }
+    wait_map_version(&nodes, 2).await;
+    let map = nodes[0].shard_map().await.unwrap();
+    let intervals: Vec<_> = map
+        .index_intervals()
+        .map(|(s, _, g)| (s.clone(), g))
+        .collect();
+    assert_eq!(intervals.len(), 2, "{intervals:?}");
+    let (at, new) = intervals[1].clone();
+    assert_eq!(intervals[0].1, ROOT);
+    assert_eq!(map.group(new).map(|g| g.kind), Some(GroupKind::Index));
+    assert_eq!(at.bucket, "b");
+    assert!(
+        at.key.as_str() > "k00" && at.key.as_str() <= "k39",
+        "{at:?}"
+    );
+    eventually("root dropped the index rows it handed off", || {
+        let root = root.clone();
+        async move { root.read_local(|s| s.handoff()).await.unwrap().is_none() }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for node in &nodes {
+        assert_eq!(node.refresh_map().await.unwrap().unwrap().version, 2);
+        for n in 0..40u64 {
+            let key = format!("k{n:02}");
+            let found = retried(|| node.object("b", &key)).await;
+            assert_eq!(found.map(|o| o.size_bytes), Some(n), "b/{key}");
+        }
+    }
+    let left = root.read_local(|s| s.index_entries()).await.unwrap();
+    assert!((1..=30).contains(&left), "root keeps {left} entries");
     for node in &nodes {
         node.shutdown().await;
     }

@@ -732,6 +732,54 @@ pub(super) async fn split_when_full(
     }
 }
 
+/// The leader of a group holding S3 keys (root included) whose index entries (objects,
+/// versions, parts) pass `--group-split-objects` plans an index split where its first key
+/// interval's objects halve, unless a change of the map is under way, this group's last
+/// hand-off is not yet dropped (its rows still count), or root's metadata format predates
+/// index splits (a node of the previous release cannot hand keys off).
+pub(super) async fn split_index_when_full(
+    r: &Replicas,
+    map: &ShardMap,
+    id: GroupId,
+    meta: &Metadata,
+) -> Result<(), MetaError> {
+    if map.group(id).is_none_or(|g| g.kind == GroupKind::FileDb)
+        || !map.index_intervals().any(|(_, _, owner)| owner == id)
+    {
+        return Ok(());
+    }
+    let (entries, handoff) = meta
+        .read_local(|s| Ok((s.index_entries()?, s.handoff()?)))
+        .await?;
+    if handoff.is_some() || entries <= r.group_split_objects() {
+        return Ok(());
+    }
+    let (planned, format) = r
+        .root()
+        .read_local(|s| Ok((s.planned_map()?, s.cluster_version()?)))
+        .await?;
+    if planned.is_some() || format < crate::bucket_copies::LIFECYCLE_FORMAT {
+        return Ok(());
+    }
+    tracing::info!(
+        group = id,
+        entries,
+        "the group passed its size in index entries: splitting its keys"
+    );
+    match r.plan_index_split(id, None).await {
+        // Another change of the map came first: the next round looks again.
+        Ok(_) | Err(MetaError::ShardMapVersion { .. }) => Ok(()),
+        // Not splittable now: its entries are versions or parts of few keys, or a bulk-
+        // delete job runs on the keys that would move (root refuses the plan). The next
+        // round looks again; a log line a second would only repeat this one.
+        Err(MetaError::InvalidCommand(why)) => {
+            tracing::debug!(group = id, %why, "an index split by size refused");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Whether `at` lies inside one of `id`'s sha1 intervals, past its start (a split there
 /// leaves the group something).
 fn inside(map: &ShardMap, id: GroupId, at: &[u8; 20]) -> bool {
