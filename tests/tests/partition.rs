@@ -21,7 +21,9 @@
 //! overwrite keeps its FileDB record until Valkyrie deletes its files, so root's FileDB
 //! splits into new groups again and again while the faults run (about 25 groups at the
 //! end of a run), PUTs take their references in another group than their entries, and the
-//! history is checked the same way (issue #28, failure behaviour 4 for the FileDB half).
+//! history is checked the same way (issue #28, failure behaviour 4); with
+//! `--group-split-objects 8` the bucket's 28 keys split over index groups at the start of
+//! the schedule (4-5 groups), so every key's operations go to its own index group.
 //!
 //! The history: each client thread owns its keys and sends PUT (a unique small body per
 //! write), DELETE and GET through a random node, one operation at a time; every operation is
@@ -848,23 +850,42 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 
 #[test]
 fn partitions_lose_no_acknowledged_write_and_serve_no_stale_read() {
-    run_partitions(&[], 120);
+    let groups = run_partitions(&[], 120);
+    assert_eq!((groups.filedb, groups.index), (0, 0), "{groups:?}");
 }
 
 /// The same across metadata groups: FileDB groups split by themselves all through the
 /// schedule (`--group-split-files 8`), so PUTs take their references in other groups than
-/// their entries, and splits run, while nodes are cut off, paused and killed.
+/// their entries, and splits run, while nodes are cut off, paused and killed; the bucket's
+/// 28 keys split over index groups too (`--group-split-objects 8`), so a client's PUT,
+/// DELETE and GET go to the group of its key.
 #[test]
 fn partitions_across_metadata_groups_lose_no_acknowledged_write() {
-    let groups = run_partitions(&["--group-split-files", "8"], 90);
-    println!("{groups} metadata groups at the end");
-    assert!(groups > 2, "the FileDB groups never split: {groups} groups");
+    let groups = run_partitions(
+        &["--group-split-files", "8", "--group-split-objects", "8"],
+        90,
+    );
+    println!(
+        "{} FileDB and {} index groups at the end",
+        groups.filedb, groups.index
+    );
+    assert!(
+        groups.filedb > 1,
+        "the FileDB groups never split: {groups:?}"
+    );
+    assert!(groups.index > 1, "the index never split: {groups:?}");
+}
+
+/// The groups of each kind besides root in the map at the end of a run.
+#[derive(Debug)]
+struct GroupCounts {
+    filedb: usize,
+    index: usize,
 }
 
 /// Runs the fault schedule on three nodes started with `extra_args` for `PARTITION_SECS`
-/// or `default_secs`, checks the history, and answers how many metadata groups the map
-/// has at the end.
-fn run_partitions(extra_args: &[&str], default_secs: u64) -> usize {
+/// or `default_secs`, checks the history, and answers the map's groups at the end.
+fn run_partitions(extra_args: &[&str], default_secs: u64) -> GroupCounts {
     let _alone = one_at_a_time();
     let seed = env_u64("PARTITION_SEED").unwrap_or_else(|| rand::rng().random());
     let _seed_on_panic = SeedOnPanic(seed);
@@ -1320,7 +1341,15 @@ fn run_partitions(extra_args: &[&str], default_secs: u64) -> usize {
     let run = cluster.admin_cli(leader, &["groups", "list"]);
     let groups: serde_json::Value =
         serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("groups list: {e}: {run}"));
-    groups["groups"].as_array().map_or(0, Vec::len)
+    let of_kind = |kind: &str| {
+        groups["groups"]
+            .as_array()
+            .map_or(0, |g| g.iter().filter(|g| g["kind"] == kind).count())
+    };
+    GroupCounts {
+        filedb: of_kind("filedb"),
+        index: of_kind("index"),
+    }
 }
 
 /// Prints the figures of a run.
