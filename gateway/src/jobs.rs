@@ -5,12 +5,15 @@
 //! The worker keeps no state of its own: each step reads the jobs and their cursors from
 //! the metadata (linearizable) and commits one chunk command, so a new leader, or this
 //! node after a restart, resumes every job exactly where the last applied chunk left it.
+//! A job of a bucket split over index groups (fenced in each: `meta::raft::jobs`) deletes
+//! each page of keys in the groups that own them before its chunk moves the cursor.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use meta::jobs::{CHUNK_UPLOADS_MAX, JobOp, JobRecord, JobState};
 use meta::raft::Metadata;
+use meta::raft::replicas::Replicas;
 use meta::{Command, MetaError, Response};
 
 /// Poll interval when there is no running job (or this node does not lead).
@@ -42,8 +45,9 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Runs the worker for as long as the process lives.
-pub fn spawn(meta: Arc<Metadata>, pace: JobPace) {
+/// Runs the worker for as long as the process lives, on root's leader.
+pub fn spawn(replicas: Arc<Replicas>, pace: JobPace) {
+    let meta = replicas.root().clone();
     let pace = JobPace {
         chunk_keys: pace.chunk_keys.clamp(1, meta::jobs::CHUNK_KEYS_MAX),
         pause: pace.pause,
@@ -56,7 +60,7 @@ pub fn spawn(meta: Arc<Metadata>, pace: JobPace) {
                 let _ = tokio::time::timeout(IDLE_POLL * 4, leading.changed()).await;
                 continue;
             }
-            match step(&meta, pace).await {
+            match step(&replicas, &meta, pace).await {
                 Ok(true) => {}
                 Ok(false) => tokio::time::sleep(IDLE_POLL).await,
                 Err(e) => {
@@ -69,7 +73,7 @@ pub fn spawn(meta: Arc<Metadata>, pace: JobPace) {
 }
 
 /// One chunk of every running job; whether there was any.
-async fn step(meta: &Metadata, pace: JobPace) -> Result<bool, MetaError> {
+async fn step(replicas: &Replicas, meta: &Metadata, pace: JobPace) -> Result<bool, MetaError> {
     let running: Vec<_> = meta
         .read(|m| m.jobs())
         .await?
@@ -80,9 +84,26 @@ async fn step(meta: &Metadata, pace: JobPace) -> Result<bool, MetaError> {
         return Ok(false);
     }
     for (id, job) in running {
-        let ended = match &job.op {
-            JobOp::DeletePrefix { .. } => delete_chunk(meta, id, &job, pace, true).await?,
-            JobOp::DeleteBucket { bucket } => bucket_step(meta, id, &job, bucket, pace).await?,
+        // Read with the job (not inferred from this node's map, which may lag root's log):
+        // a fenced job's keys must never be taken for root's.
+        let fences = replicas.job_fences(id).await?;
+        let ended = match (&job.op, fences.is_empty()) {
+            (JobOp::DeletePrefix { .. }, true) => delete_chunk(meta, id, &job, pace, true).await?,
+            (JobOp::DeleteBucket { bucket }, true) => {
+                bucket_step(meta, id, &job, bucket, pace).await?
+            }
+            (JobOp::DeletePrefix { .. }, false) => {
+                replicas
+                    .job_page_across(id, &job, &fences, pace.chunk_keys, true)
+                    .await?
+            }
+            (JobOp::DeleteBucket { bucket }, false) => {
+                // A full page: more keys may follow it, and the next step takes them.
+                replicas
+                    .job_page_across(id, &job, &fences, pace.chunk_keys, false)
+                    .await?
+                    && replicas.job_bucket_end_across(id, bucket).await?
+            }
         };
         if ended {
             tracing::info!(job = id, op = job.op.name(), "jobs: job ended");

@@ -447,7 +447,7 @@ pub async fn serve(config: Config) -> Result<(), ServeError> {
     follow_pairs(&state);
     follow_leadership(&state);
     crate::lifecycle::worker::spawn(state.store.replicas().clone(), config.lifecycle.clone());
-    crate::jobs::spawn(state.store.metadata().clone(), config.job_pace);
+    crate::jobs::spawn(state.store.replicas().clone(), config.job_pace);
     state.store.refresh_space().await;
     {
         let state = state.clone();

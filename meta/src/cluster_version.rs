@@ -25,7 +25,9 @@
 //! the cluster (`SetLeaving`), the audit's alarm (`AuditMark`) and the cancel of a move
 //! (`CancelPlan`); 9 the bucket records' copies in index groups (`CopyBuckets`); 10 an
 //! index group's split (`IngestIndex`, the hand-off of key intervals); 11 the lifecycle rules
-//! in the bucket copies (`CopyBucketsWithRules`), each index group sweeping its own keys.
+//! in the bucket copies (`CopyBucketsWithRules`), each index group sweeping its own keys;
+//! 12 bulk-delete jobs across index groups (`CreateJobFenced`, `DeleteFenced`,
+//! `JobChunkAcross`).
 
 use redb::WriteTransaction;
 
@@ -34,7 +36,7 @@ use super::command::{Command, WritePrecondition};
 use super::tables::RAFT_STATE;
 
 /// The newest format this binary reads and writes.
-pub const FORMAT_VERSION: u32 = 11;
+pub const FORMAT_VERSION: u32 = 12;
 /// The format of a group that never recorded one (every release before the raise).
 pub const FORMAT_VERSION_INITIAL: u32 = 1;
 /// Key of the group's version in `raft_state` (postcard `u32`).
@@ -84,6 +86,9 @@ impl Command {
             Command::CopyBuckets { .. } => 9,
             Command::IngestIndex { .. } => 10,
             Command::CopyBucketsWithRules { .. } => 11,
+            Command::CreateJobFenced { .. }
+            | Command::DeleteFenced { .. }
+            | Command::JobChunkAcross { .. } => 12,
             Command::PutObject {
                 precondition: Some(WritePrecondition::MatchAny),
                 ..

@@ -12,6 +12,7 @@ use crate::MetaError;
 use crate::acl::CannedAcl;
 use crate::bucket_copies::BucketCopy;
 use crate::checksums::UploadChecksum;
+use crate::groups::GroupId;
 use crate::lifecycle::rules::{LifecycleRule, VersionActions};
 use crate::tags::TagSet;
 use crate::versions::{LockConfig, Retention, VersionId, Versioning};
@@ -619,6 +620,40 @@ pub enum Command {
         copies: Vec<BucketCopy>,
         lifecycles: Vec<Option<Vec<u8>>>,
     },
+    /// `CreateJob` for a bucket whose keys index groups other than root own (in root):
+    /// `fences` holds each such group's object sequence number, read in that group before
+    /// (an object written there after the read has a higher one and survives the job), and
+    /// `others` the objects under the job's prefix those groups held then (the estimate's
+    /// share). Refused unless the groups are exactly the bucket's others in the committed
+    /// map, with no change of them planned. Answers `JobCreated`. Format 12.
+    CreateJobFenced {
+        op: JobOp,
+        now_ms: u64,
+        fences: Vec<(GroupId, u64)>,
+        others: u64,
+    },
+    /// A fenced job's page of keys in an index group other than root: each key whose
+    /// object is not newer than `fence_seq` is removed, its content released as a
+    /// DELETE's is; a key gone or newer is left. At most
+    /// [`crate::jobs::CHUNK_KEYS_MAX`] keys. Answers `ObjectsDeleted`. Format 12.
+    DeleteFenced {
+        bucket: String,
+        keys: Vec<String>,
+        fence_seq: u64,
+        now_secs: u64,
+    },
+    /// `JobChunk` of a fenced job (in root): `keys` are the page's keys root owns,
+    /// `deleted_elsewhere` the objects the page's `DeleteFenced` removed in the other
+    /// groups. Answers `JobChunkDone`. Format 12.
+    JobChunkAcross {
+        id: u64,
+        bucket: String,
+        keys: Vec<String>,
+        through: String,
+        done: bool,
+        deleted_elsewhere: u64,
+        now_ms: u64,
+    },
 }
 
 /// A change to a version's object lock; None fields are left as they are.
@@ -703,7 +738,9 @@ impl Command {
     /// all.
     pub fn index_keys(&self) -> Vec<(&str, &str)> {
         match self {
-            Command::DeleteObjects { bucket, keys, .. } => {
+            Command::DeleteObjects { bucket, keys, .. }
+            | Command::DeleteFenced { bucket, keys, .. }
+            | Command::JobChunkAcross { bucket, keys, .. } => {
                 keys.iter().map(|k| (bucket.as_str(), k.as_str())).collect()
             }
             Command::DeleteObjectsMatching {

@@ -10,8 +10,12 @@
 //! carries a sequence number above the job's fence and survives it, whatever the order in
 //! which the worker meets it.
 
+use std::collections::BTreeMap;
+
 use redb::{ReadableTable, TableDefinition, WriteTransaction};
 use serde::{Deserialize, Serialize};
+
+use crate::groups::GroupId;
 
 use super::MetaError;
 use super::tables::{self, COUNTERS, OBJECT_SEQ, OBJECTS, ObjectRecord, UPLOADS, UploadRecord};
@@ -28,6 +32,11 @@ pub const CHUNK_KEYS_MAX: usize = 1000;
 /// Uploads one `JobAbortUploads` command may end: each holds up to 10 000 parts, so this
 /// bounds the transaction at a million part releases in the worst case, a few in practice.
 pub const CHUNK_UPLOADS_MAX: usize = 100;
+
+/// The format of jobs across index groups (`CreateJobFenced`, `DeleteFenced`,
+/// `JobChunkAcross`): from it, a change of the map may not change the groups of a bucket
+/// with a running job, where before it could not give any of its keys beyond root.
+pub const JOBS_ACROSS_FORMAT: u32 = 12;
 
 /// Finished jobs kept for `jobs list`/`status`; the oldest go beyond it.
 pub const FINISHED_KEPT: usize = 1000;
@@ -163,7 +172,98 @@ pub fn create(txn: &WriteTransaction, op: &JobOp, now_ms: u64) -> Result<u64, Me
     Ok(id)
 }
 
-/// Drops the oldest finished jobs beyond [`FINISHED_KEPT`].
+/// Where a fenced job's fence in an index group is kept: in `counters`, beside the
+/// sequence numbers it was read from (no table of its own, so that a snapshot of a
+/// cluster without such jobs is what it was).
+fn fence_key(id: u64, group: GroupId) -> String {
+    format!("{JOB_FENCE_PREFIX}{id}/{group}")
+}
+
+/// The prefix of a job's fence keys in `counters`; "1/" is not a prefix of "12/".
+const JOB_FENCE_PREFIX: &str = "job_fence/";
+
+fn fence_prefix(id: u64) -> String {
+    format!("{JOB_FENCE_PREFIX}{id}/")
+}
+
+/// `CreateJobFenced`: a job as [`create`] makes it, with the object sequence number each
+/// index group in `fences` had when the job started there, and `others` (the objects
+/// those groups held under the prefix then) added to its estimate.
+pub fn create_fenced(
+    txn: &WriteTransaction,
+    op: &JobOp,
+    now_ms: u64,
+    fences: &[(GroupId, u64)],
+    others: u64,
+) -> Result<u64, MetaError> {
+    let id = create(txn, op, now_ms)?;
+    let mut counters = txn.open_table(COUNTERS)?;
+    for (group, seq) in fences {
+        counters.insert(fence_key(id, *group).as_str(), *seq)?;
+    }
+    drop(counters);
+    if let Some(mut job) = read(txn, id)? {
+        job.total_estimate += others;
+        write(txn, id, &job)?;
+    }
+    Ok(id)
+}
+
+/// The fences of job `id` in the index groups other than root, by group (empty: a job of
+/// root's keys only).
+pub fn fences(
+    counters: &impl ReadableTable<&'static str, u64>,
+    id: u64,
+) -> Result<BTreeMap<GroupId, u64>, MetaError> {
+    let prefix = fence_prefix(id);
+    let mut out = BTreeMap::new();
+    for entry in counters.range(prefix.as_str()..)? {
+        let (k, v) = entry?;
+        let Some(group) = k.value().strip_prefix(prefix.as_str()) else {
+            break;
+        };
+        let group = group
+            .parse()
+            .map_err(|_| MetaError::Corrupt(format!("counters: a job fence {:?}", k.value())))?;
+        out.insert(group, v.value());
+    }
+    Ok(out)
+}
+
+/// `JobChunkAcross`: [`chunk`] over root's keys of the page, the objects the page's
+/// `DeleteFenced` removed in other groups counted too. A bucket other than the job's is
+/// refused (the command names it so that root checks it owns the keys).
+#[allow(clippy::too_many_arguments)]
+pub fn chunk_across(
+    txn: &WriteTransaction,
+    id: u64,
+    bucket: &str,
+    keys: &[String],
+    through: &str,
+    done: bool,
+    deleted_elsewhere: u64,
+    now_ms: u64,
+) -> Result<ChunkDone, MetaError> {
+    let Some(job) = read(txn, id)? else {
+        return Err(MetaError::NotFound);
+    };
+    if job.op.scope().0 != bucket {
+        return Err(MetaError::InvalidCommand(format!(
+            "job {id} is not of bucket {bucket}"
+        )));
+    }
+    let out = chunk(txn, id, keys, through, done, now_ms)?;
+    // Removed all the same, whether or not the job still runs: the count says so.
+    if deleted_elsewhere > 0
+        && let Some(mut job) = read(txn, id)?
+    {
+        job.deleted += deleted_elsewhere;
+        write(txn, id, &job)?;
+    }
+    Ok(out)
+}
+
+/// Drops the oldest finished jobs beyond [`FINISHED_KEPT`], with their fences.
 fn forget_old(txn: &WriteTransaction) -> Result<(), MetaError> {
     let mut table = txn.open_table(JOBS)?;
     let mut finished = Vec::new();
@@ -175,8 +275,16 @@ fn forget_old(txn: &WriteTransaction) -> Result<(), MetaError> {
         }
     }
     if finished.len() > FINISHED_KEPT {
+        let mut counters = txn.open_table(COUNTERS)?;
         for id in &finished[..finished.len() - FINISHED_KEPT] {
             table.remove(*id)?;
+            let gone: Vec<String> = fences(&counters, *id)?
+                .keys()
+                .map(|g| fence_key(*id, *g))
+                .collect();
+            for key in gone {
+                counters.remove(key.as_str())?;
+            }
         }
     }
     Ok(())
@@ -784,5 +892,136 @@ mod tests {
             s.execute(&job("archive")),
             Err(MetaError::InvalidBucketState(_))
         ));
+    }
+    /// Format 12, one store standing for root and for an index group: a fenced job is
+    /// created only with a fence in exactly each group other than root that owns keys of
+    /// its bucket (and no change of them planned); `DeleteFenced` removes the keys whose
+    /// objects are not newer than the fence (once: replayed, it removes nothing), releasing
+    /// their references; `JobChunkAcross` counts them and checks its bucket; a split of
+    /// the bucket's keys waits for the job, a split beyond them does not. The new
+    /// commands round-trip through their encoding.
+    #[test]
+    fn a_fenced_job_deletes_only_what_existed_at_its_start_in_each_group() {
+        use crate::groups::{IndexStart, ROOT, ShardMap, SplitAt};
+        let (_dir, s) = store();
+        s.execute(&Command::CreateBucket {
+            bucket: "archive".into(),
+            created_ms: 1,
+        })
+        .unwrap();
+        s.execute(&Command::SetClusterVersion {
+            version: JOBS_ACROSS_FORMAT,
+        })
+        .unwrap();
+        let (split, g) = ShardMap::single(vec![1])
+            .unwrap()
+            .split(ROOT, SplitAt::Key(IndexStart::new("mail", "m")), vec![1])
+            .unwrap();
+        s.execute(&Command::SetShardMap { map: split.clone() })
+            .unwrap();
+        for key in ["a", "n", "o"] {
+            put(&s, key);
+        }
+        let fence = s.job_fence("mail", "").unwrap();
+        assert_eq!(fence.1, 3, "no ownership row here: every key counts");
+        put(&s, "p");
+        assert_eq!(refs(&s), 4);
+        let op = JobOp::DeletePrefix {
+            bucket: "mail".into(),
+            prefix: String::new(),
+        };
+        let fenced = |fences: Vec<(GroupId, u64)>| Command::CreateJobFenced {
+            op: op.clone(),
+            now_ms: 1000,
+            fences,
+            others: 2,
+        };
+        for wrong in [vec![], vec![(g + 1, fence.0)], vec![(g, 1), (g, 2)]] {
+            let r = s.execute(&fenced(wrong.clone()));
+            assert!(
+                matches!(r, Err(MetaError::InvalidBucketState(_))),
+                "{wrong:?}: {r:?}"
+            );
+        }
+        let id = match s.execute(&fenced(vec![(g, fence.0)])).unwrap() {
+            Response::JobCreated(id) => id,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(s.job_fences(id).unwrap(), BTreeMap::from([(g, fence.0)]));
+        assert_eq!(s.job(id).unwrap().unwrap().total_estimate, 4 + 2);
+
+        // The index group's page: n and o are the job's, p was written after the fence,
+        // q does not exist.
+        let delete = Command::DeleteFenced {
+            bucket: "mail".into(),
+            keys: ["n", "o", "p", "q"].map(String::from).to_vec(),
+            fence_seq: fence.0,
+            now_secs: 2,
+        };
+        assert_eq!(
+            s.execute(&delete).unwrap(),
+            Response::ObjectsDeleted(vec![true, true, false, false])
+        );
+        assert_eq!(refs(&s), 2);
+        assert_eq!(
+            s.execute(&delete).unwrap(),
+            Response::ObjectsDeleted(vec![false; 4])
+        );
+        assert_eq!(refs(&s), 2);
+        let across = |bucket: &str, keys: &[&str], through: &str, done: bool| {
+            s.execute(&Command::JobChunkAcross {
+                id,
+                bucket: bucket.into(),
+                keys: keys.iter().map(|k| k.to_string()).collect(),
+                through: through.into(),
+                done,
+                deleted_elsewhere: 2,
+                now_ms: 2000,
+            })
+        };
+        let r = across("archive", &["a"], "p", false);
+        assert!(matches!(r, Err(MetaError::InvalidCommand(_))), "{r:?}");
+        // While it runs, mail's groups stay as they are; the keys after mail's may move.
+        let (split_mail, _) = split
+            .split(g, SplitAt::Key(IndexStart::new("mail", "o")), vec![1])
+            .unwrap();
+        let refused = s.execute(&Command::PlanMap { map: split_mail });
+        assert!(
+            matches!(&refused, Err(MetaError::InvalidCommand(why)) if why.contains("bucket mail")),
+            "{refused:?}"
+        );
+        let (split_beyond, _) = split
+            .split(g, SplitAt::Key(IndexStart::new("zzz", "")), vec![1])
+            .unwrap();
+        s.execute(&Command::PlanMap { map: split_beyond }).unwrap();
+        assert_eq!(
+            across("mail", &["a"], "p", true).unwrap(),
+            Response::JobChunkDone {
+                deleted: 1,
+                running: false
+            }
+        );
+        let job = s.job(id).unwrap().unwrap();
+        assert_eq!((job.state, job.deleted), (JobState::Done, 3));
+        assert_eq!(refs(&s), 1);
+        assert_eq!(s.keys_after("mail", "", None, 10).unwrap(), ["p"]);
+
+        for cmd in [
+            fenced(vec![(g, u64::MAX), (7, 0)]),
+            delete,
+            Command::JobChunkAcross {
+                id: u64::MAX,
+                bucket: "b".into(),
+                keys: vec!["k".into()],
+                through: "k".into(),
+                done: true,
+                deleted_elsewhere: u64::MAX,
+                now_ms: 3,
+            },
+        ] {
+            assert_eq!(cmd.format_version(), JOBS_ACROSS_FORMAT);
+            let bytes = postcard::to_stdvec(&cmd).unwrap();
+            assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
+        }
     }
 }

@@ -7,8 +7,8 @@
 //! - a lifecycle rule set after the split expires exactly the matching keys in root and in
 //!   the new group (each group's leader sweeps its own keys, by the rules root copied to
 //!   it);
-//! - a bulk-delete job on the split bucket is refused (`501`), not run over root's keys
-//!   only;
+//! - a bulk-delete job over keys on both sides of the split deletes exactly them (fenced
+//!   in the new group, each page deleted in the group owning its keys);
 //! - the audit is clean, and `gateway fsck` of every node (each holds both groups) compares
 //!   every content's references and finds the folder clean.
 
@@ -141,13 +141,45 @@ fn an_index_group_splits_under_s3_traffic_and_each_side_expires_its_own_keys() {
         assert_eq!(listed, all, "the listing through node {id}");
     }
 
-    // A bulk-delete job would delete root's keys only: refused, and nothing deleted.
-    let run = cluster.admin_cli(3, &["jobs", "delete-prefix", BUCKET, "z/"]);
-    assert_ne!(run.code, Some(0), "a job on a split bucket: {run}");
-    assert!(
-        run.stderr.contains("split over index groups"),
-        "the refusal says why: {run}"
+    // A bulk-delete job over keys on both sides of the split (`during/0...` in root,
+    // `during/2...` in the new group), started through node 3: fenced in the new group,
+    // it deletes every one of them, and nothing else.
+    let run = cluster.admin_cli(3, &["jobs", "delete-prefix", BUCKET, "during/"]);
+    assert_eq!(run.code, Some(0), "a job on a split bucket: {run}");
+    let id = run
+        .stdout
+        .lines()
+        .nth(1)
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_default()
+        .to_string();
+    let watched = cluster.admin_cli(1, &["jobs", "status", &id, "--watch"]);
+    let end: Vec<&str> = watched
+        .stdout
+        .lines()
+        .nth(1)
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        (end.get(1).copied(), end.get(3).copied()),
+        (Some("done"), Some(during.to_string().as_str())),
+        "job {id}: {watched}"
     );
+    let acked: BTreeMap<String, u64> = acked
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with("during/"))
+        .collect();
+    let all: BTreeSet<String> = acked.keys().cloned().collect();
+    for id in cluster.ids() {
+        let listed: BTreeSet<String> = cluster
+            .remote(id)
+            .list_keys(BUCKET)
+            .expect("ListObjectsV2")
+            .into_iter()
+            .collect();
+        assert_eq!(listed, all, "the listing through node {id} after the job");
+    }
+    println!("job {id} deleted the {during} keys under during/ across both groups");
 
     // The rules reach the new group; each side expires exactly its matching keys.
     set_rules(&cluster, 2);

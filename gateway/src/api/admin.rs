@@ -355,35 +355,10 @@ pub async fn create_job(State(app): State<Arc<AppState>>, body: axum::body::Byte
             "bucket {bucket} is versioned: jobs do not delete versions yet"
         )));
     }
-    // A job's chunks delete root's keys only (root refuses the job too, in its log, should
-    // a split come between this look and the job).
-    if app
-        .replicas
-        .shard_map()
-        .await?
-        .index_groups_of(bucket)
-        .iter()
-        .any(|g| *g != meta::groups::ROOT)
-    {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            format!(
-                "the keys of bucket {bucket} are split over index groups, and bulk-delete \
-                 jobs do not run there yet"
-            ),
-        ));
-    }
-    let meta = app.store.metadata();
-    let created = meta
-        .execute(Command::CreateJob {
-            op,
-            now_ms: now_ms(),
-        })
-        .await?;
-    let meta::Response::JobCreated(id) = created else {
-        return Err(ApiError::internal(format!("{created:?}")));
-    };
-    match meta.read(move |m| m.job(id)).await? {
+    // Fenced in each index group of the bucket first, when it is split over several
+    // (`meta::raft::jobs`); root refuses a job whose groups changed meanwhile (409).
+    let id = app.replicas.create_job(op, now_ms()).await?;
+    match app.store.metadata().read(move |m| m.job(id)).await? {
         Some(job) => Ok(json(StatusCode::ACCEPTED, &job_json(id, &job))),
         None => Err(ApiError::internal("the new job is gone")),
     }

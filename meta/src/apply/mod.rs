@@ -280,6 +280,36 @@ fn dispatch(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError
             crate::shard_map::apply_set(txn, map).map(Response::MapVersion)
         }
         Command::JobDeleteBucket { id, now_ms } => jobs::delete_bucket(txn, *id, *now_ms),
+        Command::CreateJobFenced {
+            op,
+            now_ms,
+            fences,
+            others,
+        } => jobs::create_fenced(txn, op, *now_ms, fences, *others),
+        Command::DeleteFenced {
+            bucket,
+            keys,
+            fence_seq,
+            now_secs,
+        } => jobs::delete_fenced(txn, bucket, keys, *fence_seq, *now_secs),
+        Command::JobChunkAcross {
+            id,
+            bucket,
+            keys,
+            through,
+            done,
+            deleted_elsewhere,
+            now_ms,
+        } => jobs::chunk_across(
+            txn,
+            *id,
+            bucket,
+            keys,
+            through,
+            *done,
+            *deleted_elsewhere,
+            *now_ms,
+        ),
         Command::Conditional {
             bucket,
             key,

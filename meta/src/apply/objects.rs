@@ -269,7 +269,7 @@ pub(super) fn read_object(
 
 /// Removes bucket/key from the S3 index; the object it held, if any. Its content is
 /// still referenced: the caller releases it.
-fn remove_object(
+pub(super) fn remove_object(
     txn: &WriteTransaction,
     bucket: &str,
     key: &str,

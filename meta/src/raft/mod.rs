@@ -24,6 +24,7 @@ pub mod barrier;
 pub mod buckets;
 pub mod elector;
 pub mod index;
+pub mod jobs;
 // openraft's storage and RPC error types are large, and fixed by its traits.
 pub mod audit;
 #[allow(clippy::result_large_err)]

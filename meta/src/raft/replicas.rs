@@ -127,6 +127,9 @@ pub enum ReadQuery {
     },
     /// `sha1`'s FileDB record and its `deleting` entry (`GET /_admin/files/<sha1>`).
     FileState(Sha1),
+    /// Where a bulk-delete job of `bucket`'s keys under `prefix` starts in an index group
+    /// (see [`crate::MetaStore::job_fence`]).
+    JobFence { bucket: String, prefix: String },
 }
 
 /// The answer to a [`ReadQuery`], of the same variant.
@@ -143,6 +146,11 @@ pub enum ReadAnswer {
     MiddleKey(Option<crate::groups::IndexStart>),
     IndexRefs(crate::audit::IndexRefs),
     FileState(Option<FileRecord>, Option<DeletingRecord>),
+    /// The group's object sequence number, and its objects under the prefix.
+    JobFence {
+        seq: u64,
+        objects: u64,
+    },
 }
 
 /// How long a command answered `Moved` is tried again on newer maps: longer than a split's
@@ -256,6 +264,10 @@ async fn read_query(meta: &Metadata, query: ReadQuery) -> Result<ReadAnswer, Met
             .read(move |s| s.file_state_if_owned(&sha1))
             .await
             .map(|(file, deleting)| ReadAnswer::FileState(file, deleting)),
+        ReadQuery::JobFence { bucket, prefix } => meta
+            .read(move |s| s.job_fence(&bucket, &prefix))
+            .await
+            .map(|(seq, objects)| ReadAnswer::JobFence { seq, objects }),
     }
 }
 

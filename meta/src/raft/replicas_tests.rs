@@ -1963,6 +1963,10 @@ fn read_queries_and_answers_round_trip() {
             }],
         },
         ReadQuery::FileState(Sha1([9; 20])),
+        ReadQuery::JobFence {
+            bucket: "b".into(),
+            prefix: "mailbox/1/".into(),
+        },
     ] {
         let bytes = postcard::to_stdvec(&query).unwrap();
         assert_eq!(postcard::from_bytes::<ReadQuery>(&bytes).unwrap(), query);
@@ -2001,6 +2005,10 @@ fn read_queries_and_answers_round_trip() {
                 since_secs: 2,
             }),
         )),
+        Ok(ReadAnswer::JobFence {
+            seq: u64::MAX,
+            objects: 0,
+        }),
         Err(crate::MetaError::Moved { map_version: 4 }),
     ] {
         let bytes = postcard::to_stdvec(&answer).unwrap();
@@ -3192,6 +3200,182 @@ async fn an_index_group_splits_while_it_serves() {
     assert_eq!(report.confirmed, 0, "{report:?}");
     assert!(report.marked.is_empty());
     assert_eq!(report.references, want.len() as u64 + 6, "{report:?}");
+    for node in &nodes {
+        node.shutdown().await;
+    }
+}
+
+/// A bulk-delete job over bucket b split over root (keys before "m") and two index groups
+/// ("m" to "t" on nodes 2 and 3, "t" on on nodes 1 and 2), format 12: created through node
+/// 3, the job is fenced in both index groups; worked in pages of 4 keys (pages that cross
+/// the groups' boundaries) through node 1, it deletes every object that existed when it
+/// started, in each group, and none written after; the count is exact, every node reads
+/// the same, and the audit across the groups finds every content's references equal to
+/// the entries left. Then a delete-bucket job ends the 3 objects left and an upload in
+/// their groups and deletes the bucket in root and in the index groups' copies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_job_deletes_across_index_groups_fenced_in_each() {
+    use crate::jobs::{JOBS_ACROSS_FORMAT, JobOp, JobState};
+    use crate::raft::route::referencing_write;
+    use crate::{ContentSource, NewObject};
+    use placement::{Magic, Sha1};
+
+    let (_dir, _net, nodes, _map, [from_m, from_t]) =
+        bucket_b_over_three_index_groups((vec![2, 3], vec![1, 2])).await;
+    let root = nodes[0].root().clone();
+    eventually("root runs format 12", || {
+        let root = root.clone();
+        async move {
+            root.read_local(|s| s.cluster_version())
+                .await
+                .is_ok_and(|v| v >= JOBS_ACROSS_FORMAT)
+        }
+    })
+    .await;
+    // Root's leader's round copies b's record to the index groups.
+    for (node, group) in [(&nodes[1], from_m), (&nodes[0], from_t)] {
+        let replica = node.get(group).unwrap();
+        eventually("an index group holds b's copy", || {
+            let replica = replica.clone();
+            async move {
+                replica
+                    .read_local(|s| s.bucket("b"))
+                    .await
+                    .is_ok_and(|b| b.is_some())
+            }
+        })
+        .await;
+    }
+    let put = |key: &str, n: u32| Command::PutObject {
+        bucket: "b".into(),
+        key: key.into(),
+        object: NewObject::new(
+            Sha1([(n % 7) as u8 + 1; 20]),
+            Magic::new(n + 1).unwrap(),
+            u64::from(n),
+            0,
+            [0; 16],
+        ),
+        source: ContentSource::Stored(PairId(0)),
+        now_secs: 1,
+        precondition: None,
+    };
+    let mut old = Vec::new();
+    for (n, side) in ["a", "n", "u"].iter().cycle().take(27).enumerate() {
+        let key = format!("{side}/{n:02}");
+        let via = nodes[n % 3].clone();
+        retried(|| referencing_write(&via, "b", &key, put(&key, n as u32))).await;
+        old.push(key);
+    }
+    let map = nodes[0].shard_map().await.unwrap();
+    let groups: std::collections::BTreeSet<GroupId> =
+        old.iter().map(|k| map.index_group("b", k)).collect();
+    assert_eq!(
+        groups,
+        std::collections::BTreeSet::from([ROOT, from_m, from_t])
+    );
+
+    let op = JobOp::DeletePrefix {
+        bucket: "b".into(),
+        prefix: String::new(),
+    };
+    let id = retried(|| nodes[2].create_job(op.clone(), now_ms())).await;
+    let fences = nodes[0].job_fences(id).await.unwrap();
+    assert_eq!(fences.keys().copied().collect::<Vec<_>>(), [from_m, from_t]);
+    let job = retried(|| root.read(move |s| s.job(id))).await.unwrap();
+    assert_eq!(job.total_estimate, 27);
+    // Written after the job started, on each side: not the job's to delete.
+    let new = ["a/new", "n/new", "u/new"];
+    for (n, key) in new.iter().enumerate() {
+        retried(|| referencing_write(&nodes[n], "b", key, put(key, 100 + n as u32))).await;
+    }
+
+    let mut pages = 0;
+    loop {
+        let job = retried(|| root.read(move |s| s.job(id))).await.unwrap();
+        if job.state != JobState::Running {
+            assert_eq!(job.state, JobState::Done);
+            assert_eq!(job.deleted, 27, "{job:?}");
+            break;
+        }
+        assert!(pages < 40, "the job never ends: {job:?}");
+        retried(|| nodes[0].job_page_across(id, &job, &fences, 4, true)).await;
+        pages += 1;
+    }
+    assert!(pages >= 7, "{pages} pages");
+    for node in &nodes {
+        for key in &old {
+            assert_eq!(retried(|| node.object("b", key)).await, None, "b/{key}");
+        }
+        for key in new {
+            assert!(retried(|| node.object("b", key)).await.is_some(), "b/{key}");
+        }
+    }
+    // The outbox's decs drain; then every content's references are its entries'.
+    let mut last = None;
+    for _ in 0..100 {
+        let r = retried(|| nodes[1].audit(false)).await;
+        assert_eq!((r.confirmed, r.unconfirmed), (0, 0), "{r:?}");
+        if r.in_flight == 0 {
+            last = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let clean = last.expect("references still in flight after 10 s");
+    assert_eq!(clean.references, 3, "{clean:?}");
+
+    // A delete-bucket job: the 3 objects left and an upload in the group from "t", each
+    // ended in its group, then the bucket deleted in root and in its copies.
+    let create = Command::CreateUpload {
+        upload_id: "up-u".into(),
+        upload: crate::UploadRecord {
+            bucket: "b".into(),
+            key: "u/up".into(),
+            content_type: None,
+            user_meta: Vec::new(),
+            headers: Vec::new(),
+            created_ms: 1,
+        },
+    };
+    retried(|| nodes[2].execute(create.clone())).await;
+    let op = JobOp::DeleteBucket { bucket: "b".into() };
+    let id = retried(|| nodes[1].create_job(op.clone(), now_ms())).await;
+    let fences = nodes[0].job_fences(id).await.unwrap();
+    assert_eq!(fences.keys().copied().collect::<Vec<_>>(), [from_m, from_t]);
+    for step in 0.. {
+        let job = retried(|| root.read(move |s| s.job(id))).await.unwrap();
+        if job.state != JobState::Running {
+            assert_eq!((&job.state, job.deleted), (&JobState::Done, 3), "{job:?}");
+            break;
+        }
+        assert!(step < 20, "the job never ends: {job:?}");
+        let objects_done = retried(|| nodes[0].job_page_across(id, &job, &fences, 2, false)).await;
+        if objects_done {
+            retried(|| nodes[0].job_bucket_end_across(id, "b")).await;
+        }
+    }
+    for node in &nodes {
+        assert!(
+            retried(|| node.root().read(|s| s.bucket("b")))
+                .await
+                .is_none()
+        );
+        for group in [from_m, from_t] {
+            if let Some(replica) = node.get(group) {
+                eventually("the bucket's copy is gone", || {
+                    let replica = replica.clone();
+                    async move {
+                        replica
+                            .read_local(|s| s.bucket("b"))
+                            .await
+                            .is_ok_and(|b| b.is_none())
+                    }
+                })
+                .await;
+            }
+        }
+    }
     for node in &nodes {
         node.shutdown().await;
     }

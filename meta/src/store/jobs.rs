@@ -17,6 +17,44 @@ impl MetaStore {
         }
     }
 
+    /// The fences of job `id` in index groups other than root (empty: a job of root's
+    /// keys only; see [`jobs::create_fenced`]).
+    pub fn job_fences(
+        &self,
+        id: u64,
+    ) -> Result<std::collections::BTreeMap<crate::groups::GroupId, u64>, MetaError> {
+        let txn = self.db().begin_read()?;
+        jobs::fences(&txn.open_table(tables::COUNTERS)?, id)
+    }
+
+    /// Where a job starts in this index group: its object sequence number (objects
+    /// written later have a higher one) and the objects of `bucket` under `prefix` it
+    /// owns (one pass over them, as `CreateJob` counts root's).
+    pub fn job_fence(&self, bucket: &str, prefix: &str) -> Result<(u64, u64), MetaError> {
+        let txn = self.db().begin_read()?;
+        let seq = txn
+            .open_table(tables::COUNTERS)?
+            .get(tables::OBJECT_SEQ)?
+            .map_or(0, |v| v.value());
+        let own = crate::ownership::read(&txn.open_table(crate::ownership::OWNERSHIP)?)?;
+        let mut objects = 0u64;
+        for entry in txn
+            .open_table(tables::OBJECTS)?
+            .range((bucket, prefix.as_bytes())..)?
+        {
+            let (k, _) = entry?;
+            let (b, key) = k.value();
+            if b != bucket || !key.starts_with(prefix.as_bytes()) {
+                break;
+            }
+            // Rows a split left behind are the new owner's.
+            if own.as_ref().is_none_or(|o| o.owns_key(bucket, key)) {
+                objects += 1;
+            }
+        }
+        Ok((seq, objects))
+    }
+
     /// Every job kept (at most the running ones and [`jobs::FINISHED_KEPT`] finished),
     /// by id.
     pub fn jobs(&self) -> Result<Vec<(u64, jobs::JobRecord)>, MetaError> {
