@@ -69,6 +69,19 @@ fn set_rules(cluster: &Cluster, id: usize) {
     .expect("PutBucketLifecycleConfiguration");
 }
 
+/// Every node lists exactly `all` in the bucket, across its groups.
+fn assert_every_node_lists(cluster: &Cluster, all: &BTreeSet<String>) {
+    for id in cluster.ids() {
+        let listed: BTreeSet<String> = cluster
+            .remote(id)
+            .list_keys(BUCKET)
+            .expect("ListObjectsV2")
+            .into_iter()
+            .collect();
+        assert_eq!(&listed, all, "the listing through node {id}");
+    }
+}
+
 #[test]
 fn an_index_group_splits_under_s3_traffic_and_each_side_expires_its_own_keys() {
     let cluster = Cluster::start(3, &["--snapshot-logs", "16", "--lifecycle-day-secs", "1"]);
@@ -131,15 +144,7 @@ fn an_index_group_splits_under_s3_traffic_and_each_side_expires_its_own_keys() {
     // the acknowledged keys, across both groups.
     cluster.assert_all_read_back(BUCKET, &acked, body);
     let all: BTreeSet<String> = acked.keys().cloned().collect();
-    for id in cluster.ids() {
-        let listed: BTreeSet<String> = cluster
-            .remote(id)
-            .list_keys(BUCKET)
-            .expect("ListObjectsV2")
-            .into_iter()
-            .collect();
-        assert_eq!(listed, all, "the listing through node {id}");
-    }
+    assert_every_node_lists(&cluster, &all);
 
     // A bulk-delete job over keys on both sides of the split (`during/0...` in root,
     // `during/2...` in the new group), started through node 3: fenced in the new group,
@@ -170,15 +175,7 @@ fn an_index_group_splits_under_s3_traffic_and_each_side_expires_its_own_keys() {
         .filter(|(k, _)| !k.starts_with("during/"))
         .collect();
     let all: BTreeSet<String> = acked.keys().cloned().collect();
-    for id in cluster.ids() {
-        let listed: BTreeSet<String> = cluster
-            .remote(id)
-            .list_keys(BUCKET)
-            .expect("ListObjectsV2")
-            .into_iter()
-            .collect();
-        assert_eq!(listed, all, "the listing through node {id} after the job");
-    }
+    assert_every_node_lists(&cluster, &all);
     println!("job {id} deleted the {during} keys under during/ across both groups");
 
     // The rules reach the new group; each side expires exactly its matching keys.
@@ -286,13 +283,5 @@ fn root_past_its_index_size_splits_its_keys_by_itself() {
     println!("root split its keys at {BUCKET}/{at}");
     cluster.assert_all_read_back(BUCKET, &acked, body);
     let all: BTreeSet<String> = acked.keys().cloned().collect();
-    for id in cluster.ids() {
-        let listed: BTreeSet<String> = cluster
-            .remote(id)
-            .list_keys(BUCKET)
-            .expect("ListObjectsV2")
-            .into_iter()
-            .collect();
-        assert_eq!(listed, all, "the listing through node {id}");
-    }
+    assert_every_node_lists(&cluster, &all);
 }

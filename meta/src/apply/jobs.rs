@@ -106,18 +106,9 @@ pub(super) fn delete_fenced(
         let fenced =
             super::objects::read_object(txn, bucket, key)?.is_some_and(|o| o.seq <= fence_seq);
         let removed = match fenced {
-            true => super::objects::remove_object(txn, bucket, key)?,
+            true => super::objects::remove_released(txn, bucket, key, now_secs)?,
             false => None,
         };
-        if let Some(old) = &removed {
-            release(
-                txn,
-                &old.sha1,
-                old.magic,
-                now_secs,
-                Holder::object(bucket, key, old),
-            )?;
-        }
         deleted.push(removed.is_some());
     }
     Ok(Response::ObjectsDeleted(deleted))

@@ -110,19 +110,30 @@ pub(super) fn delete_many(
     refuse_versioned(txn, bucket)?;
     let mut existed = Vec::with_capacity(keys.len());
     for key in keys {
-        let removed = remove_object(txn, bucket, key)?;
-        if let Some(old) = &removed {
-            release(
-                txn,
-                &old.sha1,
-                old.magic,
-                now_secs,
-                Holder::object(bucket, key, old),
-            )?;
-        }
-        existed.push(removed.is_some());
+        existed.push(remove_released(txn, bucket, key, now_secs)?.is_some());
     }
     Ok(Response::ObjectsDeleted(existed))
+}
+
+/// Removes bucket/key from the S3 index and releases the content of the object it held;
+/// that object, if there was one.
+pub(super) fn remove_released(
+    txn: &WriteTransaction,
+    bucket: &str,
+    key: &str,
+    now_secs: u64,
+) -> Result<Option<ObjectRecord>, MetaError> {
+    let removed = remove_object(txn, bucket, key)?;
+    if let Some(old) = &removed {
+        release(
+            txn,
+            &old.sha1,
+            old.magic,
+            now_secs,
+            Holder::object(bucket, key, old),
+        )?;
+    }
+    Ok(removed)
 }
 
 /// `DeleteObjectsMatching`: removes each key whose condition holds (or that has none)
@@ -269,7 +280,7 @@ pub(super) fn read_object(
 
 /// Removes bucket/key from the S3 index; the object it held, if any. Its content is
 /// still referenced: the caller releases it.
-pub(super) fn remove_object(
+fn remove_object(
     txn: &WriteTransaction,
     bucket: &str,
     key: &str,
