@@ -230,20 +230,9 @@ pub fn fences(
     Ok(out)
 }
 
-/// `JobChunkAcross`: [`chunk`] over root's keys of the page, the objects the page's
-/// `DeleteFenced` removed in other groups counted too. A bucket other than the job's is
-/// refused (the command names it so that root checks it owns the keys).
-#[allow(clippy::too_many_arguments)]
-pub fn chunk_across(
-    txn: &WriteTransaction,
-    id: u64,
-    bucket: &str,
-    keys: &[String],
-    through: &str,
-    done: bool,
-    deleted_elsewhere: u64,
-    now_ms: u64,
-) -> Result<ChunkDone, MetaError> {
+/// `JobChunkAcross`'s check before its [`chunk`]: the command names the job's bucket, so
+/// that root checks it owns the page's keys; a bucket other than the job's is refused.
+pub fn check_bucket(txn: &WriteTransaction, id: u64, bucket: &str) -> Result<(), MetaError> {
     let Some(job) = read(txn, id)? else {
         return Err(MetaError::NotFound);
     };
@@ -252,15 +241,19 @@ pub fn chunk_across(
             "job {id} is not of bucket {bucket}"
         )));
     }
-    let out = chunk(txn, id, keys, through, done, now_ms)?;
-    // Removed all the same, whether or not the job still runs: the count says so.
-    if deleted_elsewhere > 0
+    Ok(())
+}
+
+/// Adds to job `id`'s count the objects a page's `DeleteFenced` removed in other groups:
+/// removed all the same, whether or not the job still runs, so the count says so.
+pub fn count_deleted(txn: &WriteTransaction, id: u64, elsewhere: u64) -> Result<(), MetaError> {
+    if elsewhere > 0
         && let Some(mut job) = read(txn, id)?
     {
-        job.deleted += deleted_elsewhere;
+        job.deleted += elsewhere;
         write(txn, id, &job)?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Drops the oldest finished jobs beyond [`FINISHED_KEPT`], with their fences.

@@ -114,31 +114,6 @@ pub(super) fn delete_fenced(
     Ok(Response::ObjectsDeleted(deleted))
 }
 
-/// `JobChunkAcross`: root's objects the chunk removes are released.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn chunk_across(
-    txn: &WriteTransaction,
-    id: u64,
-    bucket: &str,
-    keys: &[String],
-    through: &str,
-    done: bool,
-    deleted_elsewhere: u64,
-    now_ms: u64,
-) -> Result<Response, MetaError> {
-    let chunk = jobs::chunk_across(
-        txn,
-        id,
-        bucket,
-        keys,
-        through,
-        done,
-        deleted_elsewhere,
-        now_ms,
-    )?;
-    release_chunk(txn, chunk, now_ms)
-}
-
 /// `PlanMap`'s check, from format 11: a map that gives a key of a bucket with a running
 /// job to a group other than root waits for the job's end (see [`create`]); from format
 /// 12, a map that changes the groups owning keys of such a bucket (a job fenced in them

@@ -300,16 +300,15 @@ fn dispatch(txn: &WriteTransaction, cmd: &Command) -> Result<Response, MetaError
             done,
             deleted_elsewhere,
             now_ms,
-        } => jobs::chunk_across(
-            txn,
-            *id,
-            bucket,
-            keys,
-            through,
-            *done,
-            *deleted_elsewhere,
-            *now_ms,
-        ),
+        } => {
+            // Root's keys of the page, once the job is found to be of `bucket` (named so
+            // that root checks it owns them); the page's `DeleteFenced` removals in other
+            // groups counted too.
+            crate::jobs::check_bucket(txn, *id, bucket)?;
+            let out = jobs::chunk(txn, *id, keys, through, *done, *now_ms)?;
+            crate::jobs::count_deleted(txn, *id, *deleted_elsewhere)?;
+            Ok(out)
+        }
         Command::Conditional {
             bucket,
             key,
