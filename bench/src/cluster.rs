@@ -82,6 +82,17 @@ impl Cluster {
     /// Starts `n` nodes (ids 1..=n) on fresh folders under `root` and waits (bounded) until
     /// every node names the same leader. Blocking.
     pub fn start(bin: &Path, root: &Path, n: usize, rng: &mut Rng) -> Result<Cluster, String> {
+        Cluster::start_with(bin, root, n, &[], rng)
+    }
+
+    /// [`Cluster::start`] with `args` added to every node's flags.
+    pub fn start_with(
+        bin: &Path,
+        root: &Path,
+        n: usize,
+        args: &[String],
+        rng: &mut Rng,
+    ) -> Result<Cluster, String> {
         let dir = tempfile::Builder::new()
             .prefix("bench-cluster-")
             .tempdir_in(root)
@@ -133,7 +144,10 @@ impl Cluster {
                     peers.clone(),
                     "--config".into(),
                     config.display().to_string(),
-                ],
+                ]
+                .into_iter()
+                .chain(args.iter().cloned())
+                .collect(),
                 cluster_secret: Some(cluster_secret.clone()),
                 ..GatewayLaunch::single(bin, &data, &secrets, &base.join(format!("node{id}.log")))
             };

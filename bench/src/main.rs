@@ -117,6 +117,11 @@ enum Workload {
     Tls,
     /// 64 KiB PUT/GET on a versioned bucket against an unversioned one, interleaved rounds
     Versioning,
+    /// the splits of an index and a FileDB group of 1 M objects (loaded offline) while
+    /// they serve
+    GroupsSplit,
+    /// metadata bytes per node on 1, 3, 5 and 6 nodes at replication factor 3
+    GroupsSpread,
 }
 
 impl Args {
@@ -644,6 +649,29 @@ async fn run(args: Args) -> Result<Report, String> {
             }
             Err(e) => report.error(bench::raft::SEC_RATE, "binaries", e),
         }
+    }
+    if args.runs(Workload::GroupsSplit) {
+        progress("groups-split: an index group's split while it serves");
+        match raft_bins(&args, &gateway_bin) {
+            Ok(bins) => {
+                let plan = bench::groups::SplitPlan::new(args.quick);
+                bench::groups::run(
+                    &bins.gateway,
+                    &bins.loader,
+                    &scratches,
+                    plan,
+                    &mut rng,
+                    &mut report,
+                )
+                .await;
+            }
+            Err(e) => report.error(bench::groups::SEC, "binaries", e),
+        }
+    }
+    if args.runs(Workload::GroupsSpread) {
+        progress("groups-spread: metadata bytes per node against node count");
+        let plan = bench::spread::SpreadPlan::new(args.quick);
+        bench::spread::run(&gateway_bin, &scratches, plan, &mut rng, &mut report).await;
     }
     // ---- side by side: peers, gateway B, SHA-1 collision detection off ---------------
     let compare = bench::compare::ComparePlan {

@@ -97,7 +97,7 @@ pub struct RaftBins {
     pub loader: PathBuf,
 }
 
-fn progress(msg: &str) {
+pub(crate) fn progress(msg: &str) {
     eprintln!("bench: {msg}");
 }
 
@@ -1154,7 +1154,7 @@ async fn restarts(
 }
 
 /// Runs the loader on a fresh `data` folder.
-async fn load_objects(
+pub(crate) async fn load_objects(
     loader: &Path,
     data: &Path,
     count: u64,
@@ -1194,7 +1194,7 @@ async fn load_objects(
 
 /// 200 to a HEAD of `key` (a loaded object has no content file: GET would fail, HEAD
 /// reads only the index).
-async fn head_ok(c: &Client, key: &str) -> Result<(), String> {
+pub(crate) async fn head_ok(c: &Client, key: &str) -> Result<(), String> {
     c.send_ok(
         Method::HEAD,
         &format!("/{LOADED_BUCKET}/{key}"),

@@ -30,6 +30,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How much of an error body is kept for the message.
 const ERROR_BODY_KEEP: usize = 2048;
+/// Bound on a body read whole ([`Client::get_whole`]).
+const WHOLE_BODY_MAX: usize = 4 << 20;
 
 /// The connection pool: plain TCP, or TLS over TCP (`https://` only).
 #[derive(Clone)]
@@ -179,7 +181,13 @@ impl Client {
         let what = format!("{method} {path_and_query}");
         match tokio::time::timeout(
             REQUEST_TIMEOUT,
-            self.send_inner(method, path_and_query, extra_headers, body, keep),
+            self.send_inner(
+                method,
+                path_and_query,
+                extra_headers,
+                body,
+                if keep { ERROR_BODY_KEEP } else { 0 },
+            ),
         )
         .await
         {
@@ -194,7 +202,7 @@ impl Client {
         path_and_query: &str,
         extra_headers: &[(&str, &str)],
         body: Bytes,
-        keep: bool,
+        keep: usize,
     ) -> Result<Reply, String> {
         let uri = format!("{}://{}{}", self.scheme(), self.host, path_and_query);
         let headers = self.signed_headers(&method, &uri, extra_headers)?;
@@ -217,7 +225,10 @@ impl Client {
             msg
         })?;
         let status = resp.status();
-        let keep = keep || !status.is_success();
+        let keep = match status.is_success() {
+            true => keep,
+            false => keep.max(ERROR_BODY_KEEP),
+        };
         let mut body = resp.into_body();
         let mut body_len = 0u64;
         let mut head = Vec::new();
@@ -225,8 +236,8 @@ impl Client {
             let frame = frame.map_err(|e| format!("reading the body: {e}"))?;
             if let Ok(data) = frame.into_data() {
                 body_len += data.len() as u64;
-                if keep && head.len() < ERROR_BODY_KEEP {
-                    let n = data.len().min(ERROR_BODY_KEEP - head.len());
+                if head.len() < keep {
+                    let n = data.len().min(keep - head.len());
                     head.extend_from_slice(&data[..n]);
                 }
             }
@@ -236,6 +247,31 @@ impl Client {
             body_len,
             head,
         })
+    }
+
+    /// A GET whose 2xx body is answered whole (a JSON document of the admin API); a body
+    /// longer than 4 MiB is an error.
+    pub async fn get_whole(&self, path_and_query: &str) -> Result<Vec<u8>, String> {
+        let what = format!("GET {path_and_query}");
+        let send = self.send_inner(
+            Method::GET,
+            path_and_query,
+            &[],
+            Bytes::new(),
+            WHOLE_BODY_MAX + 1,
+        );
+        let r = match tokio::time::timeout(REQUEST_TIMEOUT, send).await {
+            Ok(r) => r.map_err(|e| format!("{what}: {e}"))?,
+            Err(_) => return Err(format!("{what}: no answer within {REQUEST_TIMEOUT:?}")),
+        };
+        if !r.status.is_success() {
+            let text = String::from_utf8_lossy(&r.head);
+            return Err(format!("{what}: {} {}", r.status, text.trim()));
+        }
+        if r.head.len() > WHOLE_BODY_MAX {
+            return Err(format!("{what}: a body over {WHOLE_BODY_MAX} bytes"));
+        }
+        Ok(r.head)
     }
 
     /// Like [`send`](Self::send), but any status other than 2xx is an error.
