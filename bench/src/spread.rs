@@ -90,7 +90,14 @@ pub async fn run(
                 let mut alloc: Vec<u64> = shares.iter().map(|s| s.allocated).collect();
                 alloc.sort_unstable();
                 let mean = alloc.iter().sum::<u64>() / alloc.len().max(1) as u64;
-                let base = *one_node.get_or_insert(mean);
+                if n == 1 {
+                    one_node = Some(mean);
+                }
+                // Against one node's only when that cluster was measured.
+                let against = match one_node {
+                    Some(base) => format!("{:.2}x one node's", mean as f64 / base.max(1) as f64),
+                    None => "one node's not measured".into(),
+                };
                 let fractions: Vec<f64> = shares
                     .iter()
                     .map(|s| s.records as f64 / all_records.max(1) as f64)
@@ -103,12 +110,11 @@ pub async fn run(
                         if n == 1 { "" } else { "s" }
                     ),
                     format!(
-                        "{}: per node {} (min {}, max {}), {:.2}x one node's; records held per node {lo:.2}-{hi:.2} of all {all_records} (ideal {:.2})",
+                        "{}: per node {} (min {}, max {}), {against}; records held per node {lo:.2}-{hi:.2} of all {all_records} (ideal {:.2})",
                         groups,
                         bytes(mean),
                         bytes(alloc[0]),
                         bytes(alloc[alloc.len() - 1]),
-                        mean as f64 / base.max(1) as f64,
                         (REPLICATION.min(n) as f64 / n as f64),
                     ),
                 );
@@ -146,7 +152,12 @@ async fn measure(
         tokio::task::block_in_place(|| Cluster::start_with(gateway, dir.path(), n, &args, rng))?;
     cluster.wait_leader(Duration::from_secs(30), None).await?;
     let clients = cluster.s3_clients();
-    clients[0].create_bucket(BUCKET).await?;
+    // Each node takes a PUT before the clock starts: a node just started may not have
+    // applied the cluster's disk pair yet.
+    crate::workloads::warm_up(&clients[0], BUCKET, true).await?;
+    for c in &clients[1..] {
+        crate::workloads::warm_up(c, BUCKET, false).await?;
+    }
     let seed = rng.next_u64();
     let writes = {
         let clients = clients.clone();
