@@ -245,7 +245,9 @@ async fn measure(
     };
     progress(&format!("groups-split: splitting root: {body}"));
     let split_start = t0.elapsed();
-    let planned: Planned = {
+    // Plan and commit; the outcome waits until the foreground is stopped and joined, so
+    // that a failed split leaves no requests running into the workloads after it.
+    let split = async {
         let r = admin
             .send_ok(
                 Method::POST,
@@ -255,21 +257,24 @@ async fn measure(
                 true,
             )
             .await?;
-        serde_json::from_slice(&r.head).map_err(|e| format!("the split's answer: {e}"))?
-    };
-    let committed = wait(plan.limit, "the split's commit", || async {
-        Ok(groups(&admin).await?.version >= planned.version)
-    })
+        let planned: Planned =
+            serde_json::from_slice(&r.head).map_err(|e| format!("the split's answer: {e}"))?;
+        wait(plan.limit, "the split's commit", || async {
+            Ok(groups(&admin).await?.version >= planned.version)
+        })
+        .await
+        .map(|()| planned)
+    }
     .await;
     let split_end = t0.elapsed();
-    if committed.is_ok() {
+    if split.is_ok() {
         tokio::time::sleep(plan.after).await;
     }
     stop.store(true, Ordering::SeqCst);
     for t in tasks {
         let _ = t.await;
     }
-    committed?;
+    let planned = split?;
     let fg_end = t0.elapsed();
     if let Some(e) = failed.lock().map_err(|_| "poisoned")?.first() {
         return Err(format!("a foreground request failed: {e}"));

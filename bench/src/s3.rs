@@ -57,6 +57,19 @@ pub struct Reply {
     pub head: Vec<u8>,
 }
 
+/// `r` if its status is 2xx, else an error naming the request, the status and the start
+/// of the body.
+fn success(method: &Method, path_and_query: &str, r: Reply) -> Result<Reply, String> {
+    if !r.status.is_success() {
+        return Err(format!(
+            "{method} {path_and_query}: {} {}",
+            r.status,
+            String::from_utf8_lossy(&r.head).trim()
+        ));
+    }
+    Ok(r)
+}
+
 impl Client {
     /// A client for the server at `addr`; `credentials` (access key, secret key) enable SigV4.
     pub fn new(addr: SocketAddr, credentials: Option<(&str, &str)>, region: &str) -> Self {
@@ -178,16 +191,25 @@ impl Client {
         body: Bytes,
         keep: bool,
     ) -> Result<Reply, String> {
+        let keep = if keep { ERROR_BODY_KEEP } else { 0 };
+        self.send_keeping(method, path_and_query, extra_headers, body, keep)
+            .await
+    }
+
+    /// [`send`](Self::send), keeping up to `keep` bytes of a 2xx body, within
+    /// [`REQUEST_TIMEOUT`].
+    async fn send_keeping(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        extra_headers: &[(&str, &str)],
+        body: Bytes,
+        keep: usize,
+    ) -> Result<Reply, String> {
         let what = format!("{method} {path_and_query}");
         match tokio::time::timeout(
             REQUEST_TIMEOUT,
-            self.send_inner(
-                method,
-                path_and_query,
-                extra_headers,
-                body,
-                if keep { ERROR_BODY_KEEP } else { 0 },
-            ),
+            self.send_inner(method, path_and_query, extra_headers, body, keep),
         )
         .await
         {
@@ -252,24 +274,20 @@ impl Client {
     /// A GET whose 2xx body is answered whole (a JSON document of the admin API); a body
     /// longer than 4 MiB is an error.
     pub async fn get_whole(&self, path_and_query: &str) -> Result<Vec<u8>, String> {
-        let what = format!("GET {path_and_query}");
-        let send = self.send_inner(
-            Method::GET,
-            path_and_query,
-            &[],
-            Bytes::new(),
-            WHOLE_BODY_MAX + 1,
-        );
-        let r = match tokio::time::timeout(REQUEST_TIMEOUT, send).await {
-            Ok(r) => r.map_err(|e| format!("{what}: {e}"))?,
-            Err(_) => return Err(format!("{what}: no answer within {REQUEST_TIMEOUT:?}")),
-        };
-        if !r.status.is_success() {
-            let text = String::from_utf8_lossy(&r.head);
-            return Err(format!("{what}: {} {}", r.status, text.trim()));
-        }
+        let r = self
+            .send_keeping(
+                Method::GET,
+                path_and_query,
+                &[],
+                Bytes::new(),
+                WHOLE_BODY_MAX + 1,
+            )
+            .await?;
+        let r = success(&Method::GET, path_and_query, r)?;
         if r.head.len() > WHOLE_BODY_MAX {
-            return Err(format!("{what}: a body over {WHOLE_BODY_MAX} bytes"));
+            return Err(format!(
+                "GET {path_and_query}: a body over {WHOLE_BODY_MAX} bytes"
+            ));
         }
         Ok(r.head)
     }
@@ -287,14 +305,7 @@ impl Client {
         let r = self
             .send(method, path_and_query, extra_headers, body, keep)
             .await?;
-        if !r.status.is_success() {
-            return Err(format!(
-                "{m} {path_and_query}: {} {}",
-                r.status,
-                String::from_utf8_lossy(&r.head).trim()
-            ));
-        }
-        Ok(r)
+        success(&m, path_and_query, r)
     }
 
     pub async fn create_bucket(&self, bucket: &str) -> Result<(), String> {
